@@ -1,0 +1,32 @@
+// Reply formatting (§4): appends one `\n`-terminated line to an output
+// buffer. No allocation beyond the buffer's own growth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lockd/proto/request.h"
+
+namespace lockd::proto {
+
+// `A <token> <owner> <key>`
+void append_acquired(std::string& out, std::uint64_t token, std::string_view owner,
+                     std::string_view key);
+// `T <owner> <key>`
+void append_held(std::string& out, std::string_view owner, std::string_view key);
+// `B <owner> <key>`
+void append_busy(std::string& out, std::string_view owner, std::string_view key);
+// `R <token> <key>`
+void append_released(std::string& out, std::uint64_t token, std::string_view key);
+// `N <token> <key>`
+void append_not_released(std::string& out, std::uint64_t token, std::string_view key);
+// `E <code>` for a malformed line (no echo).
+void append_error(std::string& out, ParseError e);
+// `E <code> <echo>` for a well-formed request the server could not process
+// (cluster: no_leader, indeterminate).
+void append_error_echo(std::string& out, std::string_view code, const Request& req);
+// `M <leader_addr> <echo>` (cluster: not the leader).
+void append_moved(std::string& out, std::string_view leader_addr, const Request& req);
+
+}  // namespace lockd::proto

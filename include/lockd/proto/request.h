@@ -1,0 +1,39 @@
+// A parsed client request and the parse errors of the text protocol (§3, §7).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace lockd::proto {
+
+enum class Verb : std::uint8_t {
+  kAcquire,  // `A <owner> <key> [<lease_ms> [<wait_ms>]]`
+  kRelease,  // `R <token> <key>`
+};
+
+// A well-formed request. Views point into the line it was parsed from.
+struct Request {
+  Verb verb;
+  std::string_view owner;     // kAcquire
+  std::string_view key;       // both verbs
+  std::uint64_t lease_ms = 0; // kAcquire; the server default when omitted
+  std::uint64_t wait_ms = 0;  // kAcquire
+  std::uint64_t token = 0;    // kRelease
+};
+
+// Why a line is not a request; each maps to one `E <code>` of §7.
+enum class ParseError : std::uint8_t {
+  kUnknownCommand,  // first field is not `A` or `R`
+  kBadArity,        // wrong number of fields for the verb
+  kBadOwner,        // owner not 1..64 bytes of 0x21..0x7E
+  kBadKey,          // key not 1..250 bytes of 0x21..0x7E
+  kBadLease,        // lease_ms not a decimal in 1..max lease
+  kBadWait,         // wait_ms not a decimal in 0..max wait
+  kBadToken,        // token not a decimal in 1..2^64-1
+  kLineTooLong,     // more than kMaxLineBytes including the terminator
+};
+
+// The wire spelling of an error code, e.g. "bad_arity".
+std::string_view error_code(ParseError e);
+
+}  // namespace lockd::proto

@@ -1,0 +1,243 @@
+#include "lockd/locks/lock_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "lockd/common/check.h"
+
+namespace lockd::locks {
+
+namespace {
+
+// The deadline index is rebuilt without its stale entries once it holds
+// more than this many times the live ones (plus a floor, so that small
+// tables never bother). Keeps memory bounded under waiter churn.
+constexpr std::size_t kDeadlineSlackFactor = 2;
+constexpr std::size_t kDeadlineSlackFloor = 1024;
+
+}  // namespace
+
+LockTable::LockTable(Limits limits, Token first_token)
+    : limits_(limits), next_token_(first_token) {
+  LOCKD_CHECK(first_token > 0);
+}
+
+Token LockTable::grant(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+                       TimeNs now) {
+  LOCKD_CHECK(next_token_ != 0);  // wrapped past 2^64: cannot happen in practice
+  state.owner.assign(owner);
+  state.token = next_token_++;
+  state.lease_ms = lease_ms;
+  state.expires_at_ns = now + ms_to_ns(lease_ms);
+  ++stats_.grants;
+  return state.token;
+}
+
+AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
+  LOCKD_CHECK(req.lease_ms > 0);
+  auto it = keys_.find(req.key);
+  if (it == keys_.end()) {
+    if (keys_.size() >= limits_.max_keys) return {AcquireOutcome::kBusy};
+    it = keys_.emplace(std::string(req.key), KeyState{}).first;
+    return {AcquireOutcome::kGranted, grant(it->second, req.owner, req.lease_ms, now)};
+  }
+  KeyState& state = it->second;
+  if (state.expires_at_ns <= now) {
+    // Lazy takeover: the newcomer goes ahead of any queue (spec §9).
+    ++stats_.takeovers;
+    ++stats_.expirations;
+    const Token token = grant(state, req.owner, req.lease_ms, now);
+    if (state.waiter_count() > 0) {
+      push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, it->first});
+    }
+    return {AcquireOutcome::kGranted, token};
+  }
+  if (req.wait_ms == 0) return {AcquireOutcome::kHeld};
+  if (state.waiter_count() >= limits_.max_waiters_per_key ||
+      waiter_index_.size() >= limits_.max_waiters) {
+    return {AcquireOutcome::kBusy};
+  }
+  LOCKD_CHECK(!waiter_index_.contains(req.waiter));
+  if (!state.waiters) {
+    state.waiters = std::make_unique<std::list<Waiter>>();
+  }
+  if (state.waiters->empty()) {
+    ++keys_with_waiters_;
+    // The holder's lease end now matters before the next sweep.
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, it->first});
+  }
+  const TimeNs wait_deadline = now + ms_to_ns(req.wait_ms);
+  state.waiters->push_back(
+      Waiter{req.waiter, req.client, std::string(req.owner), req.lease_ms, wait_deadline});
+  waiter_index_.emplace(req.waiter, WaiterRef{&*it, std::prev(state.waiters->end())});
+  push_deadline({wait_deadline, Deadline::Kind::kWait, req.waiter, {}});
+  return {AcquireOutcome::kQueued};
+}
+
+ReleaseOutcome LockTable::release(TimeNs now, Token token, std::string_view key,
+                                  std::vector<Delivery>& out) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.token != token) return ReleaseOutcome::kNotReleased;
+  hand_off_or_delete(it, now, HandoffCause::kRelease, out);
+  return ReleaseOutcome::kReleased;
+}
+
+bool LockTable::expire(TimeNs now, std::string_view key, Token token,
+                       std::vector<Delivery>& out) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.token != token || it->second.expires_at_ns > now) {
+    return false;
+  }
+  ++stats_.expirations;
+  hand_off_or_delete(it, now, HandoffCause::kExpiry, out);
+  return true;
+}
+
+void LockTable::hand_off_or_delete(KeyMap::iterator it, TimeNs now, HandoffCause cause,
+                                   std::vector<Delivery>& out) {
+  KeyState& state = it->second;
+  if (state.waiter_count() == 0) {
+    keys_.erase(it);
+    return;
+  }
+  Waiter w = std::move(state.waiters->front());
+  state.waiters->pop_front();
+  waiter_index_.erase(w.id);
+  const Token token = grant(state, w.owner, w.lease_ms, now);
+  if (cause == HandoffCause::kRelease) {
+    ++stats_.handoffs_release;
+  } else {
+    ++stats_.handoffs_expiry;
+  }
+  if (state.waiters->empty()) {
+    drop_empty_queue(state);
+  } else {
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, it->first});
+  }
+  out.push_back(
+      Delivery{w.client, w.id, DeliveryKind::kGranted, token, std::move(w.owner), it->first});
+}
+
+void LockTable::drop_empty_queue(KeyState& state) {
+  LOCKD_CHECK(state.waiters && state.waiters->empty());
+  state.waiters.reset();
+  LOCKD_CHECK(keys_with_waiters_ > 0);
+  --keys_with_waiters_;
+}
+
+bool LockTable::cancel_waiter(WaiterId id) {
+  auto ref = waiter_index_.find(id);
+  if (ref == waiter_index_.end()) return false;
+  KeyState& state = ref->second.entry->second;
+  state.waiters->erase(ref->second.it);
+  waiter_index_.erase(ref);
+  ++stats_.waiters_cancelled;
+  if (state.waiters->empty()) drop_empty_queue(state);
+  return true;
+}
+
+void LockTable::push_deadline(Deadline d) {
+  deadlines_.push_back(std::move(d));
+  std::push_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});
+  compact_deadlines_if_needed();
+}
+
+bool LockTable::deadline_is_live(const Deadline& d) const {
+  switch (d.kind) {
+    case Deadline::Kind::kLease: {
+      auto it = keys_.find(d.key);
+      return it != keys_.end() && it->second.token == d.id && it->second.waiter_count() > 0;
+    }
+    case Deadline::Kind::kWait: {
+      auto it = waiter_index_.find(d.id);
+      return it != waiter_index_.end() && it->second.it->wait_deadline_ns == d.at_ns;
+    }
+  }
+  return false;
+}
+
+void LockTable::compact_deadlines_if_needed() {
+  const std::size_t live = waiter_index_.size() + keys_with_waiters_;
+  if (deadlines_.size() <= kDeadlineSlackFactor * live + kDeadlineSlackFloor) return;
+  std::erase_if(deadlines_, [this](const Deadline& d) { return !deadline_is_live(d); });
+  std::make_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});
+}
+
+void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
+  while (!deadlines_.empty() && deadlines_.front().at_ns <= now) {
+    std::pop_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});
+    Deadline d = std::move(deadlines_.back());
+    deadlines_.pop_back();
+    if (!deadline_is_live(d)) continue;
+    switch (d.kind) {
+      case Deadline::Kind::kLease: {
+        auto it = keys_.find(d.key);
+        // A live lease entry means the key exists, has waiters and this
+        // token; leases are never renewed, so it has run out.
+        LOCKD_CHECK(it != keys_.end() && it->second.expires_at_ns <= now);
+        ++stats_.expirations;
+        hand_off_or_delete(it, now, HandoffCause::kExpiry, out);
+        break;
+      }
+      case Deadline::Kind::kWait: {
+        auto ref = waiter_index_.find(d.id);
+        KeyMap::value_type* entry = ref->second.entry;
+        Waiter w = std::move(*ref->second.it);
+        entry->second.waiters->erase(ref->second.it);
+        waiter_index_.erase(ref);
+        ++stats_.wait_timeouts;
+        if (entry->second.waiters->empty()) drop_empty_queue(entry->second);
+        out.push_back(Delivery{w.client, w.id, DeliveryKind::kTimedOut, 0, std::move(w.owner),
+                               entry->first});
+        break;
+      }
+    }
+  }
+}
+
+std::optional<TimeNs> LockTable::next_deadline() const {
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.front().at_ns;
+}
+
+std::size_t LockTable::sweep(TimeNs now) {
+  ++stats_.sweeps;
+  const std::size_t freed = std::erase_if(keys_, [now](const auto& kv) {
+    return kv.second.expires_at_ns <= now && kv.second.waiter_count() == 0;
+  });
+  stats_.swept_keys += freed;
+  stats_.expirations += freed;
+  return freed;
+}
+
+const KeyState* LockTable::find(std::string_view key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : &it->second;
+}
+
+void LockTable::check_invariants() const {
+  LOCKD_CHECK(keys_.size() <= limits_.max_keys);
+  LOCKD_CHECK(waiter_index_.size() <= limits_.max_waiters);
+  std::size_t waiters = 0;
+  std::size_t with_waiters = 0;
+  for (const auto& [key, state] : keys_) {
+    LOCKD_CHECK(state.token > 0 && state.token < next_token_);
+    LOCKD_CHECK(!state.owner.empty());
+    if (state.waiters) {
+      LOCKD_CHECK(!state.waiters->empty());  // empty queues are dropped
+      LOCKD_CHECK(state.waiters->size() <= limits_.max_waiters_per_key);
+      ++with_waiters;
+      for (const Waiter& w : *state.waiters) {
+        auto ref = waiter_index_.find(w.id);
+        LOCKD_CHECK(ref != waiter_index_.end());
+        LOCKD_CHECK(ref->second.entry->first == key);
+        LOCKD_CHECK(&*ref->second.it == &w);
+        ++waiters;
+      }
+    }
+  }
+  LOCKD_CHECK(waiters == waiter_index_.size());
+  LOCKD_CHECK(with_waiters == keys_with_waiters_);
+}
+
+}  // namespace lockd::locks

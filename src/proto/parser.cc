@@ -1,0 +1,104 @@
+#include "lockd/proto/parser.h"
+
+#include <array>
+#include <limits>
+
+namespace lockd::proto {
+
+namespace {
+
+// Most fields any valid request has; one more is enough to know the arity
+// is wrong.
+constexpr std::size_t kMaxFields = 5;
+
+// Splits on runs of 0x20. Returns the number of fields, capped at
+// kMaxFields + 1 ("too many").
+std::size_t split_fields(std::string_view line,
+                         std::array<std::string_view, kMaxFields + 1>& fields) {
+  std::size_t n = 0;
+  std::size_t i = 0;
+  while (i < line.size() && n < fields.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i == line.size()) break;
+    std::size_t j = i;
+    while (j < line.size() && line[j] != ' ') ++j;
+    fields[n++] = line.substr(i, j - i);
+    i = j;
+  }
+  return n;
+}
+
+bool visible_ascii(std::string_view s, std::size_t max_bytes) {
+  if (s.empty() || s.size() > max_bytes) return false;
+  for (unsigned char c : s) {
+    if (c < 0x21 || c > 0x7E) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view error_code(ParseError e) {
+  switch (e) {
+    case ParseError::kUnknownCommand: return "unknown_command";
+    case ParseError::kBadArity: return "bad_arity";
+    case ParseError::kBadOwner: return "bad_owner";
+    case ParseError::kBadKey: return "bad_key";
+    case ParseError::kBadLease: return "bad_lease";
+    case ParseError::kBadWait: return "bad_wait";
+    case ParseError::kBadToken: return "bad_token";
+    case ParseError::kLineTooLong: return "line_too_long";
+  }
+  return "internal";
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    const auto d = static_cast<std::uint64_t>(ch - '0');
+    if (v > (kMax - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+ParseResult parse_line(std::string_view line, const ParseLimits& limits) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  std::array<std::string_view, kMaxFields + 1> f;
+  const std::size_t n = split_fields(line, f);
+  if (n == 0) return Blank{};
+
+  Request req{};
+  if (f[0] == "A") {
+    if (n < 3 || n > 5) return ParseError::kBadArity;
+    if (!visible_ascii(f[1], kMaxOwnerBytes)) return ParseError::kBadOwner;
+    if (!visible_ascii(f[2], kMaxKeyBytes)) return ParseError::kBadKey;
+    req.verb = Verb::kAcquire;
+    req.owner = f[1];
+    req.key = f[2];
+    req.lease_ms = limits.default_lease_ms;
+    if (n >= 4 && (!parse_u64(f[3], req.lease_ms) || req.lease_ms == 0 ||
+                   req.lease_ms > limits.max_lease_ms)) {
+      return ParseError::kBadLease;
+    }
+    if (n == 5 && (!parse_u64(f[4], req.wait_ms) || req.wait_ms > limits.max_wait_ms)) {
+      return ParseError::kBadWait;
+    }
+    return req;
+  }
+  if (f[0] == "R") {
+    if (n != 3) return ParseError::kBadArity;
+    req.verb = Verb::kRelease;
+    if (!parse_u64(f[1], req.token) || req.token == 0) return ParseError::kBadToken;
+    if (!visible_ascii(f[2], kMaxKeyBytes)) return ParseError::kBadKey;
+    req.key = f[2];
+    return req;
+  }
+  return ParseError::kUnknownCommand;
+}
+
+}  // namespace lockd::proto
