@@ -5,6 +5,7 @@
 
 #include <csignal>
 
+#include "lockd/admin/admin_server.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
@@ -35,6 +36,7 @@ Daemon::Daemon(Config config) : config_(std::move(config)) {
 }
 
 Daemon::~Daemon() {
+  admin_.reset();
   server_.reset();
   for (event* ev : {sigterm_, sigint_, drain_deadline_}) {
     if (ev != nullptr) event_free(ev);
@@ -50,8 +52,18 @@ bool Daemon::start(std::string& error) {
   std::signal(SIGPIPE, SIG_IGN);
   server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
   if (!server_->listen(config_.listen, error)) return false;
+  if (config_.admin) {
+    admin_ = std::make_unique<admin::AdminServer>(
+        base_, *server_,
+        admin::NodeInfo{LOCKD_VERSION, "single", server_->bound().to_string(),
+                        net::monotonic_now_ns()});
+    if (!admin_->listen(*config_.admin, error)) return false;
+  }
   spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
                server_->bound().to_string());
+  // After the client line: a reader taking the first `listening` line gets
+  // the client port.
+  if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
   sigterm_ = evsignal_new(base_, SIGTERM, &Daemon::on_signal, this);
   sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
   event_add(sigterm_, nullptr);
@@ -70,6 +82,7 @@ void Daemon::begin_shutdown(int sig) {
   stopping_ = true;
   spdlog::info("signal {}: stopping; finishing replies already decided", sig);
   server_->begin_shutdown();
+  if (admin_) admin_->set_draining();
   drain_deadline_ = evtimer_new(
       base_,
       [](int, short, void* arg) {

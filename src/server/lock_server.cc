@@ -56,20 +56,24 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
       if (conn.reply_queued()) conn.close_after_flush();
       return;
     }
+    const TimeNs parse_start_ns = net::monotonic_now_ns();
     const proto::ParseResult parsed = proto::parse_line(line, config_.parse);
+    bool answered = true;
     if (const auto* req = std::get_if<proto::Request>(&parsed)) {
-      handle_request(client, *req, now);
+      stats_.recent_keys.record(req->key);
+      answered = handle_request(client, *req, now);
     } else if (const auto* err = std::get_if<proto::ParseError>(&parsed)) {
       ++stats_.requests_malformed;
       stats_.count(ReplyKind::kError);
       proto::append_error(conn.out(), *err);
     }
+    if (answered) stats_.latency.record(net::monotonic_now_ns() - parse_start_ns);
     if (conn.closed()) return;  // overflowed while delivering
   }
   conn.reply_queued();
 }
 
-void LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
+bool LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
   std::string& out = client.conn->out();
   if (req.verb == proto::Verb::kAcquire) {
     ++stats_.requests_acquire;
@@ -91,9 +95,9 @@ void LockServer::handle_request(Client& client, const proto::Request& req, TimeN
         break;
       case locks::AcquireOutcome::kQueued:
         client.waiting.insert(waiter);
-        break;
+        return false;
     }
-    return;
+    return true;
   }
   ++stats_.requests_release;
   deliveries_.clear();
@@ -108,6 +112,7 @@ void LockServer::handle_request(Client& client, const proto::Request& req, TimeN
   // The releaser's `R` goes first; a hand-off to a waiter on this same
   // connection follows it.
   deliver(deliveries_);
+  return true;
 }
 
 void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {

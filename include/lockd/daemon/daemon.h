@@ -18,6 +18,9 @@ struct event_base;
 namespace lockd::server {
 class LockServer;
 }
+namespace lockd::admin {
+class AdminServer;
+}
 
 namespace lockd::daemon {
 
@@ -40,6 +43,7 @@ class Daemon {
   Config config_;
   event_base* base_ = nullptr;
   std::unique_ptr<server::LockServer> server_;
+  std::unique_ptr<admin::AdminServer> admin_;  // null with --admin off
   event* sigterm_ = nullptr;
   event* sigint_ = nullptr;
   event* drain_deadline_ = nullptr;  // gives up on slow readers at shutdown

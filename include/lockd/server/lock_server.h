@@ -77,7 +77,8 @@ class LockServer final : public net::ConnectionHandler {
   };
 
   void accept(int fd);
-  void handle_request(Client& client, const proto::Request& req, TimeNs now);
+  // Returns whether the request was answered at once (false: it waits).
+  bool handle_request(Client& client, const proto::Request& req, TimeNs now);
   void on_deadline_timer();
   void on_sweep_timer();
   // Appends each Delivery's reply to its client's output.

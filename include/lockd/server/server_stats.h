@@ -5,6 +5,9 @@
 #include <array>
 #include <cstdint>
 
+#include "lockd/common/latency_histogram.h"
+#include "lockd/common/recent_keys.h"
+
 namespace lockd::server {
 
 // The first letter of every reply line, as a counter index.
@@ -28,6 +31,11 @@ struct ServerStats {
   std::uint64_t connections_rejected = 0;  // over --max-connections
   std::uint64_t output_overflows = 0;      // closed for unsent output over the cap
   std::uint64_t lines_too_long = 0;
+  // Server-side latency of requests answered at once, from before parsing
+  // to the reply queued; a waiting acquire is not observed (its wait is the
+  // client's choice).
+  LatencyHistogram latency;
+  RecentKeys recent_keys;  // keys of the latest well-formed requests
 
   void count(ReplyKind k) { ++replies[static_cast<std::size_t>(k)]; }
 };

@@ -1,0 +1,221 @@
+#include "lockd/admin/admin_server.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <exception>
+#include <optional>
+
+#include "lockd/admin/metrics.h"
+#include "lockd/admin/uri.h"
+#include "lockd/common/check.h"
+#include "lockd/net/clock.h"
+#include "lockd/server/lock_server.h"
+
+namespace lockd::admin {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::string_view kJson = "application/json";
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+constexpr std::string_view kPromText = "text/plain; version=0.0.4; charset=utf-8";
+constexpr std::string_view kLocksPrefix = "/v1/locks/";
+
+void send(evhttp_request* req, int code, std::string_view content_type, std::string_view body) {
+  evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                    std::string(content_type).c_str());
+  evbuffer* buf = evbuffer_new();
+  LOCKD_CHECK(buf != nullptr);
+  evbuffer_add(buf, body.data(), body.size());
+  evhttp_send_reply(req, code, nullptr, buf);
+  evbuffer_free(buf);
+}
+
+void send_json(evhttp_request* req, int code, const json& j) {
+  // Keys and owners are ASCII by the protocol; `replace` only guards the
+  // echo of arbitrary request bytes in error messages.
+  std::string body = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  body.push_back('\n');
+  send(req, code, kJson, body);
+}
+
+void send_error(evhttp_request* req, int code, std::string_view error, std::string_view message) {
+  send_json(req, code, json{{"error", error}, {"message", message}});
+}
+
+// A decimal in [1, max]; nullopt when it is not.
+std::optional<std::size_t> parse_count(std::string_view s) {
+  std::size_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range && p == s.data() + s.size() && !s.empty()) {
+    return SIZE_MAX;  // all digits but huge: clamped by the caller
+  }
+  if (ec != std::errc() || p != s.data() + s.size() || v == 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+AdminServer::AdminServer(event_base* base, const server::LockServer& server, NodeInfo node)
+    : server_(server), node_(std::move(node)) {
+  http_ = evhttp_new(base);
+  LOCKD_CHECK(http_ != nullptr);
+  // Let every method through so a wrong one gets our JSON 405, not evhttp's.
+  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                        EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                        EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                        EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+  evhttp_set_max_headers_size(http_, kMaxHeadersBytes);
+  evhttp_set_max_body_size(http_, kMaxBodyBytes);
+  evhttp_set_timeout(http_, kIdleTimeoutS);
+  evhttp_set_gencb(http_, &AdminServer::on_request, this);
+}
+
+AdminServer::~AdminServer() {
+  if (http_ != nullptr) evhttp_free(http_);
+}
+
+bool AdminServer::listen(const net::Endpoint& ep, std::string& error) {
+  evhttp_bound_socket* sock = evhttp_bind_socket_with_handle(http_, ep.host.c_str(), ep.port);
+  if (sock == nullptr) {
+    error = "cannot listen on admin address " + ep.to_string();
+    return false;
+  }
+  bound_ = net::local_endpoint(evhttp_bound_socket_get_fd(sock));
+  return true;
+}
+
+void AdminServer::on_request(evhttp_request* req, void* arg) {
+  auto* self = static_cast<AdminServer*>(arg);
+  try {
+    self->handle(req);
+  } catch (const std::exception& e) {
+    // Only our bug or memory exhaustion lands here; a request must never
+    // take the lock server down, so answer 500 and carry on.
+    spdlog::error("admin: {} failed: {}", evhttp_request_get_uri(req), e.what());
+    send_error(req, 500, "internal", e.what());
+  }
+}
+
+void AdminServer::handle(evhttp_request* req) {
+  const TimeNs now = net::monotonic_now_ns();
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+  const char* raw_path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
+  const char* raw_query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
+  const std::string_view path = raw_path != nullptr && raw_path[0] != '\0' ? raw_path : "/";
+  const std::string_view query = raw_query != nullptr ? raw_query : "";
+
+  enum class Route { kHealth, kReady, kStatus, kLocks, kLock, kCluster, kMetrics, kTop, kNone };
+  Route route = Route::kNone;
+  if (path == "/healthz") {
+    route = Route::kHealth;
+  } else if (path == "/readyz") {
+    route = Route::kReady;
+  } else if (path == "/v1/status") {
+    route = Route::kStatus;
+  } else if (path == "/v1/locks") {
+    route = Route::kLocks;
+  } else if (path.starts_with(kLocksPrefix)) {
+    route = Route::kLock;
+  } else if (path == "/v1/cluster") {
+    route = Route::kCluster;
+  } else if (path == "/metrics") {
+    route = Route::kMetrics;
+  } else if (path == "/v1/top") {
+    route = Route::kTop;
+  }
+  if (route == Route::kNone) {
+    send_error(req, 404, "not_found", "no such endpoint");
+    return;
+  }
+  const evhttp_cmd_type method = evhttp_request_get_command(req);
+  if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+    send_error(req, 405, "method_not_allowed", "only GET and HEAD are allowed");
+    return;
+  }
+  const auto params = parse_query(query);
+  if (!params) {
+    send_error(req, 400, "bad_query", "malformed percent-encoding in the query string");
+    return;
+  }
+
+  switch (route) {
+    case Route::kHealth:
+      send(req, 200, kText, "ok");
+      return;
+    case Route::kReady:
+      // Single mode can always serve A/R, until a graceful stop begins.
+      if (draining_) {
+        send(req, 503, kText, "stopping");
+      } else {
+        send(req, 200, kText, "ok");
+      }
+      return;
+    case Route::kStatus:
+      send_json(req, 200, status_json(server_, node_, now));
+      return;
+    case Route::kLocks: {
+      ListQuery q;
+      for (const auto& [name, value] : *params) {
+        if (name == "prefix") {
+          q.prefix = value;
+        } else if (name == "after") {
+          q.after = value;
+        } else if (name == "limit") {
+          const auto n = parse_count(value);
+          if (!n) {
+            send_error(req, 400, "bad_limit", "limit must be a positive integer");
+            return;
+          }
+          q.limit = std::min(*n, kMaxListLimit);
+        }
+      }
+      send_json(req, 200, list_locks_json(server_.table(), q, now));
+      return;
+    }
+    case Route::kLock: {
+      const auto key = percent_decode(path.substr(kLocksPrefix.size()));
+      if (!key || key->empty()) {
+        send_error(req, 400, "bad_key", "the key must be non-empty and percent-encoded");
+        return;
+      }
+      if (auto j = lock_json(server_.table(), *key, now)) {
+        send_json(req, 200, *j);
+      } else {
+        send_json(req, 404, json{{"error", "not_found"}, {"key", *key}});
+      }
+      return;
+    }
+    case Route::kCluster:
+      send_error(req, 404, "not_found", "single mode: there is no cluster");
+      return;
+    case Route::kMetrics:
+      send(req, 200, kPromText, render_metrics(server_, node_, now));
+      return;
+    case Route::kTop: {
+      std::size_t limit = kDefaultTopLimit;
+      for (const auto& [name, value] : *params) {
+        if (name != "limit") continue;
+        const auto n = parse_count(value);
+        if (!n) {
+          send_error(req, 400, "bad_limit", "limit must be a positive integer");
+          return;
+        }
+        limit = std::min(*n, kMaxTopLimit);
+      }
+      send_json(req, 200, top_json(server_, node_, limit, now));
+      return;
+    }
+    case Route::kNone:
+      break;
+  }
+  LOCKD_CHECK(false);
+}
+
+}  // namespace lockd::admin

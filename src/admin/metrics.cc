@@ -1,0 +1,241 @@
+#include "lockd/admin/metrics.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "lockd/server/lock_server.h"
+
+namespace lockd::admin {
+
+void MetricsWriter::family(std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                 type);
+}
+
+void MetricsWriter::labels(std::initializer_list<Label> ls, std::string_view extra_name,
+                           std::string_view extra_value) {
+  if (ls.size() == 0 && extra_name.empty()) return;
+  out_.push_back('{');
+  bool first = true;
+  const auto one = [&](std::string_view n, std::string_view v) {
+    if (!first) out_.push_back(',');
+    first = false;
+    out_.append(n);
+    out_.append("=\"");
+    for (const char c : v) {  // exposition escapes: backslash, quote, newline
+      if (c == '\\') {
+        out_.append("\\\\");
+      } else if (c == '"') {
+        out_.append("\\\"");
+      } else if (c == '\n') {
+        out_.append("\\n");
+      } else {
+        out_.push_back(c);
+      }
+    }
+    out_.push_back('"');
+  };
+  for (const auto& [n, v] : ls) one(n, v);
+  if (!extra_name.empty()) one(extra_name, extra_value);
+  out_.push_back('}');
+}
+
+void MetricsWriter::sample(std::string_view name, std::initializer_list<Label> ls, double value) {
+  out_.append(name);
+  labels(ls);
+  fmt::format_to(std::back_inserter(out_), " {}\n", value);
+}
+
+void MetricsWriter::sample(std::string_view name, std::initializer_list<Label> ls,
+                           std::uint64_t value) {
+  out_.append(name);
+  labels(ls);
+  fmt::format_to(std::back_inserter(out_), " {}\n", value);
+}
+
+void MetricsWriter::histogram(std::string_view name, std::string_view help,
+                              const LatencyHistogram& h) {
+  family(name, "histogram", help);
+  const std::string bucket = fmt::format("{}_bucket", name);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < LatencyHistogram::kFiniteBuckets; ++i) {
+    cumulative += h.counts()[i];
+    const std::string le =
+        fmt::format("{}", static_cast<double>(LatencyHistogram::bound_ns(i)) / 1e9);
+    out_.append(bucket);
+    labels({}, "le", le);
+    fmt::format_to(std::back_inserter(out_), " {}\n", cumulative);
+  }
+  out_.append(bucket);
+  labels({}, "le", "+Inf");
+  fmt::format_to(std::back_inserter(out_), " {}\n", h.count());
+  sample(fmt::format("{}_sum", name), {}, static_cast<double>(h.sum_ns()) / 1e9);
+  sample(fmt::format("{}_count", name), {}, h.count());
+}
+
+ProcessStats read_process_stats() {
+  ProcessStats p;
+  const long page = sysconf(_SC_PAGESIZE);
+  const long ticks = sysconf(_SC_CLK_TCK);
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0;
+    if (std::fscanf(f, "%llu %llu", &size, &resident) == 2) {
+      p.virtual_bytes = size * static_cast<unsigned long long>(page);
+      p.resident_bytes = resident * static_cast<unsigned long long>(page);
+    }
+    std::fclose(f);
+  }
+  {
+    // /proc/self/stat: fields after the `(comm)`; utime, stime are fields
+    // 14 and 15, starttime is 22 (man 5 proc).
+    std::ifstream f("/proc/self/stat");
+    std::string line;
+    if (std::getline(f, line)) {
+      const std::size_t close = line.rfind(')');
+      if (close != std::string::npos) {
+        std::istringstream rest(line.substr(close + 2));
+        std::string field;
+        unsigned long long utime = 0, stime = 0, start = 0;
+        for (int i = 3; i <= 22 && rest >> field; ++i) {
+          if (i == 14) utime = std::stoull(field);
+          if (i == 15) stime = std::stoull(field);
+          if (i == 22) start = std::stoull(field);
+        }
+        if (ticks > 0) {
+          p.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(ticks);
+          // starttime counts ticks since boot; add the boot time.
+          std::ifstream st("/proc/stat");
+          std::string key;
+          unsigned long long btime = 0;
+          while (st >> key) {
+            if (key == "btime") {
+              st >> btime;
+              break;
+            }
+          }
+          p.start_time_seconds =
+              static_cast<double>(btime) + static_cast<double>(start) / static_cast<double>(ticks);
+        }
+      }
+    }
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    std::uint64_t n = 0;
+    while (const dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+    p.open_fds = n > 0 ? n - 1 : 0;  // minus the fd of this listing
+  }
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) p.max_fds = rl.rlim_cur;
+  return p;
+}
+
+std::string render_metrics(const server::LockServer& server, const NodeInfo& node,
+                           TimeNs now_ns) {
+  using server::ReplyKind;
+  const server::ServerStats& st = server.stats();
+  const locks::LockTable& table = server.table();
+  const locks::LockStats& ls = table.stats();
+  const auto reply = [&st](ReplyKind k) { return st.replies[static_cast<std::size_t>(k)]; };
+
+  std::string out;
+  out.reserve(8192);
+  MetricsWriter w(out);
+
+  w.family("lockd_build_info", "gauge", "Always 1; labels carry the version and mode.");
+  w.sample("lockd_build_info", {{"version", node.version}, {"mode", node.mode}},
+           std::uint64_t{1});
+
+  w.family("lockd_requests_total", "counter",
+           "Requests answered, by verb (A, R, or invalid for malformed lines) and result "
+           "(the reply's letter). A waiting acquire counts when it is answered.");
+  w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "A"}}, reply(ReplyKind::kAcquired));
+  w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "T"}}, reply(ReplyKind::kHeld));
+  w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "B"}}, reply(ReplyKind::kBusy));
+  w.sample("lockd_requests_total", {{"verb", "R"}, {"result", "R"}}, reply(ReplyKind::kReleased));
+  w.sample("lockd_requests_total", {{"verb", "R"}, {"result", "N"}},
+           reply(ReplyKind::kNotReleased));
+  w.sample("lockd_requests_total", {{"verb", "invalid"}, {"result", "E"}},
+           reply(ReplyKind::kError));
+
+  w.family("lockd_requests_received_total", "counter",
+           "Request lines received, by verb (invalid: malformed or too long).");
+  w.sample("lockd_requests_received_total", {{"verb", "A"}}, st.requests_acquire);
+  w.sample("lockd_requests_received_total", {{"verb", "R"}}, st.requests_release);
+  w.sample("lockd_requests_received_total", {{"verb", "invalid"}},
+           st.requests_malformed + st.lines_too_long);
+
+  w.histogram("lockd_request_duration_seconds",
+              "Server-side latency of requests answered at once, from parse to reply queued.",
+              st.latency);
+
+  w.family("lockd_keys", "gauge", "Registered keys (held, or expired and not yet swept).");
+  w.sample("lockd_keys", {}, static_cast<std::uint64_t>(table.key_count()));
+  w.family("lockd_holders", "gauge", "Keys whose holder's lease has not run out.");
+  w.sample("lockd_holders", {}, static_cast<std::uint64_t>(count_holders(table, now_ns)));
+  w.family("lockd_waiters", "gauge", "Acquires queued behind a holder, over all keys.");
+  w.sample("lockd_waiters", {}, static_cast<std::uint64_t>(table.waiter_count()));
+  w.family("lockd_connections", "gauge", "Open client connections.");
+  w.sample("lockd_connections", {}, static_cast<std::uint64_t>(server.connection_count()));
+  w.family("lockd_connections_accepted_total", "counter", "Client connections accepted.");
+  w.sample("lockd_connections_accepted_total", {}, st.connections_accepted);
+  w.family("lockd_connections_rejected_total", "counter",
+           "Client connections closed at once because of --max-connections.");
+  w.sample("lockd_connections_rejected_total", {}, st.connections_rejected);
+
+  w.family("lockd_grants_total", "counter", "Fencing tokens handed out (every grant).");
+  w.sample("lockd_grants_total", {}, ls.grants);
+  w.family("lockd_handoffs_total", "counter",
+           "Keys handed to their front waiter, by cause (release or expiry).");
+  w.sample("lockd_handoffs_total", {{"cause", "release"}}, ls.handoffs_release);
+  w.sample("lockd_handoffs_total", {{"cause", "expiry"}}, ls.handoffs_expiry);
+  w.family("lockd_takeovers_total", "counter",
+           "Expired keys taken over on the spot by a new acquire.");
+  w.sample("lockd_takeovers_total", {}, ls.takeovers);
+  w.family("lockd_expirations_total", "counter", "Leases that ended because they ran out.");
+  w.sample("lockd_expirations_total", {}, ls.expirations);
+  w.family("lockd_wait_timeouts_total", "counter", "Waiters answered T because their wait ran out.");
+  w.sample("lockd_wait_timeouts_total", {}, ls.wait_timeouts);
+  w.family("lockd_waiters_cancelled_total", "counter",
+           "Waiters dropped without a reply (their connection closed).");
+  w.sample("lockd_waiters_cancelled_total", {}, ls.waiters_cancelled);
+  w.family("lockd_sweeps_total", "counter", "Sweeps of expired keys without waiters.");
+  w.sample("lockd_sweeps_total", {}, ls.sweeps);
+  w.family("lockd_swept_keys_total", "counter", "Expired keys deleted by sweeps.");
+  w.sample("lockd_swept_keys_total", {}, ls.swept_keys);
+  w.family("lockd_output_overflows_total", "counter",
+           "Connections closed because their unsent output passed the cap.");
+  w.sample("lockd_output_overflows_total", {}, st.output_overflows);
+  w.family("lockd_lines_too_long_total", "counter",
+           "Request lines over 1024 bytes (answered E line_too_long, then closed).");
+  w.sample("lockd_lines_too_long_total", {}, st.lines_too_long);
+  w.family("lockd_uptime_seconds", "gauge", "Seconds since lockd started.");
+  w.sample("lockd_uptime_seconds", {}, static_cast<double>(now_ns - node.started_ns) / 1e9);
+
+  // Process metrics under the names every Prometheus client library uses.
+  const ProcessStats p = read_process_stats();
+  w.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  w.sample("process_resident_memory_bytes", {}, p.resident_bytes);
+  w.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+  w.sample("process_virtual_memory_bytes", {}, p.virtual_bytes);
+  w.family("process_open_fds", "gauge", "Open file descriptors.");
+  w.sample("process_open_fds", {}, p.open_fds);
+  w.family("process_max_fds", "gauge", "Limit on open file descriptors.");
+  w.sample("process_max_fds", {}, p.max_fds);
+  w.family("process_cpu_seconds_total", "counter", "User and system CPU time in seconds.");
+  w.sample("process_cpu_seconds_total", {}, p.cpu_seconds);
+  w.family("process_start_time_seconds", "gauge", "Start time since the Unix epoch in seconds.");
+  w.sample("process_start_time_seconds", {}, p.start_time_seconds);
+  return out;
+}
+
+}  // namespace lockd::admin
