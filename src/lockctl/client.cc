@@ -1,0 +1,188 @@
+#include "client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace lockd::lockctl {
+
+namespace {
+
+// Owns a socket fd.
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Connects with a timeout; returns -1 with `error` set on failure.
+int connect_to(const net::Endpoint& ep, std::string& error) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (!net::resolve(ep, addr, len, error)) return -1;
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return -1;
+  }
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    if (errno != EINPROGRESS) {
+      error = std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    const int r = ::poll(&p, 1, kConnectTimeoutMs);
+    int so_error = 0;
+    socklen_t so_len = sizeof so_error;
+    if (r <= 0) {
+      error = r == 0 ? "connect timed out" : std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &so_len);
+    if (so_error != 0) {
+      error = std::strerror(so_error);
+      ::close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+// Waits for `fd` to be ready for `events` until `deadline_ms` passes.
+bool wait_ready(int fd, short events, int timeout_ms, std::string& error) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, timeout_ms);
+    if (r > 0) return true;
+    if (r == 0) {
+      error = "timed out waiting for the server";
+      return false;
+    }
+    if (errno != EINTR) {
+      error = std::strerror(errno);
+      return false;
+    }
+  }
+}
+
+bool send_all(int fd, std::string_view data, int timeout_ms, std::string& error) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_ready(fd, POLLOUT, timeout_ms, error)) return false;
+    } else {
+      error = n == 0 ? "connection closed" : std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads into `out` until EOF, or until `stop(out)` says enough.
+template <typename Stop>
+bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string& error) {
+  char buf[16 * 1024];
+  while (!stop(out)) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      out.append(buf, static_cast<std::size_t>(n));
+      if (out.size() > kMaxResponseBytes) {
+        error = "response too large";
+        return false;
+      }
+    } else if (n == 0) {
+      return true;  // EOF
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!wait_ready(fd, POLLIN, timeout_ms, error)) return false;
+    } else {
+      error = std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
+                                     std::string& error) {
+  const Socket sock(connect_to(ep, error));
+  if (sock.fd() < 0) return std::nullopt;
+  std::string req = "GET ";
+  req.append(target);
+  req.append(" HTTP/1.1\r\nHost: ");
+  req.append(ep.to_string());
+  req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+  if (!send_all(sock.fd(), req, kRequestTimeoutMs, error)) return std::nullopt;
+  std::string raw;
+  // Read to EOF (we asked for Connection: close), or to Content-Length.
+  const auto complete = [](const std::string& s) {
+    const std::size_t end = s.find("\r\n\r\n");
+    if (end == std::string::npos) return false;
+    const std::string_view head(s.data(), end);
+    for (const std::string_view name : {"Content-Length:", "content-length:"}) {
+      const std::size_t at = head.find(name);
+      if (at == std::string_view::npos) continue;
+      std::size_t i = at + name.size();
+      while (i < head.size() && head[i] == ' ') ++i;
+      std::size_t len = 0;
+      std::from_chars(head.data() + i, head.data() + head.size(), len);
+      return s.size() >= end + 4 + len;
+    }
+    return false;
+  };
+  if (!read_until(sock.fd(), raw, kRequestTimeoutMs, complete, error)) return std::nullopt;
+  // Status line: HTTP/1.x NNN reason
+  HttpResponse resp;
+  const std::size_t end = raw.find("\r\n\r\n");
+  if (!raw.starts_with("HTTP/1.") || raw.size() < 12 || end == std::string::npos) {
+    error = raw.empty() ? "connection closed without a reply" : "not an HTTP reply";
+    return std::nullopt;
+  }
+  const auto [p, ec] = std::from_chars(raw.data() + 9, raw.data() + 12, resp.status);
+  if (ec != std::errc()) {
+    error = "bad HTTP status line";
+    return std::nullopt;
+  }
+  resp.body = raw.substr(end + 4);
+  return resp;
+}
+
+std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
+                                         int timeout_ms, std::string& error) {
+  const Socket sock(connect_to(ep, error));
+  if (sock.fd() < 0) return std::nullopt;
+  std::string req(line);
+  req.push_back('\n');
+  if (!send_all(sock.fd(), req, kRequestTimeoutMs, error)) return std::nullopt;
+  std::string reply;
+  const auto has_line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
+  if (!read_until(sock.fd(), reply, timeout_ms, has_line, error)) return std::nullopt;
+  const std::size_t nl = reply.find('\n');
+  if (nl == std::string::npos) {
+    error = "connection closed without a reply";
+    return std::nullopt;
+  }
+  reply.resize(nl);
+  if (!reply.empty() && reply.back() == '\r') reply.pop_back();
+  return reply;
+}
+
+}  // namespace lockd::lockctl

@@ -1,0 +1,43 @@
+// Blocking clients lockctl uses to talk to lockd: a one-shot HTTP GET for
+// the admin API and a one-request text-protocol exchange for acquire and
+// release.
+//
+// Why blocking sockets and not evhttp's client: lockctl does one thing at
+// a time and waits for it; a plain socket with timeouts is the simplest
+// correct tool and adds no dependency. Every call has a deadline, so a
+// stuck server cannot hang lockctl (except `acquire --wait`, whose
+// deadline is the wait plus kReplyGraceMs).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockd/net/address.h"
+
+namespace lockd::lockctl {
+
+constexpr int kConnectTimeoutMs = 3'000;
+constexpr int kRequestTimeoutMs = 10'000;
+// Extra time `acquire --wait` gives the server beyond the wait itself.
+constexpr std::uint64_t kReplyGraceMs = 10'000;
+// Largest HTTP response or reply line lockctl accepts.
+constexpr std::size_t kMaxResponseBytes = 64 * 1024 * 1024;
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+
+// GET `target` (path and query, already percent-encoded). nullopt with
+// `error` set when the server cannot be reached or the answer is not HTTP.
+std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
+                                     std::string& error);
+
+// Sends one request line (without `\n`) and returns the first reply line
+// (without `\n`). nullopt with `error` set on connect/read failure.
+std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
+                                         int timeout_ms, std::string& error);
+
+}  // namespace lockd::lockctl

@@ -1,0 +1,302 @@
+#include "commands.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "client.h"
+#include "format.h"
+#include "lockd/admin/uri.h"
+
+namespace lockd::lockctl {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// Default lease when only --wait is given: the protocol puts lease_ms before
+// wait_ms, so a wait needs an explicit lease (lockd's own default is 30 s).
+constexpr std::uint64_t kDefaultLeaseWithWaitMs = 30'000;
+// How many `M` redirects acquire/release follow (cluster mode).
+constexpr int kMaxRedirects = 3;
+
+void print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+void fail(const std::string& msg) { std::fprintf(stderr, "lockctl: %s\n", msg.c_str()); }
+
+int exit_for_http(int status) {
+  if (status >= 200 && status < 300) return kExitOk;
+  if (status == 400 || status == 405) return kExitUsage;
+  return kExitNegative;
+}
+
+// GETs `target` from the admin API. Returns the exit status; on success
+// (0) `out` holds the parsed body. With --json, prints the body as is.
+int fetch(const Globals& g, const std::string& target, json& out, int& http_status) {
+  std::string error;
+  const auto resp = http_get(g.admin, target, error);
+  if (!resp) {
+    fail(fmt::format("cannot reach the lockd admin API at {}: {}", g.admin.to_string(), error));
+    return kExitUnreachable;
+  }
+  http_status = resp->status;
+  if (g.json) {
+    print(resp->body);
+    if (!resp->body.empty() && resp->body.back() != '\n') print("\n");
+  }
+  out = json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
+  if (resp->status == 404 && !g.json && out.is_object() && out.contains("key")) {
+    fail(fmt::format("{}: not found (no such key)", cell(out["key"])));
+  } else if (resp->status != 200 && !g.json) {
+    std::string why = out.is_object() && out.contains("message") ? cell(out["message"])
+                      : out.is_object() && out.contains("error")  ? cell(out["error"])
+                                                                   : resp->body;
+    fail(fmt::format("{} (HTTP {})", why, resp->status));
+  }
+  if (resp->status == 200 && out.is_discarded()) {
+    fail("the admin API answered something that is not JSON");
+    return kExitNegative;
+  }
+  return exit_for_http(resp->status);
+}
+
+std::string str_or_dash(const json& j, const char* name) {
+  return j.contains(name) ? cell(j[name]) : "-";
+}
+
+}  // namespace
+
+int cmd_status(const Globals& g) {
+  json j;
+  int http = 0;
+  const int rc = fetch(g, "/v1/status", j, http);
+  if (rc != kExitOk || g.json) return rc;
+  Table t({"FIELD", "VALUE"});
+  const auto row = [&](const char* label, std::string value) { t.add({label, std::move(value)}); };
+  row("mode", str_or_dash(j, "mode"));
+  row("role", str_or_dash(j, "role"));
+  row("node id", str_or_dash(j, "node_id"));
+  row("term", str_or_dash(j, "term"));
+  row("leader", str_or_dash(j, "leader"));
+  row("listen", str_or_dash(j, "listen"));
+  row("keys", str_or_dash(j, "keys"));
+  row("holders", str_or_dash(j, "holders"));
+  row("waiters", str_or_dash(j, "waiters"));
+  row("connections", str_or_dash(j, "connections"));
+  row("commit index", str_or_dash(j, "commit_index"));
+  row("applied index", str_or_dash(j, "applied_index"));
+  row("uptime", j.value("uptime_ms", json()).is_number()
+                    ? human_duration_ms(j["uptime_ms"].get<std::int64_t>())
+                    : "-");
+  row("version", str_or_dash(j, "version"));
+  // Drop the header: a two-column listing reads better without it.
+  const std::string out = t.render();
+  print(out.substr(out.find('\n') + 1));
+  return kExitOk;
+}
+
+int cmd_locks(const Globals& g, const std::string& prefix, const std::string& after,
+              std::optional<std::uint64_t> limit) {
+  std::string target = "/v1/locks";
+  char sep = '?';
+  const auto param = [&](const char* name, const std::string& value) {
+    target += fmt::format("{}{}={}", sep, name, admin::percent_encode(value));
+    sep = '&';
+  };
+  if (!prefix.empty()) param("prefix", prefix);
+  if (!after.empty()) param("after", after);
+  if (limit) param("limit", std::to_string(*limit));
+  json j;
+  int http = 0;
+  const int rc = fetch(g, target, j, http);
+  if (rc != kExitOk || g.json) return rc;
+  Table t({"KEY", "OWNER", "TOKEN", "EXPIRES", "WAITERS"});
+  for (const json& l : j.value("locks", json::array())) {
+    t.add({str_or_dash(l, "key"), str_or_dash(l, "owner"), str_or_dash(l, "token"),
+           l.value("expires_in_ms", json()).is_number()
+               ? human_expiry_ms(l["expires_in_ms"].get<std::int64_t>())
+               : "-",
+           str_or_dash(l, "waiters")});
+  }
+  if (t.size() == 0) {
+    print(prefix.empty() ? "no locks\n" : fmt::format("no locks with prefix {}\n", prefix));
+    return kExitOk;
+  }
+  print(t.render());
+  if (j.value("truncated", false)) {
+    const json& locks = j["locks"];
+    print(fmt::format("(more keys; next page: lockctl locks{}{} --after {})\n",
+                      prefix.empty() ? "" : " --prefix " + prefix,
+                      limit ? fmt::format(" --limit {}", *limit) : "",
+                      locks.empty() ? "" : cell(locks.back()["key"])));
+  }
+  return kExitOk;
+}
+
+int cmd_lock(const Globals& g, const std::string& key) {
+  json j;
+  int http = 0;
+  const int rc = fetch(g, "/v1/locks/" + admin::percent_encode(key), j, http);
+  if (rc != kExitOk || g.json) return rc;
+  Table t({"FIELD", "VALUE"});
+  t.add({"key", str_or_dash(j, "key")});
+  t.add({"owner", str_or_dash(j, "owner")});
+  t.add({"token", str_or_dash(j, "token")});
+  std::string expires = "-";
+  if (j.value("expires_in_ms", json()).is_number()) {
+    expires = human_expiry_ms(j["expires_in_ms"].get<std::int64_t>());
+    if (j.value("lease_ms", json()).is_number()) {
+      expires += fmt::format(" (lease {}", human_duration_ms(j["lease_ms"].get<std::int64_t>()));
+      if (j.value("held_ms", json()).is_number()) {
+        expires += fmt::format(", held {}", human_duration_ms(j["held_ms"].get<std::int64_t>()));
+      }
+      expires += ")";
+    }
+  }
+  t.add({"expires", expires});
+  const json waiters = j.value("waiters", json::array());
+  t.add({"waiters", std::to_string(j.value("waiter_count", waiters.size()))});
+  const std::string out = t.render();
+  print(out.substr(out.find('\n') + 1));
+  if (!waiters.empty()) {
+    Table w({"#", "OWNER", "LEASE", "WAIT LEFT"});
+    std::size_t n = 0;
+    for (const json& x : waiters) {
+      w.add({std::to_string(++n), str_or_dash(x, "owner"),
+             x.value("lease_ms", json()).is_number()
+                 ? human_duration_ms(x["lease_ms"].get<std::int64_t>())
+                 : "-",
+             x.value("wait_left_ms", json()).is_number()
+                 ? human_duration_ms(x["wait_left_ms"].get<std::int64_t>())
+                 : "-"});
+    }
+    print("\n");
+    print(w.render("  "));
+  }
+  return kExitOk;
+}
+
+int cmd_cluster(const Globals& g) {
+  json j;
+  int http = 0;
+  const int rc = fetch(g, "/v1/cluster", j, http);
+  if (rc != kExitOk || g.json) return rc;
+  print(fmt::format("node {}  leader {}  term {}  commit index {}\n\n", str_or_dash(j, "node_id"),
+                    str_or_dash(j, "leader_id"), str_or_dash(j, "term"),
+                    str_or_dash(j, "commit_index")));
+  Table t({"ID", "ROLE", "CLIENT", "RAFT", "MATCH INDEX", "LAST CONTACT"});
+  for (const json& m : j.value("members", json::array())) {
+    t.add({str_or_dash(m, "id"), str_or_dash(m, "role"), str_or_dash(m, "client_addr"),
+           str_or_dash(m, "raft_addr"), str_or_dash(m, "match_index"),
+           m.value("last_contact_ms", json()).is_number()
+               ? human_duration_ms(m["last_contact_ms"].get<std::int64_t>()) + " ago"
+               : "-"});
+  }
+  print(t.render());
+  return kExitOk;
+}
+
+namespace {
+
+// Sends one protocol line, follows `M` redirects, prints the reply and
+// maps its letter to the exit status.
+int protocol_request(const Globals& g, const std::string& line, int timeout_ms) {
+  net::Endpoint target = g.addr;
+  for (int hop = 0;; ++hop) {
+    std::string error;
+    const auto reply = exchange_line(target, line, timeout_ms, error);
+    if (!reply) {
+      fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+      return kExitUnreachable;
+    }
+    const char kind = reply->empty() ? '?' : (*reply)[0];
+    if (kind == 'M' && hop < kMaxRedirects) {
+      // `M <leader_addr> <echo>`: ask the leader instead.
+      const std::size_t a = reply->find(' ');
+      const std::size_t b = reply->find(' ', a + 1);
+      std::string perr;
+      if (a != std::string::npos) {
+        if (auto ep = net::parse_endpoint(reply->substr(a + 1, b - a - 1), perr)) {
+          target = *ep;
+          continue;
+        }
+      }
+    }
+    if (g.json) {
+      json j{{"reply", std::string(1, kind)}, {"line", *reply}};
+      std::vector<std::string> f;
+      for (std::size_t i = 0; i <= reply->size();) {
+        const std::size_t sp = std::min(reply->find(' ', i), reply->size());
+        f.push_back(reply->substr(i, sp - i));
+        i = sp + 1;
+      }
+      if ((kind == 'A' && f.size() == 4) || ((kind == 'R' || kind == 'N') && f.size() == 3)) {
+        std::uint64_t token = 0;
+        std::from_chars(f[1].data(), f[1].data() + f[1].size(), token);
+        j["token"] = token;
+      }
+      if (kind == 'A' && f.size() == 4) {
+        j["owner"] = f[2];
+        j["key"] = f[3];
+      } else if ((kind == 'T' || kind == 'B') && f.size() == 3) {
+        j["owner"] = f[1];
+        j["key"] = f[2];
+      } else if ((kind == 'R' || kind == 'N') && f.size() == 3) {
+        j["key"] = f[2];
+      } else if (kind == 'E' && f.size() >= 2) {
+        j["error"] = f[1];
+      }
+      print(j.dump() + "\n");
+    } else {
+      print(*reply + "\n");
+    }
+    switch (kind) {
+      case 'A':
+      case 'R':
+        return kExitOk;
+      case 'E':
+        return reply->starts_with("E no_leader") || reply->starts_with("E indeterminate")
+                   ? kExitNegative
+                   : kExitUsage;
+      default:
+        return kExitNegative;  // T, B, N, M
+    }
+  }
+}
+
+// A protocol field must be visible ASCII (§2): anything else would split
+// or end the request line.
+bool visible_ascii(const std::string& s) {
+  for (const char c : s) {
+    if (c < 0x21 || c > 0x7E) return false;
+  }
+  return !s.empty();
+}
+
+}  // namespace
+
+int cmd_acquire(const Globals& g, const std::string& owner, const std::string& key,
+                std::optional<std::uint64_t> lease_ms, std::optional<std::uint64_t> wait_ms) {
+  if (!visible_ascii(owner) || !visible_ascii(key)) {
+    fail("OWNER and KEY must be non-empty visible ASCII without spaces");
+    return kExitUsage;
+  }
+  std::string line = fmt::format("A {} {}", owner, key);
+  if (lease_ms || wait_ms) line += fmt::format(" {}", lease_ms.value_or(kDefaultLeaseWithWaitMs));
+  if (wait_ms) line += fmt::format(" {}", *wait_ms);
+  const std::uint64_t timeout_ms =
+      static_cast<std::uint64_t>(kRequestTimeoutMs) + wait_ms.value_or(0) + kReplyGraceMs;
+  return protocol_request(g, line, static_cast<int>(std::min<std::uint64_t>(timeout_ms, INT32_MAX)));
+}
+
+int cmd_release(const Globals& g, const std::string& token, const std::string& key) {
+  if (!visible_ascii(token) || !visible_ascii(key)) {
+    fail("TOKEN and KEY must be non-empty visible ASCII without spaces");
+    return kExitUsage;
+  }
+  return protocol_request(g, fmt::format("R {} {}", token, key), kRequestTimeoutMs);
+}
+
+}  // namespace lockd::lockctl

@@ -1,0 +1,45 @@
+// lockctl's commands (spec interfaces.md, "lockctl"). Each returns the
+// process exit status.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lockd/net/address.h"
+
+namespace lockd::lockctl {
+
+// Exit statuses (spec interfaces.md).
+enum ExitCode : int {
+  kExitOk = 0,           // A, R, or a query answered
+  kExitNegative = 1,     // T, B, N, a 404, or another refusal
+  kExitUsage = 2,        // bad flags or arguments (also `E` from the server)
+  kExitUnreachable = 3,  // the server cannot be reached
+};
+
+// Flags every command takes.
+struct Globals {
+  net::Endpoint addr{"127.0.0.1", 7070};   // text protocol
+  net::Endpoint admin{"127.0.0.1", 7071};  // HTTP admin API
+  bool json = false;                       // print the API's JSON unchanged
+};
+
+int cmd_status(const Globals& g);
+int cmd_locks(const Globals& g, const std::string& prefix, const std::string& after,
+              std::optional<std::uint64_t> limit);
+int cmd_lock(const Globals& g, const std::string& key);
+int cmd_cluster(const Globals& g);
+int cmd_acquire(const Globals& g, const std::string& owner, const std::string& key,
+                std::optional<std::uint64_t> lease_ms, std::optional<std::uint64_t> wait_ms);
+int cmd_release(const Globals& g, const std::string& token, const std::string& key);
+
+// `lockctl top`: the live view.
+struct TopOptions {
+  std::uint64_t interval_ms = 1000;  // refresh period
+  std::uint64_t iterations = 0;      // frames to draw; 0 = until `q`
+  std::size_t rows = 0;              // rows per table; 0 = fit the terminal
+};
+int cmd_top(const Globals& g, const TopOptions& opt);
+
+}  // namespace lockd::lockctl

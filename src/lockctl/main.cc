@@ -1,0 +1,96 @@
+// lockctl: the operator's CLI for lockd (spec interfaces.md). Parses the
+// command line and runs one command; see commands.h for exit statuses.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+using lockd::lockctl::kExitUsage;
+
+// Turns `HOST:PORT` flag text into an endpoint, for CLI11.
+std::string endpoint_check(const std::string& text) {
+  std::string error;
+  return lockd::net::parse_endpoint(text, error) ? std::string() : error;
+}
+
+lockd::net::Endpoint to_endpoint(const std::string& text) {
+  std::string error;
+  return *lockd::net::parse_endpoint(text, error);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lockctl: inspect and drive a lockd server", "lockctl"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also follow the command
+  std::string addr = "127.0.0.1:7070";
+  std::string admin = "127.0.0.1:7071";
+  bool json = false;
+  app.add_option("--addr", addr, "lockd client address (text protocol)")
+      ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
+  app.add_option("--admin", admin, "lockd admin API address")
+      ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
+  app.add_flag("--json", json, "print the admin API's JSON unchanged");
+
+  auto* status = app.add_subcommand("status", "node status");
+
+  auto* locks = app.add_subcommand("locks", "list locks, sorted by key");
+  std::string prefix, after;
+  std::optional<std::uint64_t> limit;
+  locks->add_option("--prefix", prefix, "only keys starting with P");
+  locks->add_option("--after", after, "only keys after K (next page)");
+  locks->add_option("--limit", limit, "at most N locks (server default 1000)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000}));
+
+  auto* lock = app.add_subcommand("lock", "one key: holder, token, expiry, waiters");
+  std::string key;
+  lock->add_option("KEY", key, "the key")->required();
+
+  auto* cluster = app.add_subcommand("cluster", "members, roles, leader, replication");
+
+  auto* acquire = app.add_subcommand("acquire", "acquire a lock over the text protocol");
+  std::string owner;
+  std::optional<std::uint64_t> lease_ms, wait_ms;
+  acquire->add_option("OWNER", owner, "owner label")->required();
+  acquire->add_option("KEY", key, "the key")->required();
+  acquire->add_option("--lease", lease_ms, "lease in ms (server default when omitted)");
+  acquire->add_option("--wait", wait_ms, "wait up to MS for the lock (blocks)");
+
+  auto* release = app.add_subcommand("release", "release a lock over the text protocol");
+  std::string token;
+  release->add_option("TOKEN", token, "fencing token from acquire")->required();
+  release->add_option("KEY", key, "the key")->required();
+
+  auto* top = app.add_subcommand("top", "live view of the busiest keys (q to quit)");
+  lockd::lockctl::TopOptions top_opt;
+  top->add_option("--interval-ms", top_opt.interval_ms, "refresh period (default 1000)")
+      ->check(CLI::Range(std::uint64_t{100}, std::uint64_t{3'600'000}));
+  top->add_option("--iterations", top_opt.iterations, "frames to draw, then exit (0: until q)");
+  top->add_option("--rows", top_opt.rows, "rows per table (default: fit the terminal)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "lockctl: %s (see lockctl --help)\n", e.what());
+    return kExitUsage;
+  }
+
+  lockd::lockctl::Globals g{to_endpoint(addr), to_endpoint(admin), json};
+  using namespace lockd::lockctl;
+  if (*status) return cmd_status(g);
+  if (*locks) return cmd_locks(g, prefix, after, limit);
+  if (*lock) return cmd_lock(g, key);
+  if (*cluster) return cmd_cluster(g);
+  if (*acquire) return cmd_acquire(g, owner, key, lease_ms, wait_ms);
+  if (*release) return cmd_release(g, token, key);
+  if (*top) return cmd_top(g, top_opt);
+  return kExitUsage;
+}
