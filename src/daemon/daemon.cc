@@ -50,6 +50,12 @@ bool Daemon::start(std::string& error) {
     return false;
   }
   std::signal(SIGPIPE, SIG_IGN);
+  // Signal handlers before the `listening` line: whoever reads that line
+  // may send SIGTERM at once.
+  sigterm_ = evsignal_new(base_, SIGTERM, &Daemon::on_signal, this);
+  sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
+  event_add(sigterm_, nullptr);
+  event_add(sigint_, nullptr);
   server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
   if (!server_->listen(config_.listen, error)) return false;
   if (config_.admin) {
@@ -64,10 +70,6 @@ bool Daemon::start(std::string& error) {
   // After the client line: a reader taking the first `listening` line gets
   // the client port.
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
-  sigterm_ = evsignal_new(base_, SIGTERM, &Daemon::on_signal, this);
-  sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
-  event_add(sigterm_, nullptr);
-  event_add(sigint_, nullptr);
   return true;
 }
 
