@@ -180,8 +180,12 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
 
   w.family("lockd_keys", "gauge", "Registered keys (held, or expired and not yet swept).");
   w.sample("lockd_keys", {}, static_cast<std::uint64_t>(table.key_count()));
-  w.family("lockd_holders", "gauge", "Keys whose holder's lease has not run out.");
-  w.sample("lockd_holders", {}, static_cast<std::uint64_t>(count_holders(table, now_ns)));
+  bool exact = false;
+  const std::size_t holders = holders_bounded(table, now_ns, exact);
+  w.family("lockd_holders", "gauge",
+           "Keys whose holder's lease has not run out (exact up to 10000 keys; above, "
+           "the key count).");
+  w.sample("lockd_holders", {}, static_cast<std::uint64_t>(holders));
   w.family("lockd_waiters", "gauge", "Acquires queued behind a holder, over all keys.");
   w.sample("lockd_waiters", {}, static_cast<std::uint64_t>(table.waiter_count()));
   w.family("lockd_connections", "gauge", "Open client connections.");

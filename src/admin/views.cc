@@ -76,8 +76,15 @@ std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns) {
   return n;
 }
 
+std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& exact) {
+  exact = table.key_count() <= kExactHoldersMaxKeys;
+  return exact ? count_holders(table, now_ns) : table.key_count();
+}
+
 json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns) {
   const locks::LockTable& table = server.table();
+  bool exact = false;
+  const std::size_t holders = holders_bounded(table, now_ns, exact);
   return json{
       {"mode", node.mode},
       {"node_id", nullptr},
@@ -85,7 +92,7 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
       {"term", 0},
       {"leader", nullptr},
       {"keys", table.key_count()},
-      {"holders", count_holders(table, now_ns)},
+      {"holders", holders},
       {"waiters", table.waiter_count()},
       {"connections", server.connection_count()},
       {"commit_index", 0},
@@ -93,6 +100,7 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
       {"uptime_ms", floor_div(now_ns - node.started_ns, kNsPerMs)},
       {"version", node.version},
       {"listen", node.listen},
+      {"holders_exact", exact},
       {"requests", requests_json(server.stats())},
       {"replies", replies_json(server.stats())},
   };

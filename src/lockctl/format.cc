@@ -9,7 +9,8 @@ namespace lockd::lockctl {
 std::string human_duration_ms(std::int64_t ms) {
   if (ms < 0) return "-" + human_duration_ms(-ms);
   if (ms < 1'000) return fmt::format("{}ms", ms);
-  if (ms < 60'000) return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
+  // Truncated, not rounded: 59.96 s left is `59.9s`, never `60.0s`.
+  if (ms < 60'000) return fmt::format("{}.{}s", ms / 1000, (ms % 1000) / 100);
   const std::int64_t s = ms / 1000;
   if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
   if (s < 86400) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);

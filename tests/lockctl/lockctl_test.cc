@@ -1,0 +1,361 @@
+// lockctl against a real lockd (and against none): every command, human and
+// JSON output, exit statuses 0/1/2/3, `acquire --wait` blocking, and
+// `lockctl top` driven under tmux (a real pseudo-terminal).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http_get.h"
+#include "lockd_process.h"
+
+namespace lockd::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string lockctl_binary() { return LOCKCTL_BINARY; }
+
+struct Outcome {
+  int status = -1;  // exit status; -1 if it did not finish in time
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs a program to completion with stdout and stderr captured in files.
+Outcome run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 15s) {
+  static int counter = 0;
+  const std::string base = ::testing::TempDir() + "lockctl_run_" + std::to_string(getpid()) +
+                           "_" + std::to_string(counter++);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = ::open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = ::open((base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = ::open("/dev/null", O_RDONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  Outcome r;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int st = 0;
+  while (::waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      r.out = slurp(base + ".out");
+      r.err = slurp(base + ".err");
+      return r;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  return r;
+}
+
+// A live lockd plus a lockctl pointed at it.
+struct Fixture {
+  Fixture() : lockd({"--admin", "127.0.0.1:0"}) {}
+  Outcome ctl(std::vector<std::string> args, std::chrono::milliseconds timeout = 15s) {
+    std::vector<std::string> argv{lockctl_binary(), "--addr",
+                                  "127.0.0.1:" + std::to_string(lockd.port()), "--admin",
+                                  "127.0.0.1:" + std::to_string(lockd.admin_port())};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, timeout);
+  }
+  LockdProcess lockd;
+};
+
+// A port with nothing listening: bind one, note it, close it.
+std::string dead_addr() {
+  LockdProcess l;
+  const std::string a = "127.0.0.1:" + std::to_string(l.port());
+  l.process().signal(SIGKILL);
+  l.process().wait_exit(5s);
+  return a;
+}
+
+TEST(LockctlTest, AcquireReleaseAndTheirExitStatuses) {
+  Fixture f;
+  Outcome a = f.ctl({"acquire", "alice", "orders/42", "--lease", "60000"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  const auto fa = fields(a.out.substr(0, a.out.find('\n')));
+  ASSERT_EQ(fa.size(), 4u) << a.out;
+  EXPECT_EQ(fa[0], "A");
+  EXPECT_EQ(fa[2], "alice");
+  EXPECT_EQ(fa[3], "orders/42");
+  const std::string token = fa[1];
+
+  Outcome t = f.ctl({"acquire", "bob", "orders/42"});
+  EXPECT_EQ(t.status, 1);
+  EXPECT_EQ(t.out, "T bob orders/42\n");
+  Outcome n = f.ctl({"release", "12345", "orders/42"});
+  EXPECT_EQ(n.status, 1);
+  EXPECT_EQ(n.out, "N 12345 orders/42\n");
+  Outcome e = f.ctl({"release", "notanumber", "orders/42"});
+  EXPECT_EQ(e.status, 2);
+  EXPECT_EQ(e.out, "E bad_token\n");
+  Outcome r = f.ctl({"release", token, "orders/42"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "R " + token + " orders/42\n");
+
+  Outcome j = f.ctl({"--json", "acquire", "carol", "k2"});
+  EXPECT_EQ(j.status, 0);
+  const json jj = json::parse(j.out);
+  EXPECT_EQ(jj["reply"], "A");
+  EXPECT_EQ(jj["owner"], "carol");
+  EXPECT_TRUE(jj["token"].is_number_unsigned());
+}
+
+TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
+  Fixture f;
+  LineClient holder(f.lockd.port());
+  const auto h = fields(holder.call("A alice k 60000"));
+  ASSERT_EQ(h.size(), 4u);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(500ms);
+    holder.call("R " + h[1] + " k");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome w = f.ctl({"acquire", "bob", "k", "--wait", "10000"});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  releaser.join();
+  EXPECT_EQ(w.status, 0) << w.err;
+  EXPECT_TRUE(w.out.starts_with("A ")) << w.out;
+  EXPECT_NE(w.out.find(" bob k"), std::string::npos) << w.out;
+  EXPECT_GE(took, 450ms);
+
+  // A wait that runs out is `T`, exit 1.
+  Outcome to = f.ctl({"acquire", "carol", "k", "--lease", "1000", "--wait", "200"});
+  EXPECT_EQ(to.status, 1);
+  EXPECT_EQ(to.out, "T carol k\n");
+}
+
+TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
+  Fixture f;
+  LineClient c(f.lockd.port());
+  const auto g = fields(c.call("A alice orders/42 60000"));
+  c.call("A dave a/b%c?d");
+  LineClient w(f.lockd.port());
+  w.send("A bob orders/42 5000 20000\nA probe orders/42\n");
+  ASSERT_EQ(w.read_line(), "T probe orders/42");
+
+  Outcome s = f.ctl({"status"});
+  EXPECT_EQ(s.status, 0) << s.err;
+  EXPECT_NE(s.out.find("mode "), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("single"), std::string::npos);
+  EXPECT_NE(s.out.find("keys           2"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("waiters        1"), std::string::npos) << s.out;
+
+  // --json is the API's JSON unchanged.
+  Outcome sj = f.ctl({"--json", "status"});
+  EXPECT_EQ(sj.status, 0);
+  const json st = json::parse(sj.out);
+  EXPECT_EQ(st["keys"], 2);
+  EXPECT_EQ(st["mode"], "single");
+
+  Outcome l = f.ctl({"locks"});
+  EXPECT_EQ(l.status, 0) << l.err;
+  EXPECT_TRUE(l.out.starts_with("KEY ")) << l.out;
+  EXPECT_NE(l.out.find("EXPIRES"), std::string::npos);
+  EXPECT_LT(l.out.find("a/b%c?d"), l.out.find("orders/42")) << "sorted by key: " << l.out;
+  EXPECT_NE(l.out.find(g[1]), std::string::npos) << "token shown: " << l.out;
+  EXPECT_TRUE(l.out.find("in 59.") != std::string::npos || l.out.find("in 1m00s") != std::string::npos)
+      << "human expiry: " << l.out;
+
+  Outcome lp = f.ctl({"--json", "locks", "--prefix", "orders/", "--limit", "1"});
+  EXPECT_EQ(lp.status, 0);
+  const json lj = json::parse(lp.out);
+  ASSERT_EQ(lj["locks"].size(), 1u);
+  EXPECT_EQ(lj["locks"][0]["key"], "orders/42");
+  EXPECT_EQ(lj["truncated"], false);
+  Outcome trunc = f.ctl({"locks", "--limit", "1"});
+  EXPECT_NE(trunc.out.find("--after a/b%c?d"), std::string::npos) << trunc.out;
+
+  Outcome k = f.ctl({"lock", "orders/42"});
+  EXPECT_EQ(k.status, 0) << k.err;
+  EXPECT_NE(k.out.find("owner    alice"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("token    " + g[1]), std::string::npos) << k.out;
+  EXPECT_TRUE(k.out.find("expires  in 59.") != std::string::npos ||
+              k.out.find("expires  in 1m00s") != std::string::npos)
+      << k.out;
+  EXPECT_NE(k.out.find("(lease 1m00s"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("bob"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("WAIT LEFT"), std::string::npos) << k.out;
+
+  Outcome odd = f.ctl({"--json", "lock", "a/b%c?d"});
+  EXPECT_EQ(odd.status, 0) << odd.err;
+  EXPECT_EQ(json::parse(odd.out)["owner"], "dave");
+
+  Outcome missing = f.ctl({"lock", "nope"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("nope"), std::string::npos) << missing.err;
+  Outcome missing_json = f.ctl({"--json", "lock", "nope"});
+  EXPECT_EQ(missing_json.status, 1);
+  EXPECT_EQ(json::parse(missing_json.out)["error"], "not_found");
+
+  Outcome cl = f.ctl({"cluster"});
+  EXPECT_EQ(cl.status, 1);  // 404 in single mode
+  EXPECT_EQ(std::count(cl.err.begin(), cl.err.end(), '\n'), 1) << cl.err;
+}
+
+TEST(LockctlTest, UsageErrorsExitTwo) {
+  Fixture f;
+  EXPECT_EQ(f.ctl({}).status, 2);
+  EXPECT_EQ(f.ctl({"bogus"}).status, 2);
+  EXPECT_EQ(f.ctl({"lock"}).status, 2);
+  EXPECT_EQ(f.ctl({"acquire", "onlyowner"}).status, 2);
+  EXPECT_EQ(f.ctl({"locks", "--limit", "abc"}).status, 2);
+  EXPECT_EQ(f.ctl({"locks", "--limit", "0"}).status, 2);
+  EXPECT_EQ(f.ctl({"acquire", "a", "k", "--lease", "x"}).status, 2);
+  EXPECT_EQ(f.ctl({"status", "--nope"}).status, 2);
+  EXPECT_EQ(run({lockctl_binary(), "--addr", "not-an-endpoint", "status"}).status, 2);
+  EXPECT_EQ(run({lockctl_binary(), "--help"}).status, 0);
+}
+
+TEST(LockctlTest, NoServerExitsThreeWithOneLine) {
+  const std::string dead = dead_addr();
+  for (const std::vector<std::string>& cmd :
+       std::vector<std::vector<std::string>>{{"status"},
+                                             {"locks"},
+                                             {"lock", "k"},
+                                             {"cluster"},
+                                             {"acquire", "a", "k"},
+                                             {"release", "1", "k"},
+                                             {"top", "--iterations", "1"}}) {
+    std::vector<std::string> argv{lockctl_binary(), "--addr", dead, "--admin", dead};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    const Outcome r = run(argv);
+    EXPECT_EQ(r.status, 3) << cmd[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("cannot reach"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// --- lockctl top under tmux -------------------------------------------------
+
+bool have_tmux() { return std::system("command -v tmux >/dev/null 2>&1") == 0; }
+
+// A private tmux server, killed at the end.
+struct Tmux {
+  Tmux() : socket("lockd-test-" + std::to_string(getpid())) {}
+  ~Tmux() { sh("kill-server 2>/dev/null"); }
+  int sh(const std::string& args) const {
+    return std::system(("tmux -L " + socket + " " + args).c_str());
+  }
+  std::string capture() const {
+    const std::string file = ::testing::TempDir() + socket + ".cap";
+    sh("capture-pane -p -t top > " + file + " 2>/dev/null");
+    return slurp(file);
+  }
+  std::string socket;
+};
+
+TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
+  if (!have_tmux()) GTEST_SKIP() << "tmux not installed";
+  Fixture f;
+  // Load: a holder with a queue on `hot/key`, and a stream of requests.
+  LineClient holder(f.lockd.port()), waiter(f.lockd.port());
+  holder.call("A alice hot/key 60000");
+  waiter.send("A bob hot/key 1000 30000\nA probe hot/key\n");
+  ASSERT_EQ(waiter.read_line(), "T probe hot/key");
+  std::atomic<bool> stop{false};
+  std::thread load([&] {
+    LineClient c(f.lockd.port());
+    while (!stop) {
+      c.call("A loader hot/key");
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+
+  Tmux tmux;
+  const std::string status_file = ::testing::TempDir() + tmux.socket + ".status";
+  std::remove(status_file.c_str());
+  const std::string cmd = lockctl_binary() + " --admin 127.0.0.1:" +
+                          std::to_string(f.lockd.admin_port()) + " top; echo $? > " + status_file;
+  ASSERT_EQ(tmux.sh("new-session -d -s top -x 120 -y 40 '" + cmd + "'"), 0);
+
+  std::string screen;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    screen = tmux.capture();
+    if (screen.find("hot/key") != std::string::npos &&
+        screen.find("requests/s  A -") == std::string::npos) {
+      break;  // a second frame, with rates
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  stop = true;
+  load.join();
+  EXPECT_NE(screen.find("BUSIEST KEYS"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("LONGEST QUEUES"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("hot/key"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("alice"), std::string::npos) << screen;
+  EXPECT_EQ(screen.find("requests/s  A -"), std::string::npos) << "rates after 1 s: " << screen;
+
+  tmux.sh("send-keys -t top q");
+  std::string status;
+  for (int i = 0; i < 50 && status.empty(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    status = slurp(status_file);
+  }
+  EXPECT_EQ(status, "0\n") << "top did not quit on q; screen:\n" << tmux.capture();
+}
+
+TEST(LockctlTopTest, CtrlCQuitsAndRestoresTheTerminal) {
+  if (!have_tmux()) GTEST_SKIP() << "tmux not installed";
+  Fixture f;
+  Tmux tmux;
+  const std::string out_file = ::testing::TempDir() + tmux.socket + ".stty";
+  std::remove(out_file.c_str());
+  // After top exits, record the terminal mode: canonical input and echo
+  // must be back.
+  const std::string cmd = lockctl_binary() + " --admin 127.0.0.1:" +
+                          std::to_string(f.lockd.admin_port()) + " top; stty -a > " + out_file;
+  ASSERT_EQ(tmux.sh("new-session -d -s top -x 100 -y 30 '" + cmd + "'"), 0);
+  std::string screen;
+  for (int i = 0; i < 50 && screen.find("OLDEST HOLDERS") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    screen = tmux.capture();
+  }
+  ASSERT_NE(screen.find("OLDEST HOLDERS"), std::string::npos) << screen;
+  tmux.sh("send-keys -t top C-c");
+  std::string stty;
+  for (int i = 0; i < 50 && stty.empty(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    stty = slurp(out_file);
+  }
+  ASSERT_FALSE(stty.empty()) << "top did not exit on Ctrl-C";
+  EXPECT_EQ(stty.find("-icanon"), std::string::npos) << stty;
+  EXPECT_EQ(stty.find("-echo "), std::string::npos) << stty;
+}
+
+}  // namespace
+}  // namespace lockd::testing
