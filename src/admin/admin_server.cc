@@ -62,7 +62,7 @@ std::optional<std::size_t> parse_count(std::string_view s) {
 }  // namespace
 
 AdminServer::AdminServer(event_base* base, const server::LockServer& server, NodeInfo node)
-    : server_(server), node_(std::move(node)) {
+    : server_(server), node_(std::move(node)), scan_timer_(base, [this] { on_scan_timer(); }) {
   http_ = evhttp_new(base);
   LOCKD_CHECK(http_ != nullptr);
   // Let every method through so a wrong one gets our JSON 405, not evhttp's.
@@ -77,7 +77,55 @@ AdminServer::AdminServer(event_base* base, const server::LockServer& server, Nod
 }
 
 AdminServer::~AdminServer() {
+  // Pending scans are dropped without a reply; evhttp_free() frees their
+  // requests with their connections.
+  scans_.clear();
   if (http_ != nullptr) evhttp_free(http_);
+}
+
+void AdminServer::start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan) {
+  const locks::LockTable& table = server_.table();
+  if (table.bucket_count() <= kScanBucketsPerSlice) {
+    send_json(req, 200, scan_all(table, *scan, net::monotonic_now_ns()));
+    return;
+  }
+  if (scans_.size() >= kMaxPendingScans) {
+    send_error(req, 503, "busy", "too many listings in progress; retry");
+    return;
+  }
+  // If the client leaves meanwhile, evhttp detaches the request from its
+  // connection but keeps it for us: the reply at the end then just frees
+  // it. So a scan always runs to its end (bounded by kMaxPendingScans).
+  scans_.push_back(std::make_unique<PendingScan>(
+      PendingScan{req, std::move(scan), 0, table.bucket_count(), 0}));
+  if (!scan_timer_.armed()) scan_timer_.arm_after(0);
+}
+
+void AdminServer::on_scan_timer() {
+  if (scans_.empty()) return;
+  std::unique_ptr<PendingScan> p = std::move(scans_.front());
+  scans_.pop_front();
+  const locks::LockTable& table = server_.table();
+  const TimeNs now = net::monotonic_now_ns();
+  if (table.bucket_count() != p->buckets) {  // rehashed: buckets moved
+    p->scan->reset();
+    p->cursor = 0;
+    p->buckets = table.bucket_count();
+    ++p->restarts;
+  }
+  const std::size_t end = p->restarts > kMaxScanRestarts
+                              ? p->buckets
+                              : std::min(p->buckets, p->cursor + kScanBucketsPerSlice);
+  table.for_each_in_buckets(p->cursor, end, [&](const std::string& k, const locks::KeyState& s) {
+    p->scan->offer(k, s, now);
+  });
+  p->cursor = end;
+  if (p->cursor >= p->buckets) {
+    send_json(p->req, 200, p->scan->finish(now));
+  } else {
+    scans_.push_back(std::move(p));
+  }
+  if (!scans_.empty()) scan_timer_.arm_after(0);
 }
 
 bool AdminServer::listen(const net::Endpoint& ep, std::string& error) {
@@ -176,7 +224,7 @@ void AdminServer::handle(evhttp_request* req) {
           q.limit = std::min(*n, kMaxListLimit);
         }
       }
-      send_json(req, 200, list_locks_json(server_.table(), q, now));
+      start_scan(req, std::make_unique<ListScan>(server_.table(), std::move(q)));
       return;
     }
     case Route::kLock: {
@@ -209,7 +257,7 @@ void AdminServer::handle(evhttp_request* req) {
         }
         limit = std::min(*n, kMaxTopLimit);
       }
-      send_json(req, 200, top_json(server_, node_, limit, now));
+      start_scan(req, std::make_unique<TopScan>(server_, node_, limit));
       return;
     }
     case Route::kNone:

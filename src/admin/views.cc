@@ -37,32 +37,19 @@ json replies_json(const server::ServerStats& st) {
               {"M", r(ReplyKind::kMoved)}};
 }
 
-// Keeps the `limit` smallest elements under `less`, in a max-heap.
+// Keeps the `limit` smallest elements of `heap` (a max-heap under `less`).
 template <typename T, typename Less>
-class BoundedTop {
- public:
-  BoundedTop(std::size_t limit, Less less) : limit_(limit), less_(less) {}
-  void offer(const T& v) {
-    if (limit_ == 0) return;
-    if (heap_.size() < limit_) {
-      heap_.push_back(v);
-      std::push_heap(heap_.begin(), heap_.end(), less_);
-    } else if (less_(v, heap_.front())) {
-      std::pop_heap(heap_.begin(), heap_.end(), less_);
-      heap_.back() = v;
-      std::push_heap(heap_.begin(), heap_.end(), less_);
-    }
+void keep_smallest(std::vector<T>& heap, std::size_t limit, T v, Less less) {
+  if (limit == 0) return;
+  if (heap.size() < limit) {
+    heap.push_back(std::move(v));
+    std::push_heap(heap.begin(), heap.end(), less);
+  } else if (less(v, heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), less);
+    heap.back() = std::move(v);
+    std::push_heap(heap.begin(), heap.end(), less);
   }
-  std::vector<T> sorted() && {
-    std::sort_heap(heap_.begin(), heap_.end(), less_);
-    return std::move(heap_);
-  }
-
- private:
-  std::size_t limit_;
-  Less less_;
-  std::vector<T> heap_;
-};
+}
 
 }  // namespace
 
@@ -81,10 +68,11 @@ std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& 
   return exact ? count_holders(table, now_ns) : table.key_count();
 }
 
-json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns) {
+json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns,
+                 std::optional<std::size_t> exact_holders) {
   const locks::LockTable& table = server.table();
-  bool exact = false;
-  const std::size_t holders = holders_bounded(table, now_ns, exact);
+  bool exact = exact_holders.has_value();
+  const std::size_t holders = exact ? *exact_holders : holders_bounded(table, now_ns, exact);
   return json{
       {"mode", node.mode},
       {"node_id", nullptr},
@@ -106,36 +94,48 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
   };
 }
 
-std::vector<KeyRef> select_locks(const locks::LockTable& table, const ListQuery& q,
-                                 bool& truncated) {
+ListScan::ListScan(const locks::LockTable& table, ListQuery q)
+    : table_(table), q_(std::move(q)) {}
+
+void ListScan::offer(const std::string& key, const locks::KeyState&, TimeNs) {
+  if (!key.starts_with(q_.prefix)) return;
+  if (!q_.after.empty() && key <= q_.after) return;
+  // Cheap reject before copying: the heap is full of smaller keys.
+  if (heap_.size() > q_.limit && key >= heap_.front()) return;
   // One more than asked, to know whether the page is the last.
-  const auto by_key = [](const KeyRef& a, const KeyRef& b) { return *a.first < *b.first; };
-  BoundedTop<KeyRef, decltype(by_key)> top(q.limit + 1, by_key);
-  table.for_each([&](const std::string& key, const locks::KeyState& s) {
-    if (!key.starts_with(q.prefix)) return;
-    if (!q.after.empty() && key <= q.after) return;
-    top.offer({&key, &s});
-  });
-  std::vector<KeyRef> out = std::move(top).sorted();
-  truncated = out.size() > q.limit;
-  if (truncated) out.resize(q.limit);
-  return out;
+  keep_smallest(heap_, q_.limit + 1, key, std::less<>());
 }
 
-json list_locks_json(const locks::LockTable& table, const ListQuery& q, TimeNs now_ns) {
-  bool truncated = false;
-  const std::vector<KeyRef> refs = select_locks(table, q, truncated);
+json ListScan::finish(TimeNs now_ns) {
+  std::sort_heap(heap_.begin(), heap_.end());
+  const bool truncated = heap_.size() > q_.limit;
+  if (truncated) heap_.resize(q_.limit);
   json locks = json::array();
-  for (const auto& [key, s] : refs) {
-    locks.push_back(json{{"key", *key},
+  for (const std::string& key : heap_) {
+    const locks::KeyState* s = table_.find(key);
+    if (s == nullptr) continue;  // deleted during a split scan
+    locks.push_back(json{{"key", key},
                          {"owner", s->owner},
                          {"token", s->token},
                          {"expires_in_ms", ms_until(s->expires_at_ns, now_ns)},
                          {"waiters", s->waiter_count()}});
   }
   json out{{"locks", std::move(locks)}, {"truncated", truncated}};
-  if (truncated && !refs.empty()) out["next_after"] = *refs.back().first;
+  if (truncated && !heap_.empty()) out["next_after"] = heap_.back();
   return out;
+}
+
+json scan_all(const locks::LockTable& table, KeyScan& scan, TimeNs now_ns) {
+  table.for_each_in_buckets(0, table.bucket_count(),
+                            [&](const std::string& k, const locks::KeyState& s) {
+                              scan.offer(k, s, now_ns);
+                            });
+  return scan.finish(now_ns);
+}
+
+json list_locks_json(const locks::LockTable& table, const ListQuery& q, TimeNs now_ns) {
+  ListScan scan(table, q);
+  return scan_all(table, scan, now_ns);
 }
 
 std::optional<json> lock_json(const locks::LockTable& table, std::string_view key,
@@ -163,44 +163,52 @@ std::optional<json> lock_json(const locks::LockTable& table, std::string_view ke
               {"waiters", std::move(waiters)}};
 }
 
-json top_json(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
-              TimeNs now_ns) {
-  const locks::LockTable& table = server.table();
-  const auto row = [&](std::string_view key, const locks::KeyState& s) {
-    return json{{"key", key},
-                {"owner", s.owner},
-                {"waiters", s.waiter_count()},
-                {"held_ms", floor_div(now_ns - granted_at_ns(s), kNsPerMs)},
-                {"expires_in_ms", ms_until(s.expires_at_ns, now_ns)}};
-  };
+TopScan::TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit)
+    : server_(server), node_(node), limit_(limit) {}
 
-  // One scan: the longest queues and the oldest live holders.
-  const auto more_waiters = [](const KeyRef& a, const KeyRef& b) {
-    const std::size_t wa = a.second->waiter_count(), wb = b.second->waiter_count();
-    return wa != wb ? wa > wb : *a.first < *b.first;
+void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
+  if (heap.size() >= limit_ && !(r < heap.front())) return;  // reject before copying more
+  keep_smallest(heap, limit_, std::move(r), std::less<>());
+}
+
+void TopScan::offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) {
+  if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), key});
+  if (s.expires_at_ns > now_ns) {
+    ++holders_;
+    keep(oldest_, {granted_at_ns(s), key});
+  }
+}
+
+void TopScan::reset() {
+  queues_.clear();
+  oldest_.clear();
+  holders_ = 0;
+}
+
+json TopScan::finish(TimeNs now_ns) {
+  const locks::LockTable& table = server_.table();
+  const auto rows = [&](std::vector<Ranked>& heap) {
+    std::sort_heap(heap.begin(), heap.end());
+    json out = json::array();
+    for (const auto& [rank, key] : heap) {
+      const locks::KeyState* s = table.find(key);
+      if (s == nullptr) continue;  // gone since it was seen
+      out.push_back(json{{"key", key},
+                         {"owner", s->owner},
+                         {"waiters", s->waiter_count()},
+                         {"held_ms", floor_div(now_ns - granted_at_ns(*s), kNsPerMs)},
+                         {"expires_in_ms", ms_until(s->expires_at_ns, now_ns)}});
+    }
+    return out;
   };
-  const auto older = [](const KeyRef& a, const KeyRef& b) {
-    const TimeNs ga = granted_at_ns(*a.second), gb = granted_at_ns(*b.second);
-    return ga != gb ? ga < gb : *a.first < *b.first;
-  };
-  BoundedTop<KeyRef, decltype(more_waiters)> queues(limit, more_waiters);
-  BoundedTop<KeyRef, decltype(older)> oldest(limit, older);
-  table.for_each([&](const std::string& key, const locks::KeyState& s) {
-    if (s.waiter_count() > 0) queues.offer({&key, &s});
-    if (s.expires_at_ns > now_ns) oldest.offer({&key, &s});
-  });
-  json longest_queues = json::array();
-  for (const auto& [key, s] : std::move(queues).sorted()) longest_queues.push_back(row(*key, *s));
-  json oldest_holders = json::array();
-  for (const auto& [key, s] : std::move(oldest).sorted()) oldest_holders.push_back(row(*key, *s));
 
   // The busiest keys among the latest requests (a bounded ring).
-  const RecentKeys& recent = server.stats().recent_keys;
+  const RecentKeys& recent = server_.stats().recent_keys;
   std::unordered_map<std::string_view, std::uint64_t> counts;
   counts.reserve(recent.size());
   for (std::size_t i = 0; i < recent.size(); ++i) ++counts[recent.at(i)];
   std::vector<std::pair<std::string_view, std::uint64_t>> by_count(counts.begin(), counts.end());
-  const std::size_t n = std::min(limit, by_count.size());
+  const std::size_t n = std::min(limit_, by_count.size());
   std::partial_sort(by_count.begin(), by_count.begin() + static_cast<std::ptrdiff_t>(n),
                     by_count.end(), [](const auto& a, const auto& b) {
                       return a.second != b.second ? a.second > b.second : a.first < b.first;
@@ -220,11 +228,11 @@ json top_json(const server::LockServer& server, const NodeInfo& node, std::size_
     busiest.push_back(std::move(r));
   }
 
-  return json{{"status", status_json(server, node, now_ns)},
+  return json{{"status", status_json(server_, node_, now_ns, holders_)},
               {"sampled_requests", recent.size()},
               {"busiest", std::move(busiest)},
-              {"longest_queues", std::move(longest_queues)},
-              {"oldest_holders", std::move(oldest_holders)}};
+              {"longest_queues", rows(queues_)},
+              {"oldest_holders", rows(oldest_)}};
 }
 
 }  // namespace lockd::admin

@@ -54,6 +54,12 @@ double metric(const std::string& text, const std::string& series) {
   return -1;
 }
 
+// `i` as four digits: 7 -> "0007".
+std::string fmt_index(int i) {
+  std::string s = std::to_string(i);
+  return std::string(4 - s.size(), '0') + s;
+}
+
 TEST(AdminApiTest, HealthAndReadiness) {
   Node n;
   ASSERT_NE(n.lockd.admin_port(), 0);
@@ -290,6 +296,53 @@ TEST(AdminApiTest, TopShowsBusyKeysQueuesAndHolders) {
   EXPECT_EQ(j["longest_queues"][0]["waiters"], 1);
   EXPECT_EQ(j["oldest_holders"][0]["owner"], "alice");
   EXPECT_EQ(j["status"]["keys"], 1);
+}
+
+// Enough keys that listings are split across loop turns (more hash buckets
+// than one slice walks), with lock traffic interleaved.
+TEST(AdminApiTest, ListingsOfABigTableAreSplitAndStillExact) {
+  Node n;
+  constexpr int kKeys = 30'000;
+  LineClient c(n.lockd.port());
+  std::string batch;
+  for (int i = 0; i < kKeys; ++i) batch += "A o big/" + std::to_string(100'000 + i) + " 600000\n";
+  c.send(batch);
+  for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(c.read_line().has_value()) << i;
+  LineClient w(n.lockd.port());
+  w.send("A bob big/100007 1000 20000\nA probe big/100007\n");
+  ASSERT_EQ(w.read_line(), "T probe big/100007");
+
+  // Several listings at once, each paged, while requests keep flowing.
+  std::vector<std::thread> readers;
+  std::vector<json> pages(3);
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      pages[r] = n.get_json("/v1/locks?limit=100&after=big/1" + std::to_string(r) + "0000");
+    });
+  }
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(c.call("A x other/" + std::to_string(i))[0], 'A');
+  for (auto& t : readers) t.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(pages[r]["locks"].size(), 100u) << r;
+    EXPECT_EQ(pages[r]["truncated"], true);
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_EQ(pages[r]["locks"][i]["key"], "big/1" + std::to_string(r) + fmt_index(i + 1))
+          << r << " " << i;
+    }
+  }
+  const json top = n.get_json("/v1/top?limit=3");
+  EXPECT_EQ(top["longest_queues"][0]["key"], "big/100007");
+  EXPECT_EQ(top["status"]["holders"], kKeys + 50);
+  // Clients that leave before their split listing is answered.
+  for (int i = 0; i < 10; ++i) {
+    LineClient quitter(n.lockd.admin_port());
+    quitter.send("GET /v1/locks?limit=10000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    quitter.close();
+  }
+  EXPECT_EQ(http(n.lockd.admin_port(), "/healthz").status, 200);
+  const json last = n.get_json("/v1/locks?prefix=big/&after=big/129990");
+  EXPECT_EQ(last["locks"].size(), 9u);
+  EXPECT_EQ(last["truncated"], false);
 }
 
 TEST(AdminApiTest, GarbageHttpInputNeverHurtsTheServer) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <fmt/format.h>
 
@@ -55,27 +56,51 @@ locks::AcquireRequest req(std::string_view owner, std::string_view key, std::uin
   return {owner, key, lease_ms, 0, 1, 0};
 }
 
-TEST(ViewsTest, SelectIsSortedBoundedAndPaged) {
+std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
+  std::vector<std::string> out;
+  for (const auto& l : j["locks"]) out.push_back(l["key"]);
+  return out;
+}
+
+TEST(ViewsTest, ListIsSortedBoundedAndPaged) {
   locks::LockTable t({}, 1);
   for (const char* k : {"m", "a/2", "z", "a/1", "b", "a/10"}) t.acquire(kNow, req("o", k, 1000));
-  bool truncated = true;
-  auto all = select_locks(t, {}, truncated);
-  ASSERT_EQ(all.size(), 6u);
-  EXPECT_FALSE(truncated);
-  std::vector<std::string> keys;
-  for (const auto& r : all) keys.push_back(*r.first);
-  EXPECT_EQ(keys, (std::vector<std::string>{"a/1", "a/10", "a/2", "b", "m", "z"}));
+  auto all = list_locks_json(t, {}, kNow);
+  EXPECT_EQ(all["truncated"], false);
+  EXPECT_EQ(keys_of(all), (std::vector<std::string>{"a/1", "a/10", "a/2", "b", "m", "z"}));
 
-  auto page = select_locks(t, {"a/", "", 2}, truncated);
-  ASSERT_EQ(page.size(), 2u);
-  EXPECT_TRUE(truncated);
-  EXPECT_EQ(*page[1].first, "a/10");
-  page = select_locks(t, {"a/", "a/10", 2}, truncated);
-  ASSERT_EQ(page.size(), 1u);
-  EXPECT_EQ(*page[0].first, "a/2");
-  EXPECT_FALSE(truncated);
-  page = select_locks(t, {"", "", 6}, truncated);
-  EXPECT_FALSE(truncated);
+  auto page = list_locks_json(t, {"a/", "", 2}, kNow);
+  EXPECT_EQ(keys_of(page), (std::vector<std::string>{"a/1", "a/10"}));
+  EXPECT_EQ(page["truncated"], true);
+  EXPECT_EQ(page["next_after"], "a/10");
+  page = list_locks_json(t, {"a/", "a/10", 2}, kNow);
+  EXPECT_EQ(keys_of(page), (std::vector<std::string>{"a/2"}));
+  EXPECT_EQ(page["truncated"], false);
+  EXPECT_EQ(list_locks_json(t, {"", "", 6}, kNow)["truncated"], false);
+}
+
+TEST(ViewsTest, SplitScanSkipsKeysDeletedBetweenSlices) {
+  locks::LockTable t({}, 1);
+  std::vector<locks::Delivery> out;
+  for (int i = 0; i < 100; ++i) t.acquire(kNow, req("o", fmt::format("k{:03}", i), 1000));
+  ListScan scan(t, {"", "", 10});
+  const std::size_t half = t.bucket_count() / 2;
+  t.for_each_in_buckets(0, half, [&](const std::string& k, const locks::KeyState& s) {
+    scan.offer(k, s, kNow);
+  });
+  const locks::KeyState* gone = t.find("k000");
+  ASSERT_NE(gone, nullptr);
+  t.release(kNow, gone->token, "k000", out);  // deleted mid-scan
+  t.for_each_in_buckets(half, t.bucket_count(), [&](const std::string& k,
+                                                    const locks::KeyState& s) {
+    scan.offer(k, s, kNow);
+  });
+  const auto j = scan.finish(kNow);
+  const auto keys = keys_of(j);
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), "k000"), 0);
+  EXPECT_EQ(keys.back(), "k009");
+  EXPECT_EQ(j["truncated"], true);
 }
 
 TEST(ViewsTest, LockJsonListsWaitersFrontFirst) {
@@ -136,13 +161,18 @@ TEST(ViewsBench, MillionKeys) {
     }
     std::printf("[bench] %-46s %8.1f ms (best of %d)\n", what, best_ms, kRuns);
   };
-  bool truncated = false;
-  time("select_locks limit=1000, 1M keys", [&] { select_locks(t, {"", "", 1000}, truncated); });
-  time("select_locks limit=10000, 1M keys", [&] { select_locks(t, {"", "", 10000}, truncated); });
-  time("select_locks prefix=orders/09 limit=1000",
-       [&] { select_locks(t, {"orders/09", "", 1000}, truncated); });
-  time("list_locks_json limit=1000 + dump",
+  time("/v1/locks limit=1000, whole scan + JSON",
        [&] { list_locks_json(t, {"", "", 1000}, kNow).dump(); });
+  time("/v1/locks limit=10000, whole scan + JSON",
+       [&] { list_locks_json(t, {"", "", 10000}, kNow).dump(); });
+  time("/v1/locks prefix=orders/09 limit=1000",
+       [&] { list_locks_json(t, {"orders/09", "", 1000}, kNow).dump(); });
+  time("one slice of 4096 buckets (limit=1000)", [&] {
+    ListScan scan(t, {"", "", 1000});
+    t.for_each_in_buckets(0, 4096, [&](const std::string& k, const locks::KeyState& s) {
+      scan.offer(k, s, kNow);
+    });
+  });
   time("count_holders (status, metrics), 1M keys", [&] { count_holders(t, kNow); });
 }
 

@@ -6,8 +6,9 @@
 // lock state, and keeping the views pure lets unit tests and the 1M-key
 // benchmark call them without a socket.
 //
-// Cost: list_locks() and top() scan every key once (the table is a hash
-// map with no order); per-request output is bounded by `limit`. See
+// Cost: a listing or top walks every key once (the table is a hash map
+// with no order) through a KeyScan that can be split across loop turns;
+// per-request memory and output are bounded by `limit`. See
 // docs/operations.md for measured times at 1M keys.
 #pragma once
 
@@ -67,7 +68,10 @@ std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns);
 std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& exact);
 
 // `/v1/status`.
-nlohmann::ordered_json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns);
+// `holders`, when given, is an exact count the caller already has.
+nlohmann::ordered_json status_json(const server::LockServer& server, const NodeInfo& node,
+                                   TimeNs now_ns,
+                                   std::optional<std::size_t> holders = std::nullopt);
 
 // `/v1/locks` query: keys starting with `prefix` and greater than `after`
 // (exclusive, for the next page), first `limit` in byte order.
@@ -76,20 +80,71 @@ struct ListQuery {
   std::string after;
   std::size_t limit = kDefaultListLimit;
 };
-using KeyRef = std::pair<const std::string*, const locks::KeyState*>;
-// The selection behind `/v1/locks`, sorted by key; `truncated` is set when
-// more keys matched. O(n log limit) over n keys, O(limit) memory.
-std::vector<KeyRef> select_locks(const locks::LockTable& table, const ListQuery& q,
-                                 bool& truncated);
-nlohmann::ordered_json list_locks_json(const locks::LockTable& table, const ListQuery& q, TimeNs now_ns);
 
-// `/v1/locks/KEY`, or nullopt when the key is not registered.
-std::optional<nlohmann::ordered_json> lock_json(const locks::LockTable& table, std::string_view key,
-                                        TimeNs now_ns);
+// A walk over every key that a caller may split into slices of buckets
+// across loop turns (LockTable::for_each_in_buckets), so that listing a
+// million keys never holds the reactor for more than one slice. What it
+// keeps between slices is bounded by its `limit`: copies of at most
+// limit+1 keys, never pointers into the table, which may change between
+// slices. finish() looks each kept key up again, so the answer shows the
+// state at the end; a key created or deleted during the walk may or may
+// not be listed (like Redis SCAN), a key present throughout always is.
+class KeyScan {
+ public:
+  virtual ~KeyScan() = default;
+  // Sees one key (from any slice, in bucket order).
+  virtual void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) = 0;
+  // Forgets everything offered (the table rehashed: the walk restarts).
+  virtual void reset() = 0;
+  // The reply body once every bucket was walked.
+  virtual nlohmann::ordered_json finish(TimeNs now_ns) = 0;
+};
+
+// `/v1/locks`: the first `limit` matching keys by key order, kept in a
+// bounded max-heap: O(n log limit) time over n keys, O(limit) memory.
+class ListScan final : public KeyScan {
+ public:
+  ListScan(const locks::LockTable& table, ListQuery q);
+  void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) override;
+  void reset() override { heap_.clear(); }
+  nlohmann::ordered_json finish(TimeNs now_ns) override;
+
+ private:
+  const locks::LockTable& table_;
+  ListQuery q_;
+  std::vector<std::string> heap_;  // max-heap on key; at most limit + 1
+};
 
 // `/v1/top` (lockctl top): status, the busiest keys among the latest
-// requests, the longest queues and the oldest holders, `limit` rows each.
-nlohmann::ordered_json top_json(const server::LockServer& server, const NodeInfo& node,
-                        std::size_t limit, TimeNs now_ns);
+// requests, the longest queues and the oldest live holders, `limit` rows
+// each; also counts live holders exactly on its way.
+class TopScan final : public KeyScan {
+ public:
+  TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit);
+  void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) override;
+  void reset() override;
+  nlohmann::ordered_json finish(TimeNs now_ns) override;
+
+ private:
+  using Ranked = std::pair<std::int64_t, std::string>;  // (rank, key): smaller is better
+  void keep(std::vector<Ranked>& heap, Ranked r);
+
+  const server::LockServer& server_;
+  const NodeInfo& node_;
+  std::size_t limit_;
+  std::vector<Ranked> queues_;  // rank: -waiters
+  std::vector<Ranked> oldest_;  // rank: granted_at_ns
+  std::size_t holders_ = 0;
+};
+
+// Runs a whole scan at once: fine for small tables, tests and benchmarks.
+nlohmann::ordered_json scan_all(const locks::LockTable& table, KeyScan& scan, TimeNs now_ns);
+
+nlohmann::ordered_json list_locks_json(const locks::LockTable& table, const ListQuery& q,
+                                       TimeNs now_ns);
+
+// `/v1/locks/KEY`, or nullopt when the key is not registered.
+std::optional<nlohmann::ordered_json> lock_json(const locks::LockTable& table,
+                                                std::string_view key, TimeNs now_ns);
 
 }  // namespace lockd::admin

@@ -184,6 +184,17 @@ class LockTable {
   void for_each(Fn&& fn) const {
     for (const auto& [k, s] : keys_) fn(k, s);
   }
+  // Bucket-level walk for scans split across loop turns (the admin API's
+  // listings): visits the keys of buckets [first, last). A key present for
+  // a whole scan is seen exactly once as long as bucket_count() does not
+  // change (a rehash); the caller restarts when it does.
+  std::size_t bucket_count() const { return keys_.bucket_count(); }
+  template <typename Fn>  // Fn(const std::string& key, const KeyState&)
+  void for_each_in_buckets(std::size_t first, std::size_t last, Fn&& fn) const {
+    for (std::size_t b = first; b < last && b < keys_.bucket_count(); ++b) {
+      for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) fn(it->first, it->second);
+    }
+  }
   std::size_t key_count() const { return keys_.size(); }
   std::size_t waiter_count() const { return waiter_index_.size(); }
   Token next_token() const { return next_token_; }
