@@ -158,7 +158,17 @@ void AdminServer::handle(evhttp_request* req) {
   const std::string_view path = raw_path != nullptr && raw_path[0] != '\0' ? raw_path : "/";
   const std::string_view query = raw_query != nullptr ? raw_query : "";
 
-  enum class Route { kHealth, kReady, kStatus, kLocks, kLock, kCluster, kMetrics, kTop, kNone };
+  enum class Route {
+    kHealth,   // /healthz
+    kReady,    // /readyz
+    kStatus,   // /v1/status
+    kLocks,    // /v1/locks?prefix=&after=&limit=
+    kLock,     // /v1/locks/KEY
+    kCluster,  // /v1/cluster (404 in single mode)
+    kMetrics,  // /metrics
+    kTop,      // /v1/top?limit=
+    kNone,     // unknown path: 404
+  };
   Route route = Route::kNone;
   if (path == "/healthz") {
     route = Route::kHealth;

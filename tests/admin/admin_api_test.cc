@@ -336,7 +336,7 @@ TEST(AdminApiTest, ListingsOfABigTableAreSplitAndStillExact) {
   // Clients that leave before their split listing is answered.
   for (int i = 0; i < 10; ++i) {
     LineClient quitter(n.lockd.admin_port());
-    quitter.send("GET /v1/locks?limit=10000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    quitter.send("GET /v1/locks?limit=100 HTTP/1.1\r\nHost: x\r\n\r\n");
     quitter.close();
   }
   EXPECT_EQ(http(n.lockd.admin_port(), "/healthz").status, 200);
@@ -361,6 +361,16 @@ TEST(AdminApiTest, GarbageHttpInputNeverHurtsTheServer) {
   LineClient c(n.lockd.port());
   EXPECT_EQ(fields(c.call("A alice still-alive"))[0], "A");
   EXPECT_EQ(n.get_json("/v1/locks?limit=99999999999999999999999")["locks"].size(), 1u);
+}
+
+TEST(AdminApiTest, AdminAddressInUseIsAStartupError) {
+  Node first;
+  ChildProcess second;
+  ASSERT_TRUE(second.start({lockd_binary(), "--listen", "127.0.0.1:0", "--admin",
+                            "127.0.0.1:" + std::to_string(first.lockd.admin_port())}));
+  EXPECT_EQ(second.wait_exit(std::chrono::seconds(10)), 2);
+  EXPECT_NE(second.stderr_text().find("admin"), std::string::npos) << second.stderr_text();
+  EXPECT_EQ(second.stderr_text().find("listening"), std::string::npos) << second.stderr_text();
 }
 
 TEST(AdminApiTest, AdminOffListensNowhere) {

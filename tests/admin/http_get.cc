@@ -28,7 +28,8 @@ HttpReply http_raw(std::uint16_t port, const std::string& raw) {
     if (n <= 0) break;
     off += static_cast<std::size_t>(n);
   }
-  ::shutdown(fd, SHUT_WR);
+  // No shutdown(SHUT_WR): evhttp takes a half-close for a vanished client
+  // and drops a reply still being written. `Connection: close` ends it.
   std::string in;
   char buf[65536];
   for (;;) {
