@@ -1,7 +1,6 @@
 #include "lockd/admin/views.h"
 
 #include <algorithm>
-#include <queue>
 #include <unordered_map>
 
 #include "lockd/server/lock_server.h"

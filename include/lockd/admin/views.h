@@ -130,7 +130,7 @@ class TopScan final : public KeyScan {
   void keep(std::vector<Ranked>& heap, Ranked r);
 
   const server::LockServer& server_;
-  const NodeInfo& node_;
+  const NodeInfo& node_;  // owned by the AdminServer, which outlives its scans
   std::size_t limit_;
   std::vector<Ranked> queues_;  // rank: -waiters
   std::vector<Ranked> oldest_;  // rank: granted_at_ns
