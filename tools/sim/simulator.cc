@@ -83,6 +83,7 @@ struct Weather {
   double clog = 0;           // per step: clog one link for a while
   double crash = 0;          // per step: crash a random node
   double crash_in_io = 0;    // per Ready: crash half way through persisting it
+  double quick_restart = 0;  // per crash: back within 1-3 steps (a fast reboot)
   double propose = 0;        // per step: a client sends a command
   double transfer = 0;       // per step: ask the leader to hand over
   std::uint64_t compact_every = 20;  // applied entries between snapshots
@@ -167,10 +168,13 @@ class Simulation {
       }
       check_invariants();
       if (result_.passed && step_ >= faults_end_ && liveness_done_) break;
+      if (step_ + 1 == opts_.steps && !liveness_done_ && step_ < liveness_deadline()) {
+        ++opts_.steps;  // a snapshot is still streaming: its budget is not spent yet
+      }
     }
     if (result_.passed && !liveness_done_) {
       fail("liveness", "no leader committed a new proposal on every node within " +
-                           std::to_string(kLivenessBudgetSteps) + " steps after faults stopped" +
+                           std::to_string(liveness_deadline() - faults_end_) + " steps after faults stopped" +
                            cluster_summary());
     }
     for (const Node& n : nodes_) {
@@ -182,6 +186,16 @@ class Simulation {
   }
 
  private:
+  // Faults stopped at faults_end_; by this step the cluster must have
+  // committed a marker everywhere. A lagging node may need the whole
+  // snapshot, so its size (in round trips of chunk windows) is added.
+  std::uint64_t liveness_deadline() const {
+    std::size_t biggest = 0;
+    for (const Node& n : nodes_) biggest = std::max(biggest, n.disk.snapshot().data.size());
+    std::uint64_t windows = biggest / (chunk_bytes_ * raft::kDefaultMaxSnapshotChunksInflight) + 1;
+    return faults_end_ + kLivenessBudgetSteps + windows * 2 * (w_.max_delay_steps + 1);
+  }
+
   // --- setup ---
 
   void draw_weather() {
@@ -193,9 +207,10 @@ class Simulation {
     w_.partition = storm(0.02);
     w_.heal = 0.01 + rng_.unit() * 0.05;
     w_.clog = storm(0.02);
-    w_.crash = storm(0.01);
-    w_.crash_in_io = storm(0.01);
-    w_.propose = 0.1 + rng_.unit() * 0.5;
+    w_.crash = storm(0.02);
+    w_.crash_in_io = storm(0.04);
+    w_.quick_restart = rng_.unit();
+    w_.propose = 0.05 + rng_.unit() * 0.35;
     w_.transfer = storm(0.005);
     w_.compact_every = rng_.range(3, 60);
     pre_vote_ = rng_.chance(0.8);
@@ -203,7 +218,7 @@ class Simulation {
     heartbeat_ticks_ = static_cast<int>(rng_.range(1, 3));
     max_inflight_ = rng_.range(1, 8);
     max_entries_ = rng_.range(1, 16);
-    chunk_bytes_ = rng_.range(512, 8192);
+    chunk_bytes_ = rng_.range(1024, 16384);
     trace("weather loss=%.3f dup=%.3f flip=%.4f delay<=%llu part=%.3f clog=%.3f crash=%.4f io_crash=%.4f "
           "prevote=%d checkquorum=%d",
           w_.loss, w_.duplicate, w_.bit_flip, static_cast<unsigned long long>(w_.max_delay_steps),
@@ -386,7 +401,7 @@ class Simulation {
     n.up = false;
     n.raft.reset();
     n.table.reset();
-    n.restart_step = step_ + rng_.range(5, 80);
+    n.restart_step = step_ + (rng_.chance(w_.quick_restart) ? rng_.range(1, 3) : rng_.range(5, 80));
     ++result_.crashes;
   }
 
