@@ -84,6 +84,8 @@ struct Weather {
   double crash = 0;          // per step: crash a random node
   double crash_in_io = 0;    // per Ready: crash half way through persisting it
   double quick_restart = 0;  // per crash: back within 1-3 steps (a fast reboot)
+  double crash_leader = 0;   // per step: crash whoever leads (leader changes are where bugs live)
+  double crash_new_leader = 0;  // per election: crash the winner within a few steps (Figure 8's recipe)
   double propose = 0;        // per step: a client sends a command
   double transfer = 0;       // per step: ask the leader to hand over
   std::uint64_t compact_every = 20;  // applied entries between snapshots
@@ -210,6 +212,8 @@ class Simulation {
     w_.crash = storm(0.02);
     w_.crash_in_io = storm(0.04);
     w_.quick_restart = rng_.unit();
+    w_.crash_leader = storm(0.02);
+    w_.crash_new_leader = storm(0.5);
     w_.propose = 0.05 + rng_.unit() * 0.35;
     w_.transfer = storm(0.005);
     w_.compact_every = rng_.range(3, 60);
@@ -217,7 +221,7 @@ class Simulation {
     check_quorum_ = rng_.chance(0.8);
     heartbeat_ticks_ = static_cast<int>(rng_.range(1, 3));
     max_inflight_ = rng_.range(1, 8);
-    max_entries_ = rng_.range(1, 16);
+    max_entries_ = rng_.chance(0.4) ? 1 : rng_.range(2, 16);
     chunk_bytes_ = rng_.range(1024, 16384);
     trace("weather loss=%.3f dup=%.3f flip=%.4f delay<=%llu part=%.3f clog=%.3f crash=%.4f io_crash=%.4f "
           "prevote=%d checkquorum=%d",
@@ -492,6 +496,19 @@ class Simulation {
       std::size_t b = rng_.range(1, n);
       clogged_until_[a][b] = step_ + rng_.range(5, 60);
     }
+    for (std::size_t i = 0; i < doomed_.size();) {
+      Doomed d = doomed_[i];
+      if (d.step > step_) {
+        ++i;
+        continue;
+      }
+      doomed_.erase(doomed_.begin() + static_cast<std::ptrdiff_t>(i));
+      Node& v = nodes_[d.node - 1];
+      if (v.up && v.raft->term() == d.term) crash(v, "new leader");
+    }
+    if (rng_.chance(w_.crash_leader)) {
+      if (Node* l = find_leader()) crash(*l, "leader");
+    }
     if (rng_.chance(w_.crash)) {
       Node& v = nodes_[rng_.below(n)];
       if (v.up) crash(v, "random");
@@ -622,8 +639,13 @@ class Simulation {
       // Election Safety: at most one leader per term.
       if (r.role() == Role::kLeader) {
         auto [it, fresh] = leaders_.try_emplace(r.term(), n.id);
-        if (fresh) trace("n%llu leads term %llu (last %llu commit %llu)", ull(n.id), ull(r.term()),
-                         ull(r.last_index()), ull(r.commit()));
+        if (fresh) {
+          trace("n%llu leads term %llu (last %llu commit %llu)", ull(n.id), ull(r.term()),
+                ull(r.last_index()), ull(r.commit()));
+          if (step_ < faults_end_ && rng_.chance(w_.crash_new_leader)) {
+            doomed_.push_back({step_ + rng_.range(0, 3), n.id, r.term()});
+          }
+        }
         if (!fresh && it->second != n.id) {
           fail("election safety", "term " + std::to_string(r.term()) + " has leaders n" +
                                       std::to_string(it->second) + " and n" + std::to_string(n.id));
@@ -765,6 +787,13 @@ class Simulation {
   std::uint64_t decode_errors_ = 0;
   std::map<Index, HistoryEntry> history_;
   std::map<Term, NodeId> leaders_;
+  // A leader of `term` to crash at `step` (if it still runs in that term).
+  struct Doomed {
+    std::uint64_t step;
+    NodeId node;
+    Term term;
+  };
+  std::vector<Doomed> doomed_;
   Index marker_index_ = 0;
   Term marker_term_ = 0;
   bool liveness_done_ = false;
