@@ -725,7 +725,7 @@ void Raft::send_heartbeat(NodeId to) {
   m.to = to;
   // Never tell a follower a commit beyond what we know it holds: it could
   // hold a different entry there (from an older leader).
-  m.commit = std::min(pr.match, commit_);
+  m.commit = cfg_.faults.heartbeat_full_commit ? commit_ : std::min(pr.match, commit_);
   send(std::move(m));
 }
 

@@ -248,6 +248,7 @@ class Simulation {
       case PlantedBug::kVoteBeforePersist: c.faults.vote_before_persist = true; break;
       case PlantedBug::kKeepVoteOnNewTerm: c.faults.keep_vote_on_new_term = true; break;
       case PlantedBug::kSkipLogUpToDate: c.faults.skip_log_up_to_date_check = true; break;
+      case PlantedBug::kHeartbeatFullCommit: c.faults.heartbeat_full_commit = true; break;
     }
     return c;
   }
@@ -804,7 +805,8 @@ class Simulation {
 
 bool parse_planted_bug(std::string_view name, PlantedBug& out) {
   for (PlantedBug b : {PlantedBug::kNone, PlantedBug::kCommitOldTerm, PlantedBug::kVoteBeforePersist,
-                       PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate}) {
+                       PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate,
+                       PlantedBug::kHeartbeatFullCommit}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -820,6 +822,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kVoteBeforePersist: return "vote-before-persist";
     case PlantedBug::kKeepVoteOnNewTerm: return "keep-vote-on-new-term";
     case PlantedBug::kSkipLogUpToDate: return "skip-log-up-to-date";
+    case PlantedBug::kHeartbeatFullCommit: return "heartbeat-full-commit";
   }
   return "?";
 }

@@ -32,6 +32,7 @@ enum class PlantedBug {
   kVoteBeforePersist,   // send a vote grant before it is durable
   kKeepVoteOnNewTerm,   // do not clear the vote when the term grows
   kSkipLogUpToDate,     // grant votes to candidates with stale logs
+  kHeartbeatFullCommit, // heartbeats tell followers the leader's whole commit index
 };
 
 // Parses a --bug name; false when unknown.
