@@ -152,6 +152,7 @@ void Raft::send(Message m) {
   bool is_answer = m.type == MessageType::kVoteResp || m.type == MessageType::kAppendResp ||
                    m.type == MessageType::kHeartbeatResp || m.type == MessageType::kSnapshotResp;
   if (cfg_.faults.vote_before_persist && m.type == MessageType::kVoteResp) is_answer = false;
+  if (cfg_.faults.ack_before_persist && m.type == MessageType::kAppendResp) is_answer = false;
   if (is_answer && state_dirty()) {
     msgs_after_persist_.push_back(std::move(m));
   } else {

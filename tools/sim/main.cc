@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", first_seed, "first seed");
   app.add_option("--bug", bug,
                  "plant a bug: none, commit-old-term, vote-before-persist, keep-vote-on-new-term, "
-                 "skip-log-up-to-date, heartbeat-full-commit");
+                 "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist");
   app.add_flag("-v,--verbose", opts.verbose, "trace every event");
   app.add_flag("--trace-messages", opts.trace_messages, "also trace every delivered message");
   CLI11_PARSE(app, argc, argv);

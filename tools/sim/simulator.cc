@@ -169,10 +169,17 @@ class Simulation {
         process(n);
       }
       check_invariants();
-      if (result_.passed && step_ >= faults_end_ && liveness_done_) break;
+      if (result_.passed && step_ >= faults_end_ && liveness_done_) {
+        check_replicas_converged();
+        if (converged_ || step_ >= liveness_deadline()) break;
+      }
       if (step_ + 1 == opts_.steps && !liveness_done_ && step_ < liveness_deadline()) {
         ++opts_.steps;  // a snapshot is still streaming: its budget is not spent yet
       }
+    }
+    if (result_.passed && liveness_done_ && !converged_) {
+      fail("replicas converge", "replicas did not settle on one applied index after faults stopped" +
+                                    cluster_summary());
     }
     if (result_.passed && !liveness_done_) {
       fail("liveness", "no leader committed a new proposal on every node within " +
@@ -249,6 +256,7 @@ class Simulation {
       case PlantedBug::kKeepVoteOnNewTerm: c.faults.keep_vote_on_new_term = true; break;
       case PlantedBug::kSkipLogUpToDate: c.faults.skip_log_up_to_date_check = true; break;
       case PlantedBug::kHeartbeatFullCommit: c.faults.heartbeat_full_commit = true; break;
+      case PlantedBug::kAckBeforePersist: c.faults.ack_before_persist = true; break;
     }
     return c;
   }
@@ -671,6 +679,69 @@ class Simulation {
     }
     check_log_matching();
     check_leader_completeness();
+    check_progress_sound();
+  }
+
+  // What a leader believes about a follower in its own term must be true:
+  // the follower holds (durably, since acks wait for persistence) every
+  // entry up to `match`, with the leader's terms.
+  void check_progress_sound() {
+    for (const Node& l : nodes_) {
+      if (!l.up || !result_.passed || l.raft->role() != Role::kLeader) continue;
+      for (const raft::PeerProgress& p : l.raft->progress()) {
+        const Node& f = nodes_[p.id - 1];
+        if (p.id == l.id || !f.up || f.raft->term() != l.raft->term()) continue;
+        bool ok = p.match <= f.raft->last_index();
+        if (ok && p.match > std::max(f.raft->snapshot_meta().index, l.raft->snapshot_meta().index)) {
+          ok = f.raft->term_at(p.match) == l.raft->term_at(p.match);
+        }
+        if (!ok) {
+          fail("progress soundness", "leader n" + std::to_string(l.id) + " believes n" + std::to_string(f.id) +
+                                         " matches through " + std::to_string(p.match) + " but it has last " +
+                                         std::to_string(f.raft->last_index()));
+          return;
+        }
+      }
+    }
+  }
+
+  // Once every replica applied the same prefix, their lock tables must be
+  // identical (keys, holders, tokens, deadlines, queues).
+  static std::string table_digest(const locks::LockTable& t) {
+    std::vector<std::string> rows;
+    t.for_each([&](const std::string& key, const locks::KeyState& k) {
+      std::string row = key + " " + k.owner + " " + std::to_string(k.token) + " " +
+                        std::to_string(k.expires_at_ns) + " " + std::to_string(k.lease_ms);
+      if (k.waiters) {
+        for (const locks::Waiter& w : *k.waiters) {
+          row += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.wait_deadline_ns);
+        }
+      }
+      rows.push_back(std::move(row));
+    });
+    std::sort(rows.begin(), rows.end());
+    std::string out = "next " + std::to_string(t.next_token());
+    for (const std::string& r : rows) out += "\n" + r;
+    return out;
+  }
+
+  void check_replicas_converged() {
+    const Node* ref = nullptr;
+    for (const Node& n : nodes_) {
+      if (!n.up) return;
+      if (ref && n.applied != ref->applied) return;  // not settled yet
+      if (!ref) ref = &n;
+    }
+    converged_ = true;
+    std::string want = table_digest(*ref->table);
+    for (const Node& n : nodes_) {
+      if (table_digest(*n.table) != want) {
+        fail("replicas converge", "n" + std::to_string(n.id) + " and n" + std::to_string(ref->id) +
+                                      " applied through " + std::to_string(ref->applied) +
+                                      " but hold different lock tables");
+        return;
+      }
+    }
   }
 
   // Log Matching: two logs with the same term at an index agree on every
@@ -798,6 +869,7 @@ class Simulation {
   Index marker_index_ = 0;
   Term marker_term_ = 0;
   bool liveness_done_ = false;
+  bool converged_ = false;  // all replicas applied the same prefix and hold equal tables
   SeedResult result_;
 };
 
@@ -806,7 +878,7 @@ class Simulation {
 bool parse_planted_bug(std::string_view name, PlantedBug& out) {
   for (PlantedBug b : {PlantedBug::kNone, PlantedBug::kCommitOldTerm, PlantedBug::kVoteBeforePersist,
                        PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate,
-                       PlantedBug::kHeartbeatFullCommit}) {
+                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -823,6 +895,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kKeepVoteOnNewTerm: return "keep-vote-on-new-term";
     case PlantedBug::kSkipLogUpToDate: return "skip-log-up-to-date";
     case PlantedBug::kHeartbeatFullCommit: return "heartbeat-full-commit";
+    case PlantedBug::kAckBeforePersist: return "ack-before-persist";
   }
   return "?";
 }

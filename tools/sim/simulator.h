@@ -33,6 +33,7 @@ enum class PlantedBug {
   kKeepVoteOnNewTerm,   // do not clear the vote when the term grows
   kSkipLogUpToDate,     // grant votes to candidates with stale logs
   kHeartbeatFullCommit, // heartbeats tell followers the leader's whole commit index
+  kAckBeforePersist,    // acknowledge appended entries before they are durable
 };
 
 // Parses a --bug name; false when unknown.

@@ -79,6 +79,7 @@ struct FaultInjection {
   bool keep_vote_on_new_term = false;    // forget to clear the vote when the term grows
   bool skip_log_up_to_date_check = false;  // grant votes to candidates with stale logs
   bool heartbeat_full_commit = false;    // heartbeats carry the leader's commit, not min(match, commit)
+  bool ack_before_persist = false;       // acknowledge appends before the entries are durable
 };
 
 // Where to find randomness: returns a uniformly random 64-bit number.
