@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "lockd/cluster/lock_command.h"
@@ -171,6 +172,7 @@ class Simulation {
       check_invariants();
       if (result_.passed && step_ >= faults_end_ && liveness_done_) {
         check_replicas_converged();
+        if (converged_) check_pending_committed();
         if (converged_ || step_ >= liveness_deadline()) break;
       }
       if (step_ + 1 == opts_.steps && !liveness_done_ && step_ < liveness_deadline()) {
@@ -583,7 +585,10 @@ class Simulation {
       c.waiter = next_waiter_ > 0 ? rng_.range(1, next_waiter_) : 1;
     }
     auto r = target->raft->propose(cluster::encode_lock_command(c));
-    if (r.error == raft::ProposeError::kOk) process(*target);
+    if (r.error == raft::ProposeError::kOk) {
+      accepted_.emplace_back(r.index, r.term);
+      process(*target);
+    }
   }
 
   // After the faults: keep proposing a marker until one commits everywhere.
@@ -596,6 +601,7 @@ class Simulation {
       c.waiter = 0;
       auto r = l->raft->propose(cluster::encode_lock_command(c));
       if (r.error == raft::ProposeError::kOk) {
+        accepted_.emplace_back(r.index, r.term);
         marker_index_ = r.index;
         marker_term_ = r.term;
         process(*l);
@@ -705,6 +711,26 @@ class Simulation {
     }
   }
 
+  // Every proposal the final leader accepted in its own term has committed
+  // by now (proposals of earlier leaders may be lost, and clients retry).
+  void check_pending_committed() {
+    Node* l = find_leader();
+    if (!l) return;
+    Term t = l->raft->term();
+    std::size_t checked = 0;
+    for (const auto& [index, term] : accepted_) {
+      if (term != t) continue;
+      ++checked;
+      auto it = history_.find(index);
+      if (it == history_.end() || it->second.term != term) {
+        fail("liveness", "proposal at (" + std::to_string(index) + ", term " + std::to_string(term) +
+                             ") accepted by the current leader never committed");
+        return;
+      }
+    }
+    trace("all %zu proposals of the final term %llu committed", checked, ull(t));
+  }
+
   // Once every replica applied the same prefix, their lock tables must be
   // identical (keys, holders, tokens, deadlines, queues).
   static std::string table_digest(const locks::LockTable& t) {
@@ -733,6 +759,7 @@ class Simulation {
       if (!ref) ref = &n;
     }
     converged_ = true;
+    trace("replicas converged at applied %llu", ull(ref->applied));
     std::string want = table_digest(*ref->table);
     for (const Node& n : nodes_) {
       if (table_digest(*n.table) != want) {
@@ -869,7 +896,8 @@ class Simulation {
   Index marker_index_ = 0;
   Term marker_term_ = 0;
   bool liveness_done_ = false;
-  bool converged_ = false;  // all replicas applied the same prefix and hold equal tables
+  bool converged_ = false;
+  std::vector<std::pair<Index, Term>> accepted_;  // every proposal a leader accepted  // all replicas applied the same prefix and hold equal tables
   SeedResult result_;
 };
 
