@@ -1,0 +1,74 @@
+// LockCommand: one lock-table mutation as it travels through the Raft log.
+//
+// In cluster mode the leader turns a client's request into a LockCommand,
+// stamps it with its own clock (`now_ns`), proposes the encoding, and every
+// replica applies the committed command to its LockTable. Since the table
+// is a pure function of its command sequence and the stamped times, all
+// replicas reach the same state and hand out the same tokens.
+//
+// "Enqueue" is an Acquire with wait_ms > 0: the table queues it under
+// `waiter` when the key is held.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/common/time.h"
+#include "lockd/locks/lock_table.h"
+
+namespace lockd::cluster {
+
+// Which LockTable operation a command replays.
+enum class LockCommandType : std::uint8_t {
+  kAcquire = 1,       // LockTable::acquire (queues when wait_ms > 0)
+  kRelease = 2,       // LockTable::release(token, key)
+  kExpire = 3,        // LockTable::expire(key, token), proposed by the leader's lease heap
+  kCancelWaiter = 4,  // LockTable::cancel_waiter(waiter): its client went away
+};
+
+// One command; which fields matter depends on `type`.
+struct LockCommand {
+  LockCommandType type = LockCommandType::kAcquire;
+  TimeNs now_ns = 0;           // the proposing leader's clock
+  std::string owner;           // kAcquire
+  std::string key;             // kAcquire, kRelease, kExpire
+  std::uint64_t lease_ms = 0;  // kAcquire
+  std::uint64_t wait_ms = 0;   // kAcquire
+  locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
+  locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
+  locks::Token token = 0;      // kRelease, kExpire
+
+  bool operator==(const LockCommand&) const = default;
+};
+
+// Bounds on decoded strings (the protocol's own limits are far smaller).
+constexpr std::size_t kMaxLockCommandField = 4096;
+
+// Why bytes were not a LockCommand.
+enum class LockCommandError {
+  kOk = 0,      // decoded
+  kTruncated,   // ran out of bytes
+  kBadVersion,  // unknown encoding version
+  kBadType,     // unknown command type
+  kTooLong,     // a string field beyond kMaxLockCommandField
+  kTrailing,    // bytes left over
+};
+
+std::string encode_lock_command(const LockCommand& c);
+LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
+
+// What applying one command did, for replies and for the simulator's
+// cross-replica comparison.
+struct ApplyOutcome {
+  std::string summary;                  // a stable one-line description of the result
+  locks::Token granted = 0;             // token granted to the caller, 0 if none
+  std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
+};
+
+// Applies `c` to `table` at time max(c.now_ns, floor_ns): replicas must not
+// let a command stamped by an older leader move the table's clock back.
+ApplyOutcome apply_lock_command(locks::LockTable& table, const LockCommand& c, TimeNs floor_ns);
+
+}  // namespace lockd::cluster

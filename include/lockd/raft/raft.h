@@ -1,0 +1,384 @@
+// Raft: the consensus core, as a pure state machine.
+//
+// It owns no socket, file, clock, thread or global RNG. The driver feeds it
+// inputs — tick(), step(message), propose(data), transfer_leadership(),
+// compact() — and collects every output in one Ready batch:
+//
+//   Ready rd = raft.ready();
+//   send(rd.messages);                      // safe to send right away
+//   persist(rd.snapshot, rd.entries, rd.hard_state);   // durable, in this order
+//   install(rd.snapshot); apply(rd.committed);
+//   raft.advance();                          // "persisted up to here"
+//
+// The persistence rule lives in the core, not in the driver: a message that
+// depends on state not yet durable (a vote grant, an append ack, any answer
+// given while term/vote/entries are dirty) is held back and only appears in
+// the Ready *after* the advance() that acknowledged that state. So a driver
+// that sends rd.messages before persisting, or that crashes between the two,
+// cannot make the node promise something it forgets. The leader also counts
+// itself towards a commit quorum only for entries it has persisted, and a
+// candidate counts its own vote only once that vote is persisted.
+//
+// Between ready() and advance() the driver calls nothing else on the core
+// (checked): one Ready is one group commit.
+//
+// Protocol (Raft paper + Ongaro's thesis): randomized election timeouts in
+// [election_ticks, 2*election_ticks); PreVote; CheckQuorum with leader
+// stickiness; a no-op at the start of each leader term; commit by counting
+// only current-term entries (§5.4.2, Figure 8); batched, pipelined appends
+// with a per-follower in-flight window; fast conflict back-off by term;
+// snapshots, log compaction and chunked InstallSnapshot; leadership
+// transfer with TimeoutNow. Membership is fixed at construction.
+//
+// Runs on the node's loop thread; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/raft/message.h"
+#include "lockd/raft/storage.h"
+#include "lockd/raft/types.h"
+
+namespace lockd::raft {
+
+// Default bounds; each has a Config field so tests can shrink it.
+constexpr std::size_t kDefaultMaxInflight = 8;                 // appends in flight per follower
+constexpr std::size_t kDefaultMaxEntriesPerAppend = 64;        // entries in one kAppend
+constexpr std::size_t kDefaultMaxBytesPerAppend = 1u << 20;    // payload bytes in one kAppend
+constexpr std::size_t kDefaultSnapshotChunkBytes = 64u << 10;  // bytes in one kSnapshot
+constexpr std::size_t kDefaultMaxSnapshotChunksInflight = 4;   // kSnapshot chunks unacked per follower
+constexpr std::size_t kDefaultMaxSnapshotBytes = 1u << 30;     // refuse larger incoming snapshots
+constexpr std::size_t kDefaultMaxUncommittedEntries = 4096;    // proposals beyond commit
+constexpr std::size_t kDefaultMaxApplyEntries = 1024;          // committed entries per Ready
+constexpr std::size_t kMaxVoters = 9;                          // cluster size cap
+
+// The role a node plays in its current term.
+enum class Role : std::uint8_t {
+  kFollower = 0,      // follows `leader` (maybe unknown) and votes
+  kPreCandidate = 1,  // polling peers (PreVote) before bumping its term
+  kCandidate = 2,     // asked for votes at its (bumped) term
+  kLeader = 3,        // accepts proposals and replicates them
+};
+std::string_view to_string(Role r);
+
+// Deliberate bugs for proving the simulator can catch them. Tests and
+// lockd-sim only; every field is false in production configs.
+struct FaultInjection {
+  bool commit_old_term_entries = false;  // count replicas of old-term entries (breaks Figure 8)
+  bool vote_before_persist = false;      // send a vote grant before the vote is durable
+  bool keep_vote_on_new_term = false;    // forget to clear the vote when the term grows
+  bool skip_log_up_to_date_check = false;  // grant votes to candidates with stale logs
+  bool heartbeat_full_commit = false;    // heartbeats carry the leader's commit, not min(match, commit)
+  bool ack_before_persist = false;       // acknowledge appends before the entries are durable
+};
+
+// Where to find randomness: returns a uniformly random 64-bit number.
+// Replaceable so tests and the simulator decide every draw.
+using RandomFn = std::function<std::uint64_t()>;
+
+// What a node needs to know to run. See validate() for the rules.
+struct Config {
+  NodeId id = kNoNode;
+  std::vector<NodeId> voters;  // every member, `id` included
+  int election_ticks = 10;     // follower timeout base; drawn from [N, 2N)
+  int heartbeat_ticks = 1;     // leader heartbeat period; < election_ticks
+  bool pre_vote = true;        // poll before campaigning (thesis §9.6)
+  bool check_quorum = true;    // leader steps down without a quorum; voters honour leases
+  std::size_t max_inflight = kDefaultMaxInflight;
+  std::size_t max_entries_per_append = kDefaultMaxEntriesPerAppend;
+  std::size_t max_bytes_per_append = kDefaultMaxBytesPerAppend;
+  std::size_t snapshot_chunk_bytes = kDefaultSnapshotChunkBytes;
+  std::size_t max_snapshot_chunks_inflight = kDefaultMaxSnapshotChunksInflight;
+  std::size_t max_snapshot_bytes = kDefaultMaxSnapshotBytes;
+  std::size_t max_uncommitted_entries = kDefaultMaxUncommittedEntries;
+  std::size_t max_apply_entries = kDefaultMaxApplyEntries;
+  std::uint64_t rng_seed = 1;  // seeds the built-in generator when `random` is empty
+  RandomFn random;             // overrides the built-in generator
+  FaultInjection faults;       // test-only
+};
+
+// Why a Config was refused (an operator error, so a value).
+enum class ConfigError {
+  kOk = 0,            // usable
+  kNoId,              // id is kNoNode
+  kNotAVoter,         // id is not among voters
+  kBadVoters,         // empty, duplicated, kNoNode or more than kMaxVoters
+  kBadTicks,          // heartbeat_ticks < 1 or election_ticks <= heartbeat_ticks
+  kZeroLimit,         // a bound is zero
+};
+ConfigError validate(const Config& cfg);
+std::string_view to_string(ConfigError e);
+
+// Everything the core wants done since the last Ready, in the order it must
+// be done: persist snapshot, entries, then hard_state (last, so a torn write
+// that kept the hard state also kept the entries its commit index covers);
+// send messages (they never depend on anything in this batch); install the
+// snapshot; apply committed.
+struct Ready {
+  std::optional<HardState> hard_state;  // write when set
+  std::optional<Snapshot> snapshot;     // received from the leader: persist, then restore the state machine from it
+  std::vector<Entry> entries;           // append; the first may overwrite a stored suffix
+  std::vector<Message> messages;        // send, in any order, over any transport
+  std::vector<Entry> committed;         // apply in order (after `snapshot`)
+
+  bool empty() const {
+    return !hard_state && !snapshot && entries.empty() && messages.empty() && committed.empty();
+  }
+};
+
+// Why a proposal was refused.
+enum class ProposeError {
+  kOk = 0,               // appended at (index, term); not yet committed
+  kNotLeader,            // ask the leader (status().leader), or retry later
+  kTransferring,         // a leadership transfer is in progress
+  kTooManyUncommitted,   // back-pressure: max_uncommitted_entries reached
+  kTooLarge,             // one entry larger than max_bytes_per_append
+};
+std::string_view to_string(ProposeError e);
+
+struct ProposeResult {
+  ProposeError error = ProposeError::kOk;
+  Index index = 0;  // when kOk: where the entry sits; committed if and when
+  Term term = 0;    // an entry at `index` with this `term` is applied
+};
+
+// Why a peer message was refused (peer input, so a value, never a crash).
+enum class StepError {
+  kOk = 0,          // processed (possibly ignored as stale)
+  kWrongRecipient,  // `to` is not this node
+  kUnknownPeer,     // `from` is not a voter, or is this node
+  kMalformed,       // fields inconsistent (gaps in entries, chunk past total, ...)
+};
+std::string_view to_string(StepError e);
+
+// How the leader is replicating to one follower.
+enum class ProgressState : std::uint8_t {
+  kProbe = 0,      // next is a guess: one append at a time until it matches
+  kReplicate = 1,  // next is known: stream appends, up to max_inflight
+  kSnapshot = 2,   // the follower needs entries we compacted: sending a snapshot
+};
+std::string_view to_string(ProgressState s);
+
+// The leader's view of one follower, for /v1/cluster and tests.
+struct PeerProgress {
+  NodeId id = kNoNode;
+  Index match = 0;   // highest index known replicated (and persisted) there
+  Index next = 0;    // next index to send
+  ProgressState state = ProgressState::kProbe;
+  bool recent_active = false;        // heard from it in this election period
+  std::uint64_t ticks_since_contact = 0;
+  std::size_t inflight = 0;          // appends sent, not acked
+  std::uint64_t snapshot_offset = 0; // kSnapshot: bytes acked so far
+};
+
+// A node's volatile summary.
+struct Status {
+  NodeId id = kNoNode;
+  Role role = Role::kFollower;
+  Term term = 0;
+  NodeId vote = kNoNode;
+  NodeId leader = kNoNode;     // kNoNode when unknown
+  Index commit = 0;
+  Index applied = 0;
+  Index first_index = 1;       // first entry still in the log (after the snapshot)
+  Index last_index = 0;
+  Index snapshot_index = 0;
+  NodeId transferee = kNoNode; // leadership transfer in progress to
+};
+
+// Counters for metrics and the simulator; only grow.
+struct RaftStats {
+  std::uint64_t elections_started = 0;   // real campaigns (term bumped)
+  std::uint64_t pre_votes_started = 0;
+  std::uint64_t leaderships = 0;         // times this node became leader
+  std::uint64_t step_downs_check_quorum = 0;
+  std::uint64_t snapshots_sent = 0;      // complete snapshots acked by followers
+  std::uint64_t snapshots_installed = 0;
+  std::uint64_t rejected_messages = 0;   // StepError != kOk
+  std::uint64_t committed_conflicts = 0; // appends that would rewrite committed entries (a peer bug)
+};
+
+class Raft {
+ public:
+  // Restarts from whatever `storage` holds (nothing, on a fresh node). The
+  // caller has already restored its state machine from storage.snapshot().
+  // Checks validate(cfg) == kOk (building with a bad config is our bug).
+  Raft(Config cfg, const Storage& storage);
+
+  Raft(const Raft&) = delete;
+  Raft& operator=(const Raft&) = delete;
+
+  // --- inputs ---
+  // One unit of logical time; the driver calls it at a fixed period.
+  void tick();
+  // Handles one message from a peer.
+  StepError step(const Message& m);
+  // Appends a command if this node is the leader.
+  ProposeResult propose(std::string data);
+  // Starts an election now (as on an election timeout). Tests and operators.
+  void campaign();
+  // Leader: hand leadership to `target` once it is caught up. Returns false
+  // if not the leader or `target` is not another voter.
+  bool transfer_leadership(NodeId target);
+  // The state machine took a snapshot covering [1, index] (index <=
+  // applied). The core drops those entries and sends `data` to followers that
+  // fall behind them. The caller persists the snapshot itself.
+  void compact(Index index, std::string data);
+
+  // --- outputs ---
+  bool has_ready() const;
+  Ready ready();
+  // Everything in the last Ready is durable, sent and applied.
+  void advance();
+
+  // --- views ---
+  Status status() const;
+  std::vector<PeerProgress> progress() const;  // leader only; empty otherwise
+  const RaftStats& stats() const { return stats_; }
+  NodeId id() const { return cfg_.id; }
+  Term term() const { return term_; }
+  Role role() const { return role_; }
+  NodeId leader() const { return leader_; }
+  Index commit() const { return commit_; }
+  Index last_index() const;
+  // Term of the entry at `i`: nullopt when compacted away or beyond the log.
+  std::optional<Term> term_at(Index i) const;
+  const SnapshotMeta& snapshot_meta() const { return snapshot_meta_; }
+  std::span<const Entry> log() const { return entries_; }  // after the snapshot
+
+ private:
+  static constexpr std::uint64_t kNoRewind = ~std::uint64_t{0};
+
+  // Replication state of one follower, leader only.
+  struct Progress {
+    Index match = 0;
+    Index next = 1;
+    ProgressState state = ProgressState::kProbe;
+    bool probe_sent = false;       // kProbe: an append is out, wait for its answer
+    std::deque<Index> inflight;    // kReplicate: last index of each unacked append
+    bool recent_active = false;    // CheckQuorum: heard from it this period
+    std::uint64_t last_contact_tick = 0;
+    // kSnapshot: the snapshot being sent, pinned so a newer compaction on
+    // the leader does not restart a long transfer from byte 0.
+    SnapshotMeta snapshot_meta;
+    std::shared_ptr<const std::string> snapshot_data;
+    std::uint64_t snapshot_offset = 0;   // kSnapshot: bytes the follower acked
+    std::uint64_t snapshot_sent = 0;     // kSnapshot: bytes sent (>= acked)
+    bool snapshot_all_sent = false;      // kSnapshot: the last chunk went out
+    bool snapshot_progressed = false;    // kSnapshot: an ack since last heartbeat
+    std::uint64_t snapshot_rewound_to = kNoRewind;  // kSnapshot: last offset a reject rewound to
+  };
+
+  // A snapshot being received chunk by chunk from the leader.
+  struct IncomingSnapshot {
+    SnapshotMeta meta;
+    std::uint64_t total_bytes = 0;
+    std::string data;
+  };
+
+  std::uint64_t random();
+  void reset_randomized_timeout();
+  std::size_t quorum() const { return cfg_.voters.size() / 2 + 1; }
+  bool is_voter(NodeId id) const;
+  Term last_term() const;
+  bool log_up_to_date(Term log_term, Index index) const;
+
+  void become_follower(Term term, NodeId leader);
+  void become_pre_candidate();
+  void become_candidate();
+  void become_leader();
+  void reset(Term term);
+  void start_election(bool pre_vote, bool transfer);
+  // Records a (pre)vote; returns +1 won, -1 lost, 0 pending.
+  int poll(NodeId from, bool granted);
+
+  void tick_election();
+  void tick_heartbeat();
+
+  void step_leader(const Message& m);
+  void step_candidate(const Message& m);
+  void step_follower(const Message& m);
+  void handle_vote_request(const Message& m);
+  void handle_append(const Message& m);
+  void handle_heartbeat(const Message& m);
+  void handle_snapshot_chunk(const Message& m);
+  void handle_append_resp(const Message& m);
+  void handle_snapshot_resp(const Message& m);
+  StepError validate_message(const Message& m) const;
+
+  // Leader: send entries (or a snapshot) to `to` if its window allows.
+  bool send_append(NodeId to, bool send_if_empty);
+  // Leader: starts sending the current snapshot to a follower.
+  void start_snapshot(NodeId to, Progress& pr);
+  // Leader: sends chunks of the pinned snapshot while the window allows.
+  void send_snapshot_chunks(NodeId to, Progress& pr);
+  void send_heartbeat(NodeId to);
+  void broadcast_append(bool send_if_empty);
+  bool maybe_commit();
+  bool quorum_active() const;
+  void become_probe(Progress& pr);
+  void become_replicate(Progress& pr);
+  void append_entry(EntryType type, std::string data);
+  void truncate_and_append(std::span<const Entry> entries);
+  void install_snapshot(const SnapshotMeta& meta, std::string data);
+  void commit_to(Index index);
+  // Leader: its own durable match index.
+  Index self_match() const { return stable_index_; }
+
+  // Queues `m`; held back until advance() if it answers from dirty state.
+  void send(Message m);
+  bool state_dirty() const;
+
+  Config cfg_;
+  std::uint64_t rng_state_;  // built-in splitmix64 state
+
+  // Persistent state (mirrors storage once acknowledged).
+  Term term_ = 0;
+  NodeId vote_ = kNoNode;
+  SnapshotMeta snapshot_meta_;  // latest snapshot (ours or the leader's)
+  std::shared_ptr<const std::string> snapshot_data_;  // its bytes, shared with transfers
+  std::vector<Entry> entries_; // entries_[i].index == snapshot_meta_.index + 1 + i
+
+  // Volatile state.
+  Role role_ = Role::kFollower;
+  NodeId leader_ = kNoNode;
+  Index commit_ = 0;
+  Index applied_ = 0;
+  int election_elapsed_ticks_ = 0;
+  int heartbeat_elapsed_ticks_ = 0;
+  int randomized_timeout_ticks_ = 0;
+  std::uint64_t ticks_ = 0;  // ticks since this object was built
+  std::map<NodeId, bool> votes_;
+  bool self_vote_pending_ = false;  // candidate: own vote counts once persisted
+  std::map<NodeId, Progress> progress_;  // leader: every voter but self
+  NodeId lead_transferee_ = kNoNode;
+  std::optional<IncomingSnapshot> incoming_;
+  bool pending_broadcast_ = false;        // leader: new entries to stream
+  bool pending_commit_broadcast_ = false; // leader: commit moved, tell everyone
+
+  // Persistence bookkeeping.
+  Index stable_index_ = 0;   // every entry up to here is durable
+  Index unstable_from_ = 1;  // first entry not yet handed out in a Ready
+  HardState handed_hs_;      // last hard state handed out
+  bool snapshot_to_install_ = false;  // snapshot_meta_/data_ came from the leader, not handed out
+  bool ready_outstanding_ = false;    // between ready() and advance()
+  Index ready_applied_to_ = 0;        // what advance() makes `applied_`
+
+  std::vector<Message> msgs_;               // sendable now
+  std::vector<Message> msgs_after_persist_; // waiting for the next Ready's persistence
+  std::vector<Message> msgs_in_ready_;      // waiting for advance() of the current Ready
+
+  RaftStats stats_;
+};
+
+}  // namespace lockd::raft

@@ -1,0 +1,67 @@
+// The vocabulary of the Raft core: terms, indexes, log entries, hard state,
+// snapshot metadata. Plain values, no behaviour; shared by the core, the
+// codec, storage and the simulator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lockd::raft {
+
+// Identifies a member of the cluster. 0 is never a member: it means "none"
+// (no vote cast, no leader known).
+using NodeId = std::uint64_t;
+// A Raft term; 0 only before the first election.
+using Term = std::uint64_t;
+// A position in the replicated log; the first entry is 1, 0 means "before
+// the log" (an empty log's last index).
+using Index = std::uint64_t;
+
+constexpr NodeId kNoNode = 0;
+
+// What a log entry carries; the core only looks at this to skip no-ops.
+enum class EntryType : std::uint8_t {
+  kNoop = 0,     // appended by each new leader so it can commit (paper §8)
+  kCommand = 1,  // opaque payload proposed by the application
+};
+
+// One replicated log entry. `data` is opaque to the core.
+struct Entry {
+  Term term = 0;
+  Index index = 0;
+  EntryType type = EntryType::kCommand;
+  std::string data;
+
+  bool operator==(const Entry&) const = default;
+};
+
+// What must be on disk before the node speaks again after a change:
+// the current term and the vote cast in it (paper Figure 2 "persistent
+// state"). `commit` is carried for a faster restart, never required.
+struct HardState {
+  Term term = 0;
+  NodeId vote = kNoNode;
+  Index commit = 0;
+
+  bool operator==(const HardState&) const = default;
+};
+
+// Where a snapshot ends: it replaces every entry up to and including
+// `index`, whose term was `term` (kept for the Log Matching check of the
+// entry right after it).
+struct SnapshotMeta {
+  Index index = 0;
+  Term term = 0;
+
+  bool operator==(const SnapshotMeta&) const = default;
+};
+
+// A state-machine snapshot: metadata plus the opaque application bytes.
+struct Snapshot {
+  SnapshotMeta meta;
+  std::string data;
+
+  bool operator==(const Snapshot&) const = default;
+};
+
+}  // namespace lockd::raft

@@ -1,0 +1,276 @@
+// Binary codec for Raft frames; see codec.h for the layout.
+#include "lockd/raft/codec.h"
+
+#include <array>
+#include <cstring>
+#include <limits>
+
+namespace lockd::raft {
+namespace {
+
+// CRC-32C reflected polynomial.
+constexpr std::uint32_t kCrc32cPoly = 0x82F63B78u;
+
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kCrc32cPoly : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
+
+// Little-endian writer over a std::string.
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void bytes(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_.append(s);
+  }
+
+ private:
+  std::string& out_;
+};
+
+// Bounds-checked little-endian reader; once it fails it stays failed, so a
+// decoder can read every field and check once at the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  std::uint8_t u8() {
+    if (!need(1)) return 0;
+    return static_cast<std::uint8_t>(in_[pos_++]);
+  }
+  std::uint32_t u32() {
+    if (!need(4)) return 0;
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in_[pos_++])) << (8 * i);
+    return v;
+  }
+  std::uint64_t u64() {
+    if (!need(8)) return 0;
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(in_[pos_++])) << (8 * i);
+    return v;
+  }
+  bool boolean() {
+    std::uint8_t v = u8();
+    if (v > 1) fail(DecodeError::kBadField);
+    return v == 1;
+  }
+  std::string bytes() {
+    std::uint32_t n = u32();
+    if (!need(n)) return {};
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  std::size_t remaining() const { return in_.size() - pos_; }
+  DecodeError error() const { return error_; }
+  void fail(DecodeError e) {
+    if (error_ == DecodeError::kOk) error_ = e;
+  }
+
+ private:
+  bool need(std::size_t n) {
+    if (error_ != DecodeError::kOk) return false;
+    if (remaining() < n) {
+      fail(DecodeError::kTruncated);
+      return false;
+    }
+    return true;
+  }
+  std::string_view in_;
+  std::size_t pos_ = 0;
+  DecodeError error_ = DecodeError::kOk;
+};
+
+void write_entry_fields(Writer& w, const Entry& e) {
+  w.u64(e.term);
+  w.u64(e.index);
+  w.u8(static_cast<std::uint8_t>(e.type));
+  w.bytes(e.data);
+}
+
+void read_entry_fields(Reader& r, Entry& e) {
+  e.term = r.u64();
+  e.index = r.u64();
+  std::uint8_t t = r.u8();
+  if (t > static_cast<std::uint8_t>(EntryType::kCommand)) r.fail(DecodeError::kBadField);
+  e.type = static_cast<EntryType>(t);
+  e.data = r.bytes();
+}
+
+// Frames `body` (which starts with version and kind) into `out`.
+void finish_frame(std::string_view body, std::string& out) {
+  Writer w(out);
+  w.u32(static_cast<std::uint32_t>(body.size() + 4));
+  out.append(body);
+  w.u32(crc32c(body));
+}
+
+// Checks length, CRC and version of a frame spanning `bytes`; on success
+// points `body` at the bytes after version (kind first).
+DecodeError open_frame(std::string_view bytes, std::string_view& body) {
+  if (bytes.size() < kFrameLengthBytes) return DecodeError::kTruncated;
+  Reader r(bytes.substr(0, kFrameLengthBytes));
+  std::uint32_t len = r.u32();
+  if (len > kMaxFrameBytes) return DecodeError::kTooLarge;
+  if (len < 2 + 4) return DecodeError::kTruncated;  // version, kind, crc
+  if (bytes.size() < kFrameLengthBytes + len) return DecodeError::kTruncated;
+  if (bytes.size() > kFrameLengthBytes + len) return DecodeError::kTrailingBytes;
+  std::string_view covered = bytes.substr(kFrameLengthBytes, len - 4);
+  Reader crc_reader(bytes.substr(kFrameLengthBytes + len - 4));
+  if (crc_reader.u32() != crc32c(covered)) return DecodeError::kBadChecksum;
+  if (static_cast<std::uint8_t>(covered[0]) != kCodecVersion) return DecodeError::kBadVersion;
+  body = covered.substr(1);
+  return DecodeError::kOk;
+}
+
+}  // namespace
+
+std::string_view to_string(MessageType t) {
+  switch (t) {
+    case MessageType::kPreVote: return "PreVote";
+    case MessageType::kPreVoteResp: return "PreVoteResp";
+    case MessageType::kVote: return "Vote";
+    case MessageType::kVoteResp: return "VoteResp";
+    case MessageType::kAppend: return "Append";
+    case MessageType::kAppendResp: return "AppendResp";
+    case MessageType::kHeartbeat: return "Heartbeat";
+    case MessageType::kHeartbeatResp: return "HeartbeatResp";
+    case MessageType::kSnapshot: return "Snapshot";
+    case MessageType::kSnapshotResp: return "SnapshotResp";
+    case MessageType::kTimeoutNow: return "TimeoutNow";
+  }
+  return "?";
+}
+
+std::string_view to_string(DecodeError e) {
+  switch (e) {
+    case DecodeError::kOk: return "ok";
+    case DecodeError::kTruncated: return "truncated";
+    case DecodeError::kTooLarge: return "too_large";
+    case DecodeError::kBadVersion: return "bad_version";
+    case DecodeError::kBadKind: return "bad_kind";
+    case DecodeError::kBadChecksum: return "bad_checksum";
+    case DecodeError::kBadField: return "bad_field";
+    case DecodeError::kTrailingBytes: return "trailing_bytes";
+  }
+  return "?";
+}
+
+std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc) {
+  crc = ~crc;
+  for (std::uint8_t b : bytes) crc = kCrcTable[(crc ^ b) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) {
+  crc = ~crc;
+  for (char ch : bytes) crc = kCrcTable[(crc ^ static_cast<std::uint8_t>(ch)) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+void encode_message(const Message& m, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(static_cast<std::uint8_t>(m.type));
+  w.u64(m.from);
+  w.u64(m.to);
+  w.u64(m.term);
+  w.u64(m.log_term);
+  w.u64(m.index);
+  w.u64(m.commit);
+  w.u8(m.reject ? 1 : 0);
+  w.u64(m.reject_hint);
+  w.u8(m.transfer ? 1 : 0);
+  w.u32(static_cast<std::uint32_t>(m.entries.size()));
+  for (const Entry& e : m.entries) write_entry_fields(w, e);
+  w.u64(m.snapshot.index);
+  w.u64(m.snapshot.term);
+  w.u64(m.offset);
+  w.u64(m.total_bytes);
+  w.u8(m.done ? 1 : 0);
+  w.bytes(m.chunk);
+  finish_frame(body, out);
+}
+
+DecodeError decode_message(std::string_view bytes, Message& out) {
+  std::string_view body;
+  if (DecodeError e = open_frame(bytes, body); e != DecodeError::kOk) return e;
+  Reader r(body);
+  std::uint8_t kind = r.u8();
+  if (kind < 1 || kind > kMaxMessageType) return DecodeError::kBadKind;
+  Message m;
+  m.type = static_cast<MessageType>(kind);
+  m.from = r.u64();
+  m.to = r.u64();
+  m.term = r.u64();
+  m.log_term = r.u64();
+  m.index = r.u64();
+  m.commit = r.u64();
+  m.reject = r.boolean();
+  m.reject_hint = r.u64();
+  m.transfer = r.boolean();
+  std::uint32_t n = r.u32();
+  if (n > kMaxDecodedEntries) return DecodeError::kTooLarge;
+  // Each entry takes at least 21 bytes: refuse counts the frame cannot hold
+  // before reserving memory for them.
+  if (static_cast<std::size_t>(n) * 21 > r.remaining()) return DecodeError::kTruncated;
+  m.entries.resize(n);
+  for (Entry& e : m.entries) read_entry_fields(r, e);
+  m.snapshot.index = r.u64();
+  m.snapshot.term = r.u64();
+  m.offset = r.u64();
+  m.total_bytes = r.u64();
+  m.done = r.boolean();
+  m.chunk = r.bytes();
+  if (r.error() != DecodeError::kOk) return r.error();
+  if (r.remaining() != 0) return DecodeError::kTrailingBytes;
+  out = std::move(m);
+  return DecodeError::kOk;
+}
+
+void encode_entry(const Entry& e, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(kEntryRecordKind);
+  write_entry_fields(w, e);
+  finish_frame(body, out);
+}
+
+DecodeError decode_entry(std::string_view bytes, Entry& out) {
+  std::string_view body;
+  if (DecodeError e = open_frame(bytes, body); e != DecodeError::kOk) return e;
+  Reader r(body);
+  if (r.u8() != kEntryRecordKind) return DecodeError::kBadKind;
+  Entry e;
+  read_entry_fields(r, e);
+  if (r.error() != DecodeError::kOk) return r.error();
+  if (r.remaining() != 0) return DecodeError::kTrailingBytes;
+  out = std::move(e);
+  return DecodeError::kOk;
+}
+
+std::size_t frame_size(std::string_view bytes) {
+  if (bytes.size() < kFrameLengthBytes) return 0;
+  Reader r(bytes.substr(0, kFrameLengthBytes));
+  std::uint32_t len = r.u32();
+  if (len > kMaxFrameBytes) return std::numeric_limits<std::size_t>::max();
+  return kFrameLengthBytes + len;
+}
+
+}  // namespace lockd::raft

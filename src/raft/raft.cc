@@ -1,0 +1,1054 @@
+// The Raft core; see raft.h for the contract with the driver.
+#include "lockd/raft/raft.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <utility>
+
+#include "lockd/common/check.h"
+#include "lockd/raft/codec.h"
+
+namespace lockd::raft {
+
+std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::kFollower: return "follower";
+    case Role::kPreCandidate: return "pre-candidate";
+    case Role::kCandidate: return "candidate";
+    case Role::kLeader: return "leader";
+  }
+  return "?";
+}
+
+std::string_view to_string(ConfigError e) {
+  switch (e) {
+    case ConfigError::kOk: return "ok";
+    case ConfigError::kNoId: return "no_id";
+    case ConfigError::kNotAVoter: return "not_a_voter";
+    case ConfigError::kBadVoters: return "bad_voters";
+    case ConfigError::kBadTicks: return "bad_ticks";
+    case ConfigError::kZeroLimit: return "zero_limit";
+  }
+  return "?";
+}
+
+std::string_view to_string(ProposeError e) {
+  switch (e) {
+    case ProposeError::kOk: return "ok";
+    case ProposeError::kNotLeader: return "not_leader";
+    case ProposeError::kTransferring: return "transferring";
+    case ProposeError::kTooManyUncommitted: return "too_many_uncommitted";
+    case ProposeError::kTooLarge: return "too_large";
+  }
+  return "?";
+}
+
+std::string_view to_string(StepError e) {
+  switch (e) {
+    case StepError::kOk: return "ok";
+    case StepError::kWrongRecipient: return "wrong_recipient";
+    case StepError::kUnknownPeer: return "unknown_peer";
+    case StepError::kMalformed: return "malformed";
+  }
+  return "?";
+}
+
+std::string_view to_string(ProgressState s) {
+  switch (s) {
+    case ProgressState::kProbe: return "probe";
+    case ProgressState::kReplicate: return "replicate";
+    case ProgressState::kSnapshot: return "snapshot";
+  }
+  return "?";
+}
+
+ConfigError validate(const Config& cfg) {
+  if (cfg.id == kNoNode) return ConfigError::kNoId;
+  if (cfg.voters.empty() || cfg.voters.size() > kMaxVoters) return ConfigError::kBadVoters;
+  std::set<NodeId> seen;
+  for (NodeId v : cfg.voters) {
+    if (v == kNoNode || !seen.insert(v).second) return ConfigError::kBadVoters;
+  }
+  if (!seen.contains(cfg.id)) return ConfigError::kNotAVoter;
+  if (cfg.heartbeat_ticks < 1 || cfg.election_ticks <= cfg.heartbeat_ticks) return ConfigError::kBadTicks;
+  if (cfg.max_inflight == 0 || cfg.max_entries_per_append == 0 || cfg.max_bytes_per_append == 0 ||
+      cfg.snapshot_chunk_bytes == 0 || cfg.max_snapshot_bytes == 0 || cfg.max_snapshot_chunks_inflight == 0 ||
+      cfg.max_uncommitted_entries == 0 || cfg.max_apply_entries == 0) {
+    return ConfigError::kZeroLimit;
+  }
+  return ConfigError::kOk;
+}
+
+Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state_(cfg_.rng_seed) {
+  LOCKD_CHECK(validate(cfg_) == ConfigError::kOk);
+  HardState hs = storage.hard_state();
+  term_ = hs.term;
+  vote_ = hs.vote;
+  snapshot_meta_ = storage.snapshot().meta;
+  snapshot_data_ = std::make_shared<const std::string>(storage.snapshot().data);
+  auto stored = storage.entries();
+  entries_.assign(stored.begin(), stored.end());
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    LOCKD_CHECK(entries_[i].index == snapshot_meta_.index + 1 + i);
+  }
+  // The state machine was restored from the snapshot; committed entries
+  // after it are applied again as commit is (re)learned.
+  applied_ = snapshot_meta_.index;
+  commit_ = std::max(snapshot_meta_.index, std::min(hs.commit, last_index()));
+  stable_index_ = last_index();
+  unstable_from_ = last_index() + 1;
+  handed_hs_ = HardState{term_, vote_, commit_};
+  become_follower(term_, kNoNode);
+}
+
+// --- small helpers ---
+
+std::uint64_t Raft::random() {
+  if (cfg_.random) return cfg_.random();
+  // splitmix64: tiny, seedable, good enough for timeouts.
+  std::uint64_t z = (rng_state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void Raft::reset_randomized_timeout() {
+  auto base = static_cast<std::uint64_t>(cfg_.election_ticks);
+  randomized_timeout_ticks_ = static_cast<int>(base + random() % base);
+}
+
+bool Raft::is_voter(NodeId id) const {
+  return std::find(cfg_.voters.begin(), cfg_.voters.end(), id) != cfg_.voters.end();
+}
+
+Index Raft::last_index() const {
+  return entries_.empty() ? snapshot_meta_.index : entries_.back().index;
+}
+
+std::optional<Term> Raft::term_at(Index i) const {
+  if (i == snapshot_meta_.index) return snapshot_meta_.term;
+  if (i < snapshot_meta_.index || i > last_index()) return std::nullopt;
+  return entries_[i - snapshot_meta_.index - 1].term;
+}
+
+Term Raft::last_term() const { return *term_at(last_index()); }
+
+bool Raft::log_up_to_date(Term log_term, Index index) const {
+  if (cfg_.faults.skip_log_up_to_date_check) return true;
+  return log_term > last_term() || (log_term == last_term() && index >= last_index());
+}
+
+bool Raft::state_dirty() const {
+  return term_ != handed_hs_.term || vote_ != handed_hs_.vote || unstable_from_ <= last_index() ||
+         snapshot_to_install_;
+}
+
+void Raft::send(Message m) {
+  m.from = cfg_.id;
+  if (m.term == 0) m.term = term_;
+  // Answers promise something about our state (a vote, "I have these
+  // entries"); they wait until that state is durable. Requests do not.
+  bool is_answer = m.type == MessageType::kVoteResp || m.type == MessageType::kAppendResp ||
+                   m.type == MessageType::kHeartbeatResp || m.type == MessageType::kSnapshotResp;
+  if (cfg_.faults.vote_before_persist && m.type == MessageType::kVoteResp) is_answer = false;
+  if (cfg_.faults.ack_before_persist && m.type == MessageType::kAppendResp) is_answer = false;
+  if (is_answer && state_dirty()) {
+    msgs_after_persist_.push_back(std::move(m));
+  } else {
+    msgs_.push_back(std::move(m));
+  }
+}
+
+// --- role changes ---
+
+void Raft::reset(Term term) {
+  if (term_ != term) {
+    term_ = term;
+    if (!cfg_.faults.keep_vote_on_new_term) vote_ = kNoNode;
+  }
+  leader_ = kNoNode;
+  election_elapsed_ticks_ = 0;
+  heartbeat_elapsed_ticks_ = 0;
+  reset_randomized_timeout();
+  votes_.clear();
+  self_vote_pending_ = false;
+  lead_transferee_ = kNoNode;
+  progress_.clear();
+  pending_broadcast_ = false;
+  pending_commit_broadcast_ = false;
+}
+
+void Raft::become_follower(Term term, NodeId leader) {
+  reset(term);
+  role_ = Role::kFollower;
+  leader_ = leader;
+}
+
+void Raft::become_pre_candidate() {
+  LOCKD_CHECK(role_ != Role::kLeader);
+  // PreVote changes neither term nor vote: a partitioned node polling in
+  // vain never inflates its term and so never disrupts a healthy leader.
+  votes_.clear();
+  self_vote_pending_ = false;
+  leader_ = kNoNode;
+  role_ = Role::kPreCandidate;
+  reset_randomized_timeout();
+  ++stats_.pre_votes_started;
+}
+
+void Raft::become_candidate() {
+  LOCKD_CHECK(role_ != Role::kLeader);
+  reset(term_ + 1);
+  vote_ = cfg_.id;
+  role_ = Role::kCandidate;
+  // Our own vote counts only once it is durable (see advance()): counting it
+  // earlier lets a crash-and-restart vote again in the same term.
+  self_vote_pending_ = true;
+  ++stats_.elections_started;
+}
+
+void Raft::become_leader() {
+  LOCKD_CHECK(role_ == Role::kCandidate);
+  Term t = term_;
+  reset(t);
+  role_ = Role::kLeader;
+  leader_ = cfg_.id;
+  for (NodeId v : cfg_.voters) {
+    if (v == cfg_.id) continue;
+    Progress pr;
+    pr.next = last_index() + 1;
+    pr.recent_active = true;  // a fresh leader gets a full period to hear back
+    pr.last_contact_tick = ticks_;
+    progress_.emplace(v, pr);
+  }
+  ++stats_.leaderships;
+  // The no-op lets this term commit everything before it (Figure 8: older
+  // entries are only committed by committing one of our own term).
+  append_entry(EntryType::kNoop, {});
+}
+
+void Raft::start_election(bool pre_vote, bool transfer) {
+  if (!is_voter(cfg_.id) || role_ == Role::kLeader) return;
+  if (pre_vote) {
+    become_pre_candidate();
+    if (poll(cfg_.id, true) > 0) {
+      start_election(false, false);
+      return;
+    }
+  } else {
+    become_candidate();
+  }
+  MessageType type = pre_vote ? MessageType::kPreVote : MessageType::kVote;
+  for (NodeId v : cfg_.voters) {
+    if (v == cfg_.id) continue;
+    Message m;
+    m.type = type;
+    m.to = v;
+    m.term = pre_vote ? term_ + 1 : term_;
+    m.log_term = last_term();
+    m.index = last_index();
+    m.transfer = transfer;
+    send(std::move(m));
+  }
+}
+
+int Raft::poll(NodeId from, bool granted) {
+  votes_.emplace(from, granted);  // the first answer from a node counts
+  std::size_t yes = 0;
+  std::size_t no = 0;
+  for (const auto& [id, g] : votes_) (g ? yes : no) += 1;
+  if (yes >= quorum()) return 1;
+  if (no >= quorum()) return -1;
+  return 0;
+}
+
+void Raft::campaign() {
+  LOCKD_CHECK(!ready_outstanding_);
+  if (role_ == Role::kLeader) return;
+  start_election(cfg_.pre_vote, false);
+}
+
+// --- ticks ---
+
+void Raft::tick() {
+  LOCKD_CHECK(!ready_outstanding_);
+  ++ticks_;
+  if (role_ == Role::kLeader) {
+    tick_heartbeat();
+  } else {
+    tick_election();
+  }
+}
+
+void Raft::tick_election() {
+  ++election_elapsed_ticks_;
+  if (election_elapsed_ticks_ >= randomized_timeout_ticks_) {
+    election_elapsed_ticks_ = 0;
+    start_election(cfg_.pre_vote, false);
+  }
+}
+
+bool Raft::quorum_active() const {
+  std::size_t active = 1;  // self
+  for (const auto& [id, pr] : progress_) active += pr.recent_active ? 1 : 0;
+  return active >= quorum();
+}
+
+void Raft::tick_heartbeat() {
+  ++heartbeat_elapsed_ticks_;
+  ++election_elapsed_ticks_;
+  if (election_elapsed_ticks_ >= cfg_.election_ticks) {
+    election_elapsed_ticks_ = 0;
+    if (cfg_.check_quorum) {
+      if (!quorum_active()) {
+        ++stats_.step_downs_check_quorum;
+        become_follower(term_, kNoNode);
+        return;
+      }
+      for (auto& [id, pr] : progress_) pr.recent_active = false;
+    }
+    // A transfer that did not finish in one election period is abandoned
+    // so the leader accepts proposals again.
+    lead_transferee_ = kNoNode;
+  }
+  if (heartbeat_elapsed_ticks_ >= cfg_.heartbeat_ticks) {
+    heartbeat_elapsed_ticks_ = 0;
+    for (auto& [id, pr] : progress_) {
+      send_heartbeat(id);
+      if (pr.state == ProgressState::kSnapshot) {
+        if (!pr.snapshot_progressed) {
+          // No ack for a whole heartbeat period: assume the window was
+          // lost and resend from what the follower acknowledged.
+          pr.snapshot_sent = pr.snapshot_offset;
+          pr.snapshot_all_sent = false;
+          pr.snapshot_rewound_to = kNoRewind;
+          send_snapshot_chunks(id, pr);
+        }
+        pr.snapshot_progressed = false;
+      }
+    }
+  }
+}
+
+// --- proposals, transfer, compaction ---
+
+void Raft::append_entry(EntryType type, std::string data) {
+  Entry e;
+  e.term = term_;
+  e.index = last_index() + 1;
+  e.type = type;
+  e.data = std::move(data);
+  entries_.push_back(std::move(e));
+  pending_broadcast_ = true;
+}
+
+ProposeResult Raft::propose(std::string data) {
+  LOCKD_CHECK(!ready_outstanding_);
+  ProposeResult r;
+  if (role_ != Role::kLeader) {
+    r.error = ProposeError::kNotLeader;
+    return r;
+  }
+  if (lead_transferee_ != kNoNode) {
+    r.error = ProposeError::kTransferring;
+    return r;
+  }
+  if (last_index() - commit_ >= cfg_.max_uncommitted_entries) {
+    r.error = ProposeError::kTooManyUncommitted;
+    return r;
+  }
+  if (data.size() > cfg_.max_bytes_per_append) {
+    r.error = ProposeError::kTooLarge;
+    return r;
+  }
+  append_entry(EntryType::kCommand, std::move(data));
+  r.index = last_index();
+  r.term = term_;
+  return r;
+}
+
+bool Raft::transfer_leadership(NodeId target) {
+  LOCKD_CHECK(!ready_outstanding_);
+  if (role_ != Role::kLeader || target == cfg_.id || !is_voter(target)) return false;
+  lead_transferee_ = target;
+  election_elapsed_ticks_ = 0;  // the transfer gets one election period
+  Progress& pr = progress_.at(target);
+  if (pr.match == last_index()) {
+    Message m;
+    m.type = MessageType::kTimeoutNow;
+    m.to = target;
+    send(std::move(m));
+  } else {
+    send_append(target, true);
+  }
+  return true;
+}
+
+void Raft::compact(Index index, std::string data) {
+  LOCKD_CHECK(!ready_outstanding_);
+  LOCKD_CHECK(index <= applied_);
+  LOCKD_CHECK(index <= stable_index_);
+  if (index <= snapshot_meta_.index) return;
+  Term t = *term_at(index);
+  entries_.erase(entries_.begin(),
+                 entries_.begin() + static_cast<std::ptrdiff_t>(index - snapshot_meta_.index));
+  snapshot_meta_ = SnapshotMeta{index, t};
+  snapshot_data_ = std::make_shared<const std::string>(std::move(data));
+}
+
+// --- messages ---
+
+StepError Raft::validate_message(const Message& m) const {
+  if (m.to != cfg_.id) return StepError::kWrongRecipient;
+  if (m.from == cfg_.id || !is_voter(m.from)) return StepError::kUnknownPeer;
+  if (m.type == MessageType::kAppend) {
+    if (m.entries.size() > kMaxDecodedEntries) return StepError::kMalformed;
+    Index want = m.index + 1;
+    Term prev = m.log_term;
+    for (const Entry& e : m.entries) {
+      if (e.index != want || e.term < prev || e.term > m.term) return StepError::kMalformed;
+      ++want;
+      prev = e.term;
+    }
+    if (m.log_term > m.term) return StepError::kMalformed;
+  }
+  if (m.type == MessageType::kSnapshot) {
+    if (m.snapshot.index == 0 || m.total_bytes > cfg_.max_snapshot_bytes ||
+        m.offset > m.total_bytes || m.chunk.size() > m.total_bytes - m.offset ||
+        m.done != (m.offset + m.chunk.size() == m.total_bytes) || m.snapshot.term > m.term) {
+      return StepError::kMalformed;
+    }
+  }
+  return StepError::kOk;
+}
+
+StepError Raft::step(const Message& m) {
+  LOCKD_CHECK(!ready_outstanding_);
+  if (StepError e = validate_message(m); e != StepError::kOk) {
+    ++stats_.rejected_messages;
+    return e;
+  }
+  bool is_vote_request = m.type == MessageType::kVote || m.type == MessageType::kPreVote;
+  if (m.term > term_) {
+    if (is_vote_request) {
+      // Leader stickiness: while we hear from a leader, a vote request is
+      // from a disruptive node (rejoining after a partition): ignore it.
+      // A transfer's campaign is the leader's own wish and passes.
+      bool in_lease = cfg_.check_quorum && leader_ != kNoNode &&
+                      election_elapsed_ticks_ < cfg_.election_ticks;
+      if (in_lease && !m.transfer) return StepError::kOk;
+    }
+    if (m.type == MessageType::kPreVote) {
+      // Never changes our term: it is only a poll.
+    } else if (m.type == MessageType::kPreVoteResp && !m.reject) {
+      // A grant carries the term we would campaign at, not a newer one.
+    } else {
+      bool from_leader = m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat ||
+                         m.type == MessageType::kSnapshot;
+      become_follower(m.term, from_leader ? m.from : kNoNode);
+    }
+  } else if (m.term < term_) {
+    if ((cfg_.check_quorum || cfg_.pre_vote) &&
+        (m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat)) {
+      // A stale leader (say, back from a partition) is told our term so it
+      // steps down; without this it would never learn with PreVote on.
+      Message r;
+      r.type = MessageType::kAppendResp;
+      r.to = m.from;
+      r.index = 0;
+      r.reject = false;
+      send(std::move(r));
+    } else if (m.type == MessageType::kPreVote) {
+      Message r;
+      r.type = MessageType::kPreVoteResp;
+      r.to = m.from;
+      r.reject = true;
+      send(std::move(r));
+    }
+    return StepError::kOk;
+  }
+
+  if (is_vote_request) {
+    handle_vote_request(m);
+    return StepError::kOk;
+  }
+  switch (role_) {
+    case Role::kLeader: step_leader(m); break;
+    case Role::kCandidate:
+    case Role::kPreCandidate: step_candidate(m); break;
+    case Role::kFollower: step_follower(m); break;
+  }
+  return StepError::kOk;
+}
+
+void Raft::handle_vote_request(const Message& m) {
+  bool pre = m.type == MessageType::kPreVote;
+  bool can_vote = vote_ == m.from || (vote_ == kNoNode && leader_ == kNoNode) ||
+                  (pre && m.term > term_);
+  Message r;
+  r.type = pre ? MessageType::kPreVoteResp : MessageType::kVoteResp;
+  r.to = m.from;
+  if (can_vote && log_up_to_date(m.log_term, m.index)) {
+    // A PreVote grant answers at the polled term, so the pre-candidate can
+    // tell it apart from stale answers.
+    r.term = m.term;
+    r.reject = false;
+    if (!pre) {
+      vote_ = m.from;
+      election_elapsed_ticks_ = 0;
+    }
+  } else {
+    r.reject = true;
+  }
+  send(std::move(r));
+}
+
+void Raft::step_candidate(const Message& m) {
+  switch (m.type) {
+    case MessageType::kAppend:
+      become_follower(m.term, m.from);
+      handle_append(m);
+      return;
+    case MessageType::kHeartbeat:
+      become_follower(m.term, m.from);
+      handle_heartbeat(m);
+      return;
+    case MessageType::kSnapshot:
+      become_follower(m.term, m.from);
+      handle_snapshot_chunk(m);
+      return;
+    case MessageType::kPreVoteResp:
+    case MessageType::kVoteResp: {
+      bool mine = (role_ == Role::kPreCandidate && m.type == MessageType::kPreVoteResp) ||
+                  (role_ == Role::kCandidate && m.type == MessageType::kVoteResp);
+      if (!mine) return;
+      int outcome = poll(m.from, !m.reject);
+      if (outcome > 0) {
+        if (role_ == Role::kPreCandidate) {
+          start_election(false, false);
+        } else if (!self_vote_pending_) {
+          become_leader();
+        }
+      } else if (outcome < 0) {
+        become_follower(term_, kNoNode);
+      }
+      return;
+    }
+    default:
+      return;  // answers to a leadership we no longer hold
+  }
+}
+
+void Raft::step_follower(const Message& m) {
+  switch (m.type) {
+    case MessageType::kAppend:
+      election_elapsed_ticks_ = 0;
+      leader_ = m.from;
+      handle_append(m);
+      return;
+    case MessageType::kHeartbeat:
+      election_elapsed_ticks_ = 0;
+      leader_ = m.from;
+      handle_heartbeat(m);
+      return;
+    case MessageType::kSnapshot:
+      election_elapsed_ticks_ = 0;
+      leader_ = m.from;
+      handle_snapshot_chunk(m);
+      return;
+    case MessageType::kTimeoutNow:
+      // The leader hands over: campaign at once, skipping PreVote (the
+      // leader is alive, so a poll would be refused by its lease).
+      start_election(false, true);
+      return;
+    default:
+      return;
+  }
+}
+
+void Raft::commit_to(Index index) {
+  index = std::min(index, last_index());
+  if (index > commit_) commit_ = index;
+}
+
+void Raft::truncate_and_append(std::span<const Entry> entries) {
+  if (entries.empty()) return;
+  Index first = entries.front().index;
+  LOCKD_CHECK(first > snapshot_meta_.index && first <= last_index() + 1);
+  entries_.resize(first - snapshot_meta_.index - 1);
+  entries_.insert(entries_.end(), entries.begin(), entries.end());
+  unstable_from_ = std::min(unstable_from_, first);
+  stable_index_ = std::min(stable_index_, first - 1);
+}
+
+void Raft::handle_append(const Message& m) {
+  Message r;
+  r.type = MessageType::kAppendResp;
+  r.to = m.from;
+  if (m.index < commit_) {
+    // Everything up to commit matches any leader's log; say how far we are.
+    r.index = commit_;
+    send(std::move(r));
+    return;
+  }
+  std::optional<Term> t = term_at(m.index);
+  if (t && *t == m.log_term) {
+    // Find the first entry we lack or that conflicts, keep the rest.
+    std::size_t i = 0;
+    for (; i < m.entries.size(); ++i) {
+      const Entry& e = m.entries[i];
+      std::optional<Term> mine = term_at(e.index);
+      if (!mine || *mine != e.term) break;
+    }
+    if (i < m.entries.size()) {
+      if (m.entries[i].index <= commit_) {
+        // A leader asking us to rewrite a committed entry is a safety bug
+        // on its side; refuse rather than corrupt the state machine.
+        ++stats_.committed_conflicts;
+        return;
+      }
+      truncate_and_append(std::span<const Entry>(m.entries).subspan(i));
+    }
+    Index last_new = m.index + m.entries.size();
+    commit_to(std::min(m.commit, last_new));
+    r.index = last_new;
+    send(std::move(r));
+    return;
+  }
+  // Reject with a hint: the largest index at or below prev whose term is
+  // not newer than the leader's prev term. The leader can then skip a whole
+  // term of mismatched entries per round trip instead of one entry.
+  Index hint = std::min(m.index, last_index());
+  while (hint > snapshot_meta_.index && *term_at(hint) > m.log_term) --hint;
+  r.reject = true;
+  r.index = m.index;
+  r.reject_hint = hint;
+  r.log_term = *term_at(hint);
+  send(std::move(r));
+}
+
+void Raft::handle_heartbeat(const Message& m) {
+  commit_to(m.commit);
+  Message r;
+  r.type = MessageType::kHeartbeatResp;
+  r.to = m.from;
+  send(std::move(r));
+}
+
+void Raft::handle_snapshot_chunk(const Message& m) {
+  Message r;
+  r.type = MessageType::kSnapshotResp;
+  r.to = m.from;
+  r.snapshot = m.snapshot;
+  if (m.snapshot.index <= commit_) {
+    // We already have all of it; tell the leader where we really are.
+    incoming_.reset();
+    r.done = true;
+    r.index = commit_;
+    send(std::move(r));
+    return;
+  }
+  r.index = m.snapshot.index;
+  bool same = incoming_ && incoming_->meta == m.snapshot && incoming_->total_bytes == m.total_bytes;
+  if (m.offset == 0 && !same) {
+    incoming_ = IncomingSnapshot{m.snapshot, m.total_bytes, {}};
+    same = true;
+  }
+  if (same && m.offset + m.chunk.size() <= incoming_->data.size() && !m.done) {
+    // A duplicate of a chunk we hold: just say how far we are.
+    r.offset = incoming_->data.size();
+    send(std::move(r));
+    return;
+  }
+  if (!same || incoming_->data.size() != m.offset) {
+    // A gap (lost chunk) or a different snapshot: ask for what we can use.
+    r.reject = true;
+    r.offset = same ? incoming_->data.size() : 0;
+    if (!same) incoming_.reset();
+    send(std::move(r));
+    return;
+  }
+  incoming_->data.append(m.chunk);
+  r.offset = incoming_->data.size();
+  if (!m.done) {
+    send(std::move(r));
+    return;
+  }
+  std::string data = std::move(incoming_->data);
+  incoming_.reset();
+  install_snapshot(m.snapshot, std::move(data));
+  r.done = true;
+  send(std::move(r));
+}
+
+void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
+  LOCKD_CHECK(meta.index > commit_);
+  std::optional<Term> t = term_at(meta.index);
+  if (t && *t == meta.term) {
+    // Our log already extends it: keep the suffix (thesis §5.3).
+    entries_.erase(entries_.begin(),
+                   entries_.begin() + static_cast<std::ptrdiff_t>(meta.index - snapshot_meta_.index));
+    stable_index_ = std::max(stable_index_, meta.index);
+  } else {
+    entries_.clear();
+    stable_index_ = meta.index;
+    unstable_from_ = meta.index + 1;
+  }
+  unstable_from_ = std::max(unstable_from_, meta.index + 1);
+  snapshot_meta_ = meta;
+  snapshot_data_ = std::make_shared<const std::string>(std::move(data));
+  commit_ = meta.index;
+  snapshot_to_install_ = true;
+  ++stats_.snapshots_installed;
+}
+
+// --- leader ---
+
+void Raft::become_probe(Progress& pr) {
+  pr.state = ProgressState::kProbe;
+  pr.probe_sent = false;
+  pr.inflight.clear();
+  pr.next = std::max(pr.next, pr.match + 1);
+}
+
+void Raft::become_replicate(Progress& pr) {
+  pr.state = ProgressState::kReplicate;
+  pr.probe_sent = false;
+  pr.inflight.clear();
+  pr.next = pr.match + 1;
+}
+
+void Raft::send_heartbeat(NodeId to) {
+  const Progress& pr = progress_.at(to);
+  Message m;
+  m.type = MessageType::kHeartbeat;
+  m.to = to;
+  // Never tell a follower a commit beyond what we know it holds: it could
+  // hold a different entry there (from an older leader).
+  m.commit = cfg_.faults.heartbeat_full_commit ? commit_ : std::min(pr.match, commit_);
+  send(std::move(m));
+}
+
+bool Raft::send_append(NodeId to, bool send_if_empty) {
+  Progress& pr = progress_.at(to);
+  switch (pr.state) {
+    case ProgressState::kProbe:
+      if (pr.probe_sent) return false;
+      break;
+    case ProgressState::kReplicate:
+      if (pr.inflight.size() >= cfg_.max_inflight) return false;
+      break;
+    case ProgressState::kSnapshot:
+      return false;
+  }
+  Index prev = pr.next - 1;
+  std::optional<Term> prev_term = term_at(prev);
+  if (!prev_term) {
+    // The entries it needs are compacted away: send the snapshot instead.
+    LOCKD_CHECK(prev < snapshot_meta_.index);
+    start_snapshot(to, pr);
+    return true;
+  }
+  Message m;
+  m.type = MessageType::kAppend;
+  m.to = to;
+  m.index = prev;
+  m.log_term = *prev_term;
+  m.commit = commit_;
+  std::size_t bytes = 0;
+  for (Index i = pr.next; i <= last_index() && m.entries.size() < cfg_.max_entries_per_append; ++i) {
+    const Entry& e = entries_[i - snapshot_meta_.index - 1];
+    if (!m.entries.empty() && bytes + e.data.size() > cfg_.max_bytes_per_append) break;
+    bytes += e.data.size();
+    m.entries.push_back(e);
+  }
+  if (m.entries.empty() && !send_if_empty) return false;
+  if (pr.state == ProgressState::kReplicate && !m.entries.empty()) {
+    // Optimistic: stream the next batch without waiting for this one.
+    pr.next = m.entries.back().index + 1;
+    pr.inflight.push_back(m.entries.back().index);
+  } else if (pr.state == ProgressState::kProbe) {
+    pr.probe_sent = true;
+  }
+  send(std::move(m));
+  return true;
+}
+
+void Raft::start_snapshot(NodeId to, Progress& pr) {
+  pr.state = ProgressState::kSnapshot;
+  pr.inflight.clear();
+  pr.snapshot_meta = snapshot_meta_;
+  pr.snapshot_data = snapshot_data_;
+  pr.snapshot_offset = 0;
+  pr.snapshot_sent = 0;
+  pr.snapshot_all_sent = false;
+  pr.snapshot_progressed = true;
+  pr.snapshot_rewound_to = kNoRewind;
+  send_snapshot_chunks(to, pr);
+}
+
+void Raft::send_snapshot_chunks(NodeId to, Progress& pr) {
+  const std::string& data = *pr.snapshot_data;
+  std::uint64_t total = data.size();
+  std::uint64_t window = cfg_.max_snapshot_chunks_inflight * cfg_.snapshot_chunk_bytes;
+  while (!pr.snapshot_all_sent && pr.snapshot_sent - pr.snapshot_offset < window) {
+    std::uint64_t offset = pr.snapshot_sent;
+    std::uint64_t len = std::min<std::uint64_t>(cfg_.snapshot_chunk_bytes, total - offset);
+    Message m;
+    m.type = MessageType::kSnapshot;
+    m.to = to;
+    m.snapshot = pr.snapshot_meta;
+    m.offset = offset;
+    m.total_bytes = total;
+    m.chunk = data.substr(offset, len);
+    m.done = offset + len == total;
+    send(std::move(m));
+    pr.snapshot_sent = offset + len;
+    pr.snapshot_all_sent = m.done;
+  }
+}
+
+void Raft::broadcast_append(bool send_if_empty) {
+  for (auto& [id, pr] : progress_) {
+    // Keep streaming until the window is full or the follower is caught up.
+    bool first = true;
+    while (send_append(id, first && send_if_empty)) {
+      first = false;
+      if (pr.state != ProgressState::kReplicate) break;
+    }
+  }
+}
+
+bool Raft::maybe_commit() {
+  std::vector<Index> matches;
+  matches.push_back(self_match());
+  for (const auto& [id, pr] : progress_) matches.push_back(pr.match);
+  std::sort(matches.begin(), matches.end(), std::greater<>());
+  Index q = matches[quorum() - 1];
+  if (q <= commit_) return false;
+  // Figure 8: an entry from an older term may sit on a majority and still
+  // be overwritten; only counting replicas of our own term is safe.
+  if (!cfg_.faults.commit_old_term_entries && term_at(q) != term_) return false;
+  commit_ = q;
+  return true;
+}
+
+void Raft::step_leader(const Message& m) {
+  auto it = progress_.find(m.from);
+  if (it == progress_.end()) return;
+  Progress& pr = it->second;
+  pr.recent_active = true;
+  pr.last_contact_tick = ticks_;
+  switch (m.type) {
+    case MessageType::kAppendResp:
+      handle_append_resp(m);
+      return;
+    case MessageType::kHeartbeatResp:
+      if (pr.state == ProgressState::kProbe) pr.probe_sent = false;
+      // A lost append would otherwise block a full window forever.
+      if (pr.state == ProgressState::kReplicate && pr.inflight.size() >= cfg_.max_inflight) {
+        pr.inflight.pop_front();
+      }
+      // Behind: send even an empty append. If appends in flight were lost,
+      // the follower rejects it and we fall back to probing from match.
+      if (pr.match < last_index()) send_append(m.from, true);
+      return;
+    case MessageType::kSnapshotResp:
+      handle_snapshot_resp(m);
+      return;
+    default:
+      return;
+  }
+}
+
+void Raft::handle_append_resp(const Message& m) {
+  Progress& pr = progress_.at(m.from);
+  if (m.reject) {
+    bool moved = false;
+    if (pr.state == ProgressState::kReplicate) {
+      if (m.index > pr.match) {
+        become_probe(pr);
+        pr.next = pr.match + 1;
+        moved = true;
+      }
+    } else if (pr.state == ProgressState::kProbe && m.index == pr.next - 1) {
+      // Skip back to the last index whose term is not newer than the
+      // follower's term at its hint: all entries between surely conflict.
+      Index idx = std::min(m.reject_hint, last_index());
+      while (idx > snapshot_meta_.index && *term_at(idx) > m.log_term) --idx;
+      pr.next = std::max(std::min(m.index, idx + 1), pr.match + 1);
+      pr.probe_sent = false;
+      moved = true;
+    }
+    if (moved) send_append(m.from, true);
+    return;
+  }
+  if (m.index > last_index()) return;  // cannot be from this term's log
+  if (m.index > pr.match) {
+    pr.match = m.index;
+    pr.next = std::max(pr.next, m.index + 1);
+    while (!pr.inflight.empty() && pr.inflight.front() <= m.index) pr.inflight.pop_front();
+    if (pr.state == ProgressState::kProbe) {
+      become_replicate(pr);
+    } else if (pr.state == ProgressState::kSnapshot && pr.match >= pr.snapshot_meta.index) {
+      become_probe(pr);
+    }
+    if (maybe_commit()) pending_commit_broadcast_ = true;
+    pending_broadcast_ = true;
+  } else if (pr.state == ProgressState::kProbe) {
+    pr.probe_sent = false;
+    pr.next = std::max(pr.next, pr.match + 1);
+    if (pr.match < last_index()) send_append(m.from, false);
+  }
+  if (m.from == lead_transferee_ && pr.match == last_index()) {
+    Message t;
+    t.type = MessageType::kTimeoutNow;
+    t.to = m.from;
+    send(std::move(t));
+  }
+}
+
+void Raft::handle_snapshot_resp(const Message& m) {
+  Progress& pr = progress_.at(m.from);
+  if (m.done) {
+    if (m.index > pr.match) pr.match = m.index;
+    pr.next = std::max(pr.next, pr.match + 1);
+    if (pr.state == ProgressState::kSnapshot) {
+      ++stats_.snapshots_sent;
+      become_probe(pr);
+      pr.next = pr.match + 1;
+    }
+    if (maybe_commit()) pending_commit_broadcast_ = true;
+    send_append(m.from, true);
+    return;
+  }
+  if (pr.state != ProgressState::kSnapshot || m.snapshot != pr.snapshot_meta) {
+    return;  // about a snapshot we are no longer sending
+  }
+  pr.snapshot_progressed = true;
+  if (m.reject) {
+    // The follower has exactly m.offset bytes of it: go on from there. The
+    // rest of the window behind a lost chunk draws the same answer; rewind
+    // once per offset, not once per chunk.
+    if (m.offset == pr.snapshot_rewound_to) return;
+    pr.snapshot_rewound_to = m.offset;
+    pr.snapshot_offset = m.offset;
+    pr.snapshot_sent = m.offset;
+    pr.snapshot_all_sent = false;
+  } else {
+    pr.snapshot_offset = std::max(pr.snapshot_offset, m.offset);
+    pr.snapshot_sent = std::max(pr.snapshot_sent, pr.snapshot_offset);
+  }
+  send_snapshot_chunks(m.from, pr);
+}
+
+// --- Ready ---
+
+bool Raft::has_ready() const {
+  if (!msgs_.empty() || pending_broadcast_ || pending_commit_broadcast_) return true;
+  if (HardState{term_, vote_, commit_} != handed_hs_) return true;
+  if (unstable_from_ <= last_index() || snapshot_to_install_) return true;
+  if (!msgs_after_persist_.empty()) return true;
+  return applied_ < std::min(commit_, stable_index_);
+}
+
+Ready Raft::ready() {
+  LOCKD_CHECK(!ready_outstanding_);
+  if (role_ == Role::kLeader && (pending_broadcast_ || pending_commit_broadcast_)) {
+    broadcast_append(pending_commit_broadcast_);
+  }
+  pending_broadcast_ = false;
+  pending_commit_broadcast_ = false;
+
+  Ready rd;
+  HardState hs{term_, vote_, commit_};
+  if (hs != handed_hs_) {
+    rd.hard_state = hs;
+    handed_hs_ = hs;
+  }
+  if (snapshot_to_install_) {
+    rd.snapshot = Snapshot{snapshot_meta_, *snapshot_data_};
+    snapshot_to_install_ = false;
+  }
+  for (Index i = unstable_from_; i <= last_index(); ++i) {
+    rd.entries.push_back(entries_[i - snapshot_meta_.index - 1]);
+  }
+  unstable_from_ = last_index() + 1;
+
+  Index from = applied_;
+  if (rd.snapshot) from = std::max(from, rd.snapshot->meta.index);
+  Index to = std::min(commit_, stable_index_);
+  for (Index i = from + 1; i <= to && rd.committed.size() < cfg_.max_apply_entries; ++i) {
+    rd.committed.push_back(entries_[i - snapshot_meta_.index - 1]);
+  }
+  ready_applied_to_ = rd.committed.empty() ? from : rd.committed.back().index;
+
+  rd.messages = std::move(msgs_);
+  msgs_.clear();
+  msgs_in_ready_ = std::move(msgs_after_persist_);
+  msgs_after_persist_.clear();
+  ready_outstanding_ = true;
+  return rd;
+}
+
+void Raft::advance() {
+  LOCKD_CHECK(ready_outstanding_);
+  ready_outstanding_ = false;
+  stable_index_ = unstable_from_ - 1;
+  applied_ = std::max(applied_, ready_applied_to_);
+  // Answers that waited for this Ready's persistence may go now.
+  for (Message& m : msgs_in_ready_) msgs_.push_back(std::move(m));
+  msgs_in_ready_.clear();
+  if (role_ == Role::kCandidate && self_vote_pending_ && vote_ == cfg_.id) {
+    self_vote_pending_ = false;
+    int outcome = poll(cfg_.id, true);
+    if (outcome > 0) become_leader();
+  }
+  if (role_ == Role::kLeader && maybe_commit()) pending_commit_broadcast_ = true;
+}
+
+// --- views ---
+
+Status Raft::status() const {
+  Status s;
+  s.id = cfg_.id;
+  s.role = role_;
+  s.term = term_;
+  s.vote = vote_;
+  s.leader = leader_;
+  s.commit = commit_;
+  s.applied = applied_;
+  s.first_index = snapshot_meta_.index + 1;
+  s.last_index = last_index();
+  s.snapshot_index = snapshot_meta_.index;
+  s.transferee = lead_transferee_;
+  return s;
+}
+
+std::vector<PeerProgress> Raft::progress() const {
+  std::vector<PeerProgress> out;
+  if (role_ != Role::kLeader) return out;
+  PeerProgress self;
+  self.id = cfg_.id;
+  self.match = self_match();
+  self.next = last_index() + 1;
+  self.state = ProgressState::kReplicate;
+  self.recent_active = true;
+  out.push_back(self);
+  for (const auto& [id, pr] : progress_) {
+    PeerProgress p;
+    p.id = id;
+    p.match = pr.match;
+    p.next = pr.next;
+    p.state = pr.state;
+    p.recent_active = pr.recent_active;
+    p.ticks_since_contact = ticks_ - pr.last_contact_tick;
+    p.inflight = pr.inflight.size();
+    p.snapshot_offset = pr.snapshot_offset;
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace lockd::raft

@@ -1,0 +1,392 @@
+// Unit tests of the Raft core's contract: the persistence rule, election
+// timing, vote rules, input validation and back-pressure. Protocol stories
+// (Figure 7, Figure 8, partitions, snapshots, transfer) live in
+// testdata/*.txt, run by scenario_test.cc.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "lockd/raft/raft.h"
+
+namespace lockd::raft {
+namespace {
+
+Config make_config(NodeId id, std::vector<NodeId> voters) {
+  Config c;
+  c.id = id;
+  c.voters = std::move(voters);
+  c.rng_seed = id;
+  return c;
+}
+
+// A handful of nodes wired together by hand, everything delivered.
+struct MiniCluster {
+  explicit MiniCluster(int n) {
+    std::vector<NodeId> voters;
+    for (int i = 1; i <= n; ++i) voters.push_back(static_cast<NodeId>(i));
+    for (NodeId id : voters) {
+      disks[id] = std::make_unique<MemoryStorage>();
+      nodes[id] = std::make_unique<Raft>(make_config(id, voters), *disks[id]);
+    }
+  }
+  // Persist, apply and deliver until nothing moves.
+  void settle() {
+    for (int round = 0; round < 100; ++round) {
+      std::vector<Message> out;
+      for (auto& [id, r] : nodes) {
+        while (r->has_ready()) {
+          Ready rd = r->ready();
+          for (Message& m : rd.messages) out.push_back(m);
+          disks[id]->append(rd.entries);
+          if (rd.hard_state) disks[id]->set_hard_state(*rd.hard_state);
+          for (const Entry& e : rd.committed) applied[id].push_back(e);
+          r->advance();
+        }
+      }
+      if (out.empty()) return;
+      for (const Message& m : out) EXPECT_EQ(nodes[m.to]->step(m), StepError::kOk);
+    }
+    FAIL() << "did not settle";
+  }
+  std::map<NodeId, std::unique_ptr<MemoryStorage>> disks;
+  std::map<NodeId, std::unique_ptr<Raft>> nodes;
+  std::map<NodeId, std::vector<Entry>> applied;
+};
+
+bool has_type(const std::vector<Message>& ms, MessageType t) {
+  for (const Message& m : ms) {
+    if (m.type == t) return true;
+  }
+  return false;
+}
+
+TEST(RaftConfig, ValidateNamesEachProblem) {
+  EXPECT_EQ(validate(make_config(1, {1, 2, 3})), ConfigError::kOk);
+  EXPECT_EQ(validate(make_config(0, {1})), ConfigError::kNoId);
+  EXPECT_EQ(validate(make_config(4, {1, 2, 3})), ConfigError::kNotAVoter);
+  EXPECT_EQ(validate(make_config(1, {1, 1})), ConfigError::kBadVoters);
+  EXPECT_EQ(validate(make_config(1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10})), ConfigError::kBadVoters);
+  Config c = make_config(1, {1});
+  c.heartbeat_ticks = 10;
+  EXPECT_EQ(validate(c), ConfigError::kBadTicks);
+  c = make_config(1, {1});
+  c.max_inflight = 0;
+  EXPECT_EQ(validate(c), ConfigError::kZeroLimit);
+}
+
+TEST(RaftElection, TimeoutIsDrawnFromNTo2N) {
+  // With the random source pinned to 7, the timeout is 10 + 7 % 10 = 17.
+  for (std::uint64_t draw : {0ull, 7ull, 9ull, 19ull}) {
+    MemoryStorage disk;
+    Config c = make_config(1, {1, 2, 3});
+    c.random = [draw] { return draw; };
+    Raft r(c, disk);
+    int expected = 10 + static_cast<int>(draw % 10);
+    for (int t = 1; t < expected; ++t) {
+      r.tick();
+      ASSERT_EQ(r.role(), Role::kFollower) << "tick " << t;
+    }
+    r.tick();
+    EXPECT_EQ(r.role(), Role::kPreCandidate);
+  }
+}
+
+TEST(RaftElection, SingleNodeLeadsOnlyAfterItsVoteIsPersisted) {
+  MemoryStorage disk;
+  Raft r(make_config(1, {1}), disk);
+  r.campaign();
+  EXPECT_EQ(r.role(), Role::kCandidate);  // PreVote passed on its own vote
+  Ready rd = r.ready();
+  ASSERT_TRUE(rd.hard_state);
+  EXPECT_EQ(rd.hard_state->vote, 1u);
+  EXPECT_EQ(r.role(), Role::kCandidate);
+  disk.set_hard_state(*rd.hard_state);
+  r.advance();
+  EXPECT_EQ(r.role(), Role::kLeader);
+  // Its no-op commits once persisted, since it is its own majority.
+  rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 1u);
+  EXPECT_EQ(rd.entries[0].type, EntryType::kNoop);
+  EXPECT_TRUE(rd.committed.empty());
+  disk.append(rd.entries);
+  r.advance();
+  rd = r.ready();
+  ASSERT_EQ(rd.committed.size(), 1u);
+  r.advance();
+  EXPECT_EQ(r.commit(), 1u);
+}
+
+TEST(RaftPersistence, VoteGrantIsReleasedOnlyAfterAdvance) {
+  MemoryStorage disk;
+  Config c = make_config(2, {1, 2, 3});
+  Raft r(c, disk);
+  Message v;
+  v.type = MessageType::kVote;
+  v.from = 1;
+  v.to = 2;
+  v.term = 1;
+  ASSERT_EQ(r.step(v), StepError::kOk);
+  Ready rd = r.ready();
+  ASSERT_TRUE(rd.hard_state);
+  EXPECT_EQ(rd.hard_state->term, 1u);
+  EXPECT_EQ(rd.hard_state->vote, 1u);
+  EXPECT_FALSE(has_type(rd.messages, MessageType::kVoteResp)) << "vote sent before it was durable";
+  r.advance();
+  rd = r.ready();
+  ASSERT_EQ(rd.messages.size(), 1u);
+  EXPECT_EQ(rd.messages[0].type, MessageType::kVoteResp);
+  EXPECT_FALSE(rd.messages[0].reject);
+  r.advance();
+}
+
+TEST(RaftPersistence, PlantedVoteBeforePersistSendsEarly) {
+  // The test-only fault really changes the behaviour the simulator hunts.
+  MemoryStorage disk;
+  Config c = make_config(2, {1, 2, 3});
+  c.faults.vote_before_persist = true;
+  Raft r(c, disk);
+  Message v;
+  v.type = MessageType::kVote;
+  v.from = 1;
+  v.to = 2;
+  v.term = 1;
+  r.step(v);
+  Ready rd = r.ready();
+  EXPECT_TRUE(has_type(rd.messages, MessageType::kVoteResp));
+  r.advance();
+}
+
+TEST(RaftPersistence, AppendAckWaitsForTheEntries) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  Message a;
+  a.type = MessageType::kAppend;
+  a.from = 1;
+  a.to = 2;
+  a.term = 1;
+  a.entries.push_back(Entry{1, 1, EntryType::kNoop, ""});
+  ASSERT_EQ(r.step(a), StepError::kOk);
+  Ready rd = r.ready();
+  EXPECT_EQ(rd.entries.size(), 1u);
+  EXPECT_FALSE(has_type(rd.messages, MessageType::kAppendResp));
+  r.advance();
+  rd = r.ready();
+  ASSERT_TRUE(has_type(rd.messages, MessageType::kAppendResp));
+  EXPECT_EQ(rd.messages[0].index, 1u);
+  r.advance();
+}
+
+TEST(RaftVote, RefusesCandidateWithStaleLog) {
+  MemoryStorage disk;
+  disk.append(std::vector<Entry>{{1, 1, EntryType::kNoop, ""}, {2, 2, EntryType::kNoop, ""}});
+  disk.set_hard_state(HardState{2, kNoNode, 0});
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  Message v;
+  v.type = MessageType::kVote;
+  v.from = 1;
+  v.to = 2;
+  v.term = 3;
+  v.index = 5;
+  v.log_term = 1;  // longer, but an older last term: not up to date
+  r.step(v);
+  Ready rd = r.ready();
+  r.advance();
+  rd = r.ready();
+  ASSERT_EQ(rd.messages.size(), 1u);
+  EXPECT_TRUE(rd.messages[0].reject);
+  r.advance();
+  EXPECT_EQ(r.status().vote, kNoNode);
+}
+
+TEST(RaftVote, ThreeNodesElectOneLeaderAndReplicate) {
+  MiniCluster c(3);
+  c.nodes[1]->campaign();
+  c.settle();
+  EXPECT_EQ(c.nodes[1]->role(), Role::kLeader);
+  EXPECT_EQ(c.nodes[2]->leader(), 1u);
+  ProposeResult p = c.nodes[1]->propose("x");
+  ASSERT_EQ(p.error, ProposeError::kOk);
+  c.settle();
+  for (NodeId id : {1, 2, 3}) {
+    ASSERT_FALSE(c.applied[id].empty());
+    EXPECT_EQ(c.applied[id].back().data, "x");
+  }
+  // Followers learn the commit from the next append or heartbeat.
+  EXPECT_EQ(c.nodes[1]->commit(), p.index);
+}
+
+TEST(RaftPropose, RefusedOffLeaderAndWhenTooLargeOrTooMany) {
+  MiniCluster c(3);
+  EXPECT_EQ(c.nodes[2]->propose("x").error, ProposeError::kNotLeader);
+  c.nodes[1]->campaign();
+  c.settle();
+  std::string big(kDefaultMaxBytesPerAppend + 1, 'x');
+  EXPECT_EQ(c.nodes[1]->propose(big).error, ProposeError::kTooLarge);
+  // Cut the followers off: proposals pile up until back-pressure.
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < kDefaultMaxUncommittedEntries + 10; ++i) {
+    if (c.nodes[1]->propose("y").error == ProposeError::kOk) ++ok;
+  }
+  EXPECT_EQ(ok, kDefaultMaxUncommittedEntries);
+  EXPECT_EQ(c.nodes[1]->propose("z").error, ProposeError::kTooManyUncommitted);
+}
+
+TEST(RaftStep, PeerGarbageIsAnErrorValue) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  Message m;
+  m.type = MessageType::kAppend;
+  m.from = 1;
+  m.to = 3;
+  m.term = 1;
+  EXPECT_EQ(r.step(m), StepError::kWrongRecipient);
+  m.to = 2;
+  m.from = 9;
+  EXPECT_EQ(r.step(m), StepError::kUnknownPeer);
+  m.from = 2;
+  EXPECT_EQ(r.step(m), StepError::kUnknownPeer);
+  m.from = 1;
+  m.entries.push_back(Entry{1, 5, EntryType::kNoop, ""});  // a gap after prev 0
+  EXPECT_EQ(r.step(m), StepError::kMalformed);
+  m.entries = {Entry{2, 1, EntryType::kNoop, ""}};  // entry from a future term
+  EXPECT_EQ(r.step(m), StepError::kMalformed);
+  Message s;
+  s.type = MessageType::kSnapshot;
+  s.from = 1;
+  s.to = 2;
+  s.term = 1;
+  s.snapshot = SnapshotMeta{10, 1};
+  s.total_bytes = 4;
+  s.offset = 2;
+  s.chunk = "abc";  // runs past total
+  EXPECT_EQ(r.step(s), StepError::kMalformed);
+  EXPECT_EQ(r.stats().rejected_messages, 6u);
+  EXPECT_EQ(r.term(), 0u);  // none of it changed any state
+}
+
+TEST(RaftContract, NothingMayHappenBetweenReadyAndAdvance) {
+  EXPECT_DEATH(
+      {
+        MemoryStorage disk;
+        Raft r(make_config(1, {1, 2, 3}), disk);
+        Ready rd = r.ready();
+        r.tick();
+      },
+      "internal check failed");
+}
+
+TEST(RaftProgress, LeaderReportsFollowers) {
+  MiniCluster c(3);
+  c.nodes[1]->campaign();
+  c.settle();
+  std::vector<PeerProgress> p = c.nodes[1]->progress();
+  ASSERT_EQ(p.size(), 3u);
+  for (const PeerProgress& pp : p) {
+    EXPECT_EQ(pp.match, c.nodes[1]->last_index()) << pp.id;
+    EXPECT_EQ(pp.state, ProgressState::kReplicate);
+  }
+  EXPECT_TRUE(c.nodes[2]->progress().empty());
+}
+
+// Steps `r` with `m`, persists the Ready and returns the messages of the
+// following Ready (where held-back answers appear).
+std::vector<Message> step_and_settle(Raft& r, MemoryStorage& disk, const Message& m) {
+  EXPECT_EQ(r.step(m), StepError::kOk);
+  std::vector<Message> out;
+  for (int i = 0; i < 3 && r.has_ready(); ++i) {
+    Ready rd = r.ready();
+    out.insert(out.end(), rd.messages.begin(), rd.messages.end());
+    if (rd.snapshot) disk.save_snapshot(*rd.snapshot);
+    disk.append(rd.entries);
+    if (rd.hard_state) disk.set_hard_state(*rd.hard_state);
+    r.advance();
+  }
+  return out;
+}
+
+Message chunk(std::uint64_t offset, std::string data, std::uint64_t total) {
+  Message m;
+  m.type = MessageType::kSnapshot;
+  m.from = 1;
+  m.to = 2;
+  m.term = 1;
+  m.snapshot = SnapshotMeta{10, 1};
+  m.offset = offset;
+  m.total_bytes = total;
+  m.done = offset + data.size() == total;
+  m.chunk = std::move(data);
+  return m;
+}
+
+TEST(RaftSnapshot, ChunksDuplicatesAndGaps) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  auto out = step_and_settle(r, disk, chunk(0, "abcd", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, MessageType::kSnapshotResp);
+  EXPECT_EQ(out[0].offset, 4u);
+  EXPECT_FALSE(out[0].reject);
+  // A duplicate is acknowledged with what we hold, not appended twice.
+  out = step_and_settle(r, disk, chunk(0, "abcd", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].offset, 4u);
+  // A gap (chunk at 8 while we hold 4) is refused with our offset.
+  out = step_and_settle(r, disk, chunk(8, "ij", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].reject);
+  EXPECT_EQ(out[0].offset, 4u);
+  // In order again: the last chunk installs it, handed out in a Ready.
+  step_and_settle(r, disk, chunk(4, "efgh", 10));
+  out = step_and_settle(r, disk, chunk(8, "ij", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].done);
+  EXPECT_EQ(out[0].index, 10u);
+  EXPECT_EQ(disk.snapshot().data, "abcdefghij");
+  EXPECT_EQ(disk.snapshot().meta, (SnapshotMeta{10, 1}));
+  EXPECT_EQ(r.commit(), 10u);
+  EXPECT_EQ(r.status().applied, 10u);
+  EXPECT_EQ(r.last_index(), 10u);
+  // A snapshot we already cover is answered "done" with our commit.
+  out = step_and_settle(r, disk, chunk(0, "abcd", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].done);
+  EXPECT_EQ(out[0].index, 10u);
+}
+
+TEST(RaftSnapshot, RestartsFromStoredSnapshotAndLog) {
+  MemoryStorage disk;
+  disk.append(std::vector<Entry>{{1, 1, EntryType::kNoop, ""}, {1, 2, EntryType::kCommand, "a"},
+                                 {2, 3, EntryType::kCommand, "b"}});
+  disk.save_snapshot(Snapshot{SnapshotMeta{2, 1}, "state"});
+  disk.set_hard_state(HardState{2, 1, 3});
+  Raft r(make_config(1, {1, 2, 3}), disk);
+  EXPECT_EQ(r.term(), 2u);
+  EXPECT_EQ(r.status().vote, 1u);
+  EXPECT_EQ(r.snapshot_meta().index, 2u);
+  EXPECT_EQ(r.last_index(), 3u);
+  EXPECT_EQ(r.term_at(1), std::nullopt);  // compacted
+  EXPECT_EQ(r.term_at(2), 1u);
+  // Applied starts at the snapshot: entry 3 is applied again from the log.
+  Ready rd = r.ready();
+  ASSERT_EQ(rd.committed.size(), 1u);
+  EXPECT_EQ(rd.committed[0].data, "b");
+  r.advance();
+}
+
+TEST(MemoryStorage, AppendOverwritesSuffixAndSnapshotKeepsMatchingTail) {
+  MemoryStorage disk;
+  disk.append(std::vector<Entry>{{1, 1, EntryType::kNoop, ""}, {1, 2, EntryType::kNoop, ""},
+                                 {1, 3, EntryType::kNoop, ""}});
+  disk.append(std::vector<Entry>{{2, 2, EntryType::kNoop, ""}});
+  ASSERT_EQ(disk.entries().size(), 2u);
+  EXPECT_EQ(disk.entries()[1].term, 2u);
+  disk.save_snapshot(Snapshot{SnapshotMeta{1, 1}, "s"});
+  ASSERT_EQ(disk.entries().size(), 1u);  // entry 2 kept: entry 1 matched
+  disk.save_snapshot(Snapshot{SnapshotMeta{5, 3}, "t"});
+  EXPECT_TRUE(disk.entries().empty());  // no entry 5 of term 3: log dropped
+  EXPECT_EQ(disk.last_index(), 5u);
+}
+
+}  // namespace
+}  // namespace lockd::raft

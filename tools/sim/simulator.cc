@@ -1,0 +1,943 @@
+// lockd-sim's engine; see simulator.h.
+#include "simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "lockd/cluster/lock_command.h"
+#include "lockd/common/check.h"
+#include "lockd/locks/lock_table.h"
+#include "lockd/raft/codec.h"
+#include "lockd/raft/raft.h"
+#include "lockd/raft/storage.h"
+
+namespace lockd::sim {
+
+using raft::Entry;
+using raft::EntryType;
+using raft::Index;
+using raft::Message;
+using raft::NodeId;
+using raft::Raft;
+using raft::Ready;
+using raft::Role;
+using raft::Term;
+
+namespace {
+
+constexpr TimeNs kTickNs = 10 * kNsPerMs;         // virtual time per step
+constexpr int kElectionTicks = 10;                // every node's election base
+constexpr std::uint64_t kLivenessBudgetSteps = 400;  // after faults stop: leader + commit within this
+constexpr std::size_t kMaxNetworkMessages = 20000;   // the network's buffer; beyond it, drop
+constexpr int kMaxReadyRoundsPerVisit = 4;        // Ready/advance cycles per node visit
+constexpr std::size_t kMaxUncommittedInSim = 256; // leader back-pressure in the sim
+constexpr int kKeys = 4;                          // lock keys clients fight over
+constexpr int kOwners = 5;                        // distinct lock owners
+
+// xoshiro256** seeded by splitmix64: fast, good, and ours (no global RNG).
+class Prng {
+ public:
+  explicit Prng(std::uint64_t seed) {
+    for (auto& s : s_) {
+      seed += 0x9E3779B97F4A7C15ull;
+      std::uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      s = z ^ (z >> 31);
+    }
+  }
+  std::uint64_t next() {
+    std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : next() % n; }
+  std::uint64_t range(std::uint64_t lo, std::uint64_t hi) { return lo + below(hi - lo + 1); }
+  double unit() { return static_cast<double>(next() >> 11) / 9007199254740992.0; }
+  bool chance(double p) { return unit() < p; }
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+};
+
+// This seed's fault rates (swarm testing: every seed a different weather).
+struct Weather {
+  double loss = 0;           // per message
+  double duplicate = 0;      // per message
+  double bit_flip = 0;       // per message
+  std::uint64_t max_delay_steps = 1;
+  double partition = 0;      // per step: cut a random partition
+  double heal = 0;           // per step: heal every partition
+  double clog = 0;           // per step: clog one link for a while
+  double crash = 0;          // per step: crash a random node
+  double crash_in_io = 0;    // per Ready: crash half way through persisting it
+  double quick_restart = 0;  // per crash: back within 1-3 steps (a fast reboot)
+  double crash_leader = 0;   // per step: crash whoever leads (leader changes are where bugs live)
+  double crash_new_leader = 0;  // per election: crash the winner within a few steps (Figure 8's recipe)
+  double propose = 0;        // per step: a client sends a command
+  double transfer = 0;       // per step: ask the leader to hand over
+  std::uint64_t compact_every = 20;  // applied entries between snapshots
+};
+
+// A message on the wire: encoded bytes, decoded on arrival.
+struct InFlight {
+  std::uint64_t due_step;
+  NodeId from;
+  NodeId to;
+  std::string bytes;
+};
+
+// What every node must agree on about one log index.
+struct HistoryEntry {
+  Term term = 0;
+  std::string data;
+  Term commit_term = 0;       // lowest term of a node that saw it committed
+  std::optional<std::string> outcome;  // what applying it did (lock level)
+};
+
+// Per-key state of the lock model used for "one holder per key".
+struct Holding {
+  locks::Token token = 0;
+  TimeNs expires_ns = 0;
+};
+
+// One simulated server: disk, Raft core, state machine.
+struct Node {
+  NodeId id = 0;
+  bool up = true;
+  std::uint64_t restart_step = 0;
+  raft::MemoryStorage disk;
+  std::unique_ptr<Raft> raft;
+  std::unique_ptr<locks::LockTable> table;
+  TimeNs table_floor_ns = 0;                 // latest command time applied
+  std::vector<std::string> applied_commands; // the snapshot payload (see docs/raft.md)
+  Index applied = 0;
+  Index seen_commit = 0;    // commit indexes up to here were recorded in history
+  Term running_term = 0;    // highest term seen since the last restart
+  Term durable_term = 0;    // highest term ever persisted
+  locks::Token max_token = 0;
+  std::map<std::string, Holding> holders;
+};
+
+class Simulation {
+ public:
+  Simulation(const SimOptions& opts, std::uint64_t seed) : opts_(opts), seed_(seed), rng_(seed) {
+    draw_weather();
+    int n = opts_.nodes;
+    for (int i = 1; i <= n; ++i) voters_.push_back(static_cast<NodeId>(i));
+    nodes_.resize(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      nodes_[static_cast<std::size_t>(i)].id = static_cast<NodeId>(i + 1);
+      start_node(nodes_[static_cast<std::size_t>(i)]);
+    }
+    blocked_.assign(static_cast<std::size_t>(n + 1), std::vector<bool>(static_cast<std::size_t>(n + 1), false));
+    clogged_until_.assign(static_cast<std::size_t>(n + 1), std::vector<std::uint64_t>(static_cast<std::size_t>(n + 1), 0));
+  }
+
+  SeedResult run() {
+    std::uint64_t quiet = std::min<std::uint64_t>(kLivenessBudgetSteps, opts_.steps / 2);
+    faults_end_ = opts_.steps - quiet;
+    for (step_ = 0; step_ < opts_.steps && result_.passed; ++step_) {
+      if (step_ < faults_end_) {
+        inject_faults();
+      } else if (step_ == faults_end_) {
+        calm_down();
+      }
+      restart_due_nodes();
+      if (step_ < faults_end_) {
+        if (rng_.chance(w_.propose)) client_propose();
+        if (rng_.chance(w_.transfer)) transfer();
+      } else {
+        liveness_probe();
+      }
+      deliver_due();
+      for (Node& n : nodes_) {
+        if (!n.up) continue;
+        n.raft->tick();
+        process(n);
+      }
+      check_invariants();
+      if (result_.passed && step_ >= faults_end_ && liveness_done_) {
+        check_replicas_converged();
+        if (converged_) check_pending_committed();
+        if (converged_ || step_ >= liveness_deadline()) break;
+      }
+      if (step_ + 1 == opts_.steps && !liveness_done_ && step_ < liveness_deadline()) {
+        ++opts_.steps;  // a snapshot is still streaming: its budget is not spent yet
+      }
+    }
+    if (result_.passed && liveness_done_ && !converged_) {
+      fail("replicas converge", "replicas did not settle on one applied index after faults stopped" +
+                                    cluster_summary());
+    }
+    if (result_.passed && !liveness_done_) {
+      fail("liveness", "no leader committed a new proposal on every node within " +
+                           std::to_string(liveness_deadline() - faults_end_) + " steps after faults stopped" +
+                           cluster_summary());
+    }
+    for (const Node& n : nodes_) {
+      if (n.raft) result_.snapshots_installed += n.raft->stats().snapshots_installed;
+    }
+    result_.committed = history_.empty() ? 0 : history_.rbegin()->first;
+    result_.leaders = leaders_.size();
+    return result_;
+  }
+
+ private:
+  // Faults stopped at faults_end_; by this step the cluster must have
+  // committed a marker everywhere. A lagging node may need the whole
+  // snapshot, so its size (in round trips of chunk windows) is added.
+  std::uint64_t liveness_deadline() const {
+    std::size_t biggest = 0;
+    for (const Node& n : nodes_) biggest = std::max(biggest, n.disk.snapshot().data.size());
+    std::uint64_t windows = biggest / (chunk_bytes_ * raft::kDefaultMaxSnapshotChunksInflight) + 1;
+    return faults_end_ + kLivenessBudgetSteps + windows * 2 * (w_.max_delay_steps + 1);
+  }
+
+  // --- setup ---
+
+  void draw_weather() {
+    auto storm = [&](double max) { return rng_.chance(0.3) ? 0.0 : rng_.unit() * max; };
+    w_.loss = storm(0.15);
+    w_.duplicate = storm(0.05);
+    w_.bit_flip = storm(0.01);
+    w_.max_delay_steps = rng_.range(0, 4);
+    w_.partition = storm(0.02);
+    w_.heal = 0.01 + rng_.unit() * 0.05;
+    w_.clog = storm(0.02);
+    w_.crash = storm(0.02);
+    w_.crash_in_io = storm(0.04);
+    w_.quick_restart = rng_.unit();
+    w_.crash_leader = storm(0.02);
+    w_.crash_new_leader = storm(0.5);
+    w_.propose = 0.05 + rng_.unit() * 0.35;
+    w_.transfer = storm(0.005);
+    w_.compact_every = rng_.range(3, 60);
+    pre_vote_ = rng_.chance(0.8);
+    check_quorum_ = rng_.chance(0.8);
+    heartbeat_ticks_ = static_cast<int>(rng_.range(1, 3));
+    max_inflight_ = rng_.range(1, 8);
+    max_entries_ = rng_.chance(0.4) ? 1 : rng_.range(2, 16);
+    chunk_bytes_ = rng_.range(1024, 16384);
+    trace("weather loss=%.3f dup=%.3f flip=%.4f delay<=%llu part=%.3f clog=%.3f crash=%.4f io_crash=%.4f "
+          "prevote=%d checkquorum=%d",
+          w_.loss, w_.duplicate, w_.bit_flip, static_cast<unsigned long long>(w_.max_delay_steps),
+          w_.partition, w_.clog, w_.crash, w_.crash_in_io, pre_vote_ ? 1 : 0, check_quorum_ ? 1 : 0);
+  }
+
+  raft::Config node_config(NodeId id) {
+    raft::Config c;
+    c.id = id;
+    c.voters = voters_;
+    c.election_ticks = kElectionTicks;
+    c.heartbeat_ticks = heartbeat_ticks_;
+    c.pre_vote = pre_vote_;
+    c.check_quorum = check_quorum_;
+    c.max_inflight = max_inflight_;
+    c.max_entries_per_append = max_entries_;
+    c.snapshot_chunk_bytes = chunk_bytes_;
+    c.max_uncommitted_entries = kMaxUncommittedInSim;
+    c.rng_seed = rng_.next();
+    switch (opts_.bug) {
+      case PlantedBug::kNone: break;
+      case PlantedBug::kCommitOldTerm: c.faults.commit_old_term_entries = true; break;
+      case PlantedBug::kVoteBeforePersist: c.faults.vote_before_persist = true; break;
+      case PlantedBug::kKeepVoteOnNewTerm: c.faults.keep_vote_on_new_term = true; break;
+      case PlantedBug::kSkipLogUpToDate: c.faults.skip_log_up_to_date_check = true; break;
+      case PlantedBug::kHeartbeatFullCommit: c.faults.heartbeat_full_commit = true; break;
+      case PlantedBug::kAckBeforePersist: c.faults.ack_before_persist = true; break;
+    }
+    return c;
+  }
+
+  // (Re)builds a node's volatile half from its disk: the state machine
+  // from the snapshot, then the Raft core.
+  void start_node(Node& n) {
+    n.up = true;
+    n.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
+    n.table_floor_ns = 0;
+    n.max_token = 0;
+    n.holders.clear();
+    n.applied_commands.clear();
+    restore_table(n, n.disk.snapshot().data);
+    n.raft = std::make_unique<Raft>(node_config(n.id), n.disk);
+    n.applied = n.disk.snapshot().meta.index;
+    n.seen_commit = n.applied;
+    n.running_term = n.raft->term();
+  }
+
+  // --- the state machine ---
+
+  static std::string encode_snapshot(const std::vector<std::string>& cmds) {
+    std::string out;
+    for (const std::string& c : cmds) {
+      std::uint32_t len = static_cast<std::uint32_t>(c.size());
+      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(static_cast<std::uint8_t>(len >> (8 * i))));
+      out += c;
+    }
+    return out;
+  }
+
+  void restore_table(Node& n, std::string_view data) {
+    std::size_t pos = 0;
+    while (pos + 4 <= data.size()) {
+      std::uint32_t len = 0;
+      for (int i = 0; i < 4; ++i) len |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(data[pos + static_cast<std::size_t>(i)])) << (8 * i);
+      pos += 4;
+      LOCKD_CHECK(pos + len <= data.size());
+      apply_command(n, std::string(data.substr(pos, len)));
+      pos += len;
+    }
+    LOCKD_CHECK(pos == data.size());
+  }
+
+  // Applies one command to the node's table, checking the lock-level
+  // invariants; returns the outcome summary.
+  std::string apply_command(Node& n, const std::string& bytes) {
+    n.applied_commands.push_back(bytes);
+    cluster::LockCommand c;
+    if (cluster::decode_lock_command(bytes, c) != cluster::LockCommandError::kOk) return "undecodable";
+    TimeNs now = std::max(c.now_ns, n.table_floor_ns);
+    n.table_floor_ns = now;
+    cluster::ApplyOutcome out = cluster::apply_lock_command(*n.table, c, now);
+    n.table->check_invariants();
+    auto grant = [&](const std::string& key, locks::Token token) {
+      if (token <= n.max_token) {
+        fail("tokens strictly increase", "node " + std::to_string(n.id) + " granted token " +
+                                             std::to_string(token) + " after " + std::to_string(n.max_token));
+      }
+      n.max_token = std::max(n.max_token, token);
+      auto it = n.holders.find(key);
+      if (it != n.holders.end() && it->second.expires_ns > now) {
+        fail("one holder per key", "node " + std::to_string(n.id) + " granted " + key + " to token " +
+                                        std::to_string(token) + " while token " +
+                                        std::to_string(it->second.token) + " still held it");
+      }
+      const locks::KeyState* ks = n.table->find(key);
+      n.holders[key] = Holding{token, ks ? ks->expires_at_ns : now};
+    };
+    // A release or expiry ends the current holding before any hand-off.
+    if ((c.type == cluster::LockCommandType::kRelease && out.summary.rfind("released", 0) == 0) ||
+        (c.type == cluster::LockCommandType::kExpire && out.summary.rfind("expired", 0) == 0)) {
+      n.holders.erase(c.key);
+    }
+    if (out.granted != 0) grant(c.key, out.granted);
+    for (const locks::Delivery& d : out.deliveries) {
+      if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
+    }
+    return out.summary;
+  }
+
+  // --- the node's driver loop: persist, send, apply, advance ---
+
+  void process(Node& n) {
+    for (int round = 0; round < kMaxReadyRoundsPerVisit && n.up && n.raft->has_ready(); ++round) {
+      Ready rd = n.raft->ready();
+      for (const Message& m : rd.messages) send(m);
+      if (step_ < faults_end_ && rng_.chance(w_.crash_in_io)) {
+        // The machine dies half way through writing this Ready: a random
+        // prefix of (snapshot, entries..., hard state) reaches the disk.
+        std::size_t ops = (rd.snapshot ? 1 : 0) + rd.entries.size() + (rd.hard_state ? 1 : 0);
+        std::size_t keep = rng_.below(ops + 1);
+        persist(n, rd, keep);
+        crash(n, "during persist");
+        return;
+      }
+      persist(n, rd, SIZE_MAX);
+      if (rd.snapshot) {
+        n.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
+        n.table_floor_ns = 0;
+        n.max_token = 0;
+        n.holders.clear();
+        n.applied_commands.clear();
+        restore_table(n, rd.snapshot->data);
+        n.applied = rd.snapshot->meta.index;
+        trace("n%llu installed snapshot @%llu", ull(n.id), ull(n.applied));
+      }
+      for (const Entry& e : rd.committed) {
+        if (e.index != n.applied + 1) {
+          fail("apply order", "node " + std::to_string(n.id) + " applied " + std::to_string(e.index) +
+                                  " after " + std::to_string(n.applied));
+          return;
+        }
+        std::string outcome = e.type == EntryType::kNoop ? "noop" : apply_command(n, e.data);
+        n.applied = e.index;
+        record_applied(n, e, outcome);
+      }
+      n.raft->advance();
+      if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
+        raft::Snapshot snap;
+        snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied)};
+        snap.data = encode_snapshot(n.applied_commands);
+        n.disk.save_snapshot(snap);
+        n.raft->compact(n.applied, std::move(snap.data));
+      }
+    }
+  }
+
+  // Writes the first `ops` operations of `rd` to disk, in the order the
+  // contract asks for.
+  void persist(Node& n, const Ready& rd, std::size_t ops) {
+    if (ops == 0) return;
+    if (rd.snapshot) {
+      n.disk.save_snapshot(*rd.snapshot);
+      if (--ops == 0) return;
+    }
+    std::size_t k = std::min(ops, rd.entries.size());
+    n.disk.append(std::span<const Entry>(rd.entries.data(), k));
+    ops -= k;
+    if (ops == 0) return;
+    if (rd.hard_state) {
+      if (rd.hard_state->term < n.durable_term) {
+        fail("terms never decrease", "node " + std::to_string(n.id) + " persisted term " +
+                                         std::to_string(rd.hard_state->term) + " after " +
+                                         std::to_string(n.durable_term));
+      }
+      n.durable_term = std::max(n.durable_term, rd.hard_state->term);
+      n.disk.set_hard_state(*rd.hard_state);
+    }
+  }
+
+  void crash(Node& n, const char* why) {
+    trace("n%llu crashes (%s)", ull(n.id), why);
+    n.up = false;
+    n.raft.reset();
+    n.table.reset();
+    n.restart_step = step_ + (rng_.chance(w_.quick_restart) ? rng_.range(1, 3) : rng_.range(5, 80));
+    ++result_.crashes;
+  }
+
+  void restart_due_nodes() {
+    for (Node& n : nodes_) {
+      if (!n.up && (step_ >= n.restart_step || step_ >= faults_end_)) {
+        trace("n%llu restarts at term %llu", ull(n.id), ull(n.disk.hard_state().term));
+        start_node(n);
+      }
+    }
+  }
+
+  // --- network ---
+
+  void send(const Message& m) {
+    if (network_.size() >= kMaxNetworkMessages) return;
+    std::string bytes;
+    raft::encode_message(m, bytes);
+    std::uint64_t due = step_ + rng_.range(0, w_.max_delay_steps);
+    network_.push_back(InFlight{due, m.from, m.to, std::move(bytes)});
+  }
+
+  void deliver_due() {
+    std::vector<InFlight> due;
+    std::vector<InFlight> later;
+    for (InFlight& f : network_) (f.due_step <= step_ ? due : later).push_back(std::move(f));
+    network_ = std::move(later);
+    // Reordering: messages due in the same step arrive in any order.
+    for (std::size_t i = due.size(); i > 1; --i) std::swap(due[i - 1], due[rng_.below(i)]);
+    for (InFlight& f : due) {
+      Node& to = nodes_[f.to - 1];
+      if (!to.up || blocked_[f.from][f.to]) continue;
+      if (clogged_until_[f.from][f.to] > step_) {
+        f.due_step = clogged_until_[f.from][f.to];
+        network_.push_back(std::move(f));
+        continue;
+      }
+      if (step_ < faults_end_) {
+        if (rng_.chance(w_.loss)) continue;
+        if (rng_.chance(w_.duplicate)) {
+          network_.push_back(InFlight{step_ + rng_.range(1, 5), f.from, f.to, f.bytes});
+        }
+        if (rng_.chance(w_.bit_flip) && !f.bytes.empty()) {
+          std::size_t bit = rng_.below(f.bytes.size() * 8);
+          f.bytes[bit / 8] = static_cast<char>(f.bytes[bit / 8] ^ (1 << (bit % 8)));
+        }
+      }
+      Message m;
+      if (raft::decode_message(f.bytes, m) != raft::DecodeError::kOk) {
+        ++decode_errors_;
+        continue;
+      }
+      if (opts_.trace_messages) {
+        trace("deliver %s n%llu->n%llu term %llu idx %llu logterm %llu commit %llu rej %d hint %llu n=%zu snap %llu off %llu done %d",
+              std::string(raft::to_string(m.type)).c_str(), ull(m.from), ull(m.to), ull(m.term), ull(m.index),
+              ull(m.log_term), ull(m.commit), m.reject ? 1 : 0, ull(m.reject_hint), m.entries.size(),
+              ull(m.snapshot.index), ull(m.offset), m.done ? 1 : 0);
+      }
+      to.raft->step(m);
+      process(to);
+    }
+  }
+
+  // --- faults ---
+
+  void inject_faults() {
+    std::size_t n = nodes_.size();
+    if (rng_.chance(w_.partition)) {
+      // Cut a random group off; sometimes only one way.
+      std::vector<bool> side(n + 1, false);
+      for (std::size_t i = 1; i <= n; ++i) side[i] = rng_.chance(0.5);
+      bool one_way = rng_.chance(0.3);
+      for (std::size_t a = 1; a <= n; ++a) {
+        for (std::size_t b = 1; b <= n; ++b) {
+          if (side[a] && !side[b]) {
+            blocked_[a][b] = true;
+            if (!one_way) blocked_[b][a] = true;
+          }
+        }
+      }
+      trace("partition%s", one_way ? " (one-way)" : "");
+    }
+    if (rng_.chance(w_.heal)) {
+      for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
+    }
+    if (rng_.chance(w_.clog)) {
+      std::size_t a = rng_.range(1, n);
+      std::size_t b = rng_.range(1, n);
+      clogged_until_[a][b] = step_ + rng_.range(5, 60);
+    }
+    for (std::size_t i = 0; i < doomed_.size();) {
+      Doomed d = doomed_[i];
+      if (d.step > step_) {
+        ++i;
+        continue;
+      }
+      doomed_.erase(doomed_.begin() + static_cast<std::ptrdiff_t>(i));
+      Node& v = nodes_[d.node - 1];
+      if (v.up && v.raft->term() == d.term) crash(v, "new leader");
+    }
+    if (rng_.chance(w_.crash_leader)) {
+      if (Node* l = find_leader()) crash(*l, "leader");
+    }
+    if (rng_.chance(w_.crash)) {
+      Node& v = nodes_[rng_.below(n)];
+      if (v.up) crash(v, "random");
+    }
+  }
+
+  void calm_down() {
+    trace("faults stop");
+    for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
+    for (auto& row : clogged_until_) std::fill(row.begin(), row.end(), 0);
+  }
+
+  Node* find_leader() {
+    Node* best = nullptr;
+    for (Node& n : nodes_) {
+      if (n.up && n.raft->role() == Role::kLeader && (!best || n.raft->term() > best->raft->term())) best = &n;
+    }
+    return best;
+  }
+
+  void transfer() {
+    Node* l = find_leader();
+    if (!l) return;
+    NodeId target = voters_[rng_.below(voters_.size())];
+    if (l->raft->transfer_leadership(target)) trace("n%llu transfers to n%llu", ull(l->id), ull(target));
+  }
+
+  // --- clients ---
+
+  void client_propose() {
+    Node& n = nodes_[rng_.below(nodes_.size())];
+    if (!n.up) return;
+    Node* target = &n;
+    if (n.raft->role() != Role::kLeader) {
+      // Redirected once, as a real client following `M <leader>`.
+      NodeId l = n.raft->leader();
+      if (l == raft::kNoNode || !nodes_[l - 1].up) return;
+      target = &nodes_[l - 1];
+    }
+    cluster::LockCommand c;
+    c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+    std::string key = "k" + std::to_string(rng_.below(kKeys));
+    const locks::KeyState* ks = target->table->find(key);
+    std::uint64_t dice = rng_.below(10);
+    if (dice < 5 || !ks) {
+      c.type = cluster::LockCommandType::kAcquire;
+      c.owner = "c" + std::to_string(rng_.below(kOwners));
+      c.key = key;
+      c.lease_ms = rng_.range(50, 3000);
+      c.wait_ms = rng_.chance(0.4) ? rng_.range(10, 2000) : 0;
+      c.client = rng_.range(1, kOwners);
+      c.waiter = ++next_waiter_;
+    } else if (dice < 8) {
+      c.type = cluster::LockCommandType::kRelease;
+      c.key = key;
+      c.token = rng_.chance(0.9) ? ks->token : ks->token + rng_.range(1, 3);
+    } else if (dice < 9) {
+      c.type = cluster::LockCommandType::kExpire;
+      c.key = key;
+      c.token = ks->token;
+    } else {
+      c.type = cluster::LockCommandType::kCancelWaiter;
+      c.waiter = next_waiter_ > 0 ? rng_.range(1, next_waiter_) : 1;
+    }
+    auto r = target->raft->propose(cluster::encode_lock_command(c));
+    if (r.error == raft::ProposeError::kOk) {
+      accepted_.emplace_back(r.index, r.term);
+      process(*target);
+    }
+  }
+
+  // After the faults: keep proposing a marker until one commits everywhere.
+  void liveness_probe() {
+    Node* l = find_leader();
+    if (l && (marker_index_ == 0 || l->raft->term() > marker_term_)) {
+      cluster::LockCommand c;
+      c.type = cluster::LockCommandType::kCancelWaiter;  // harmless
+      c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+      c.waiter = 0;
+      auto r = l->raft->propose(cluster::encode_lock_command(c));
+      if (r.error == raft::ProposeError::kOk) {
+        accepted_.emplace_back(r.index, r.term);
+        marker_index_ = r.index;
+        marker_term_ = r.term;
+        process(*l);
+      }
+    }
+    if (marker_index_ == 0) return;
+    auto it = history_.find(marker_index_);
+    if (it == history_.end() || it->second.term != marker_term_) return;
+    for (const Node& n : nodes_) {
+      if (!n.up || n.applied < marker_index_) return;
+    }
+    liveness_done_ = true;
+    trace("liveness ok: marker %llu committed everywhere", ull(marker_index_));
+  }
+
+  // --- invariants ---
+
+  void record_applied(Node& n, const Entry& e, const std::string& outcome) {
+    HistoryEntry& h = history_entry(n, e.index, e.term, e.data);
+    if (!result_.passed) return;
+    if (!h.outcome) {
+      h.outcome = outcome;
+    } else if (*h.outcome != outcome) {
+      fail("state machine safety", "node " + std::to_string(n.id) + " applying " + std::to_string(e.index) +
+                                       " got '" + outcome + "', others got '" + *h.outcome + "'");
+    }
+  }
+
+  // Looks up (or creates) the history entry at `index`, failing when the
+  // node disagrees with what another node committed there.
+  HistoryEntry& history_entry(Node& n, Index index, Term term, const std::string& data) {
+    auto [it, fresh] = history_.try_emplace(index);
+    HistoryEntry& h = it->second;
+    if (fresh) {
+      h.term = term;
+      h.data = data;
+      h.commit_term = n.raft ? n.raft->term() : term;
+    } else if (h.term != term || h.data != data) {
+      fail("state machine safety", "node " + std::to_string(n.id) + " committed (" + std::to_string(index) +
+                                       ", term " + std::to_string(term) + ") but history has term " +
+                                       std::to_string(h.term));
+    }
+    return h;
+  }
+
+  void check_invariants() {
+    for (Node& n : nodes_) {
+      if (!n.up || !result_.passed) continue;
+      Raft& r = *n.raft;
+      // Election Safety: at most one leader per term.
+      if (r.role() == Role::kLeader) {
+        auto [it, fresh] = leaders_.try_emplace(r.term(), n.id);
+        if (fresh) {
+          trace("n%llu leads term %llu (last %llu commit %llu)", ull(n.id), ull(r.term()),
+                ull(r.last_index()), ull(r.commit()));
+          if (step_ < faults_end_ && rng_.chance(w_.crash_new_leader)) {
+            doomed_.push_back({step_ + rng_.range(0, 3), n.id, r.term()});
+          }
+        }
+        if (!fresh && it->second != n.id) {
+          fail("election safety", "term " + std::to_string(r.term()) + " has leaders n" +
+                                      std::to_string(it->second) + " and n" + std::to_string(n.id));
+          return;
+        }
+      }
+      // Terms never decrease while a node runs.
+      if (r.term() < n.running_term) {
+        fail("terms never decrease", "node " + std::to_string(n.id) + " went from term " +
+                                         std::to_string(n.running_term) + " to " + std::to_string(r.term()));
+        return;
+      }
+      n.running_term = r.term();
+      // Record newly committed entries; they must agree with history.
+      for (Index i = std::max(n.seen_commit, r.snapshot_meta().index) + 1; i <= r.commit(); ++i) {
+        const Entry& e = r.log()[i - r.snapshot_meta().index - 1];
+        HistoryEntry& h = history_entry(n, i, e.term, e.data);
+        h.commit_term = std::min(h.commit_term, r.term());
+        if (!result_.passed) return;
+      }
+      n.seen_commit = std::max(n.seen_commit, r.commit());
+    }
+    check_log_matching();
+    check_leader_completeness();
+    check_progress_sound();
+  }
+
+  // What a leader believes about a follower in its own term must be true:
+  // the follower holds (durably, since acks wait for persistence) every
+  // entry up to `match`, with the leader's terms.
+  void check_progress_sound() {
+    for (const Node& l : nodes_) {
+      if (!l.up || !result_.passed || l.raft->role() != Role::kLeader) continue;
+      for (const raft::PeerProgress& p : l.raft->progress()) {
+        const Node& f = nodes_[p.id - 1];
+        if (p.id == l.id || !f.up || f.raft->term() != l.raft->term()) continue;
+        bool ok = p.match <= f.raft->last_index();
+        if (ok && p.match > std::max(f.raft->snapshot_meta().index, l.raft->snapshot_meta().index)) {
+          ok = f.raft->term_at(p.match) == l.raft->term_at(p.match);
+        }
+        if (!ok) {
+          fail("progress soundness", "leader n" + std::to_string(l.id) + " believes n" + std::to_string(f.id) +
+                                         " matches through " + std::to_string(p.match) + " but it has last " +
+                                         std::to_string(f.raft->last_index()));
+          return;
+        }
+      }
+    }
+  }
+
+  // Every proposal the final leader accepted in its own term has committed
+  // by now (proposals of earlier leaders may be lost, and clients retry).
+  void check_pending_committed() {
+    Node* l = find_leader();
+    if (!l) return;
+    Term t = l->raft->term();
+    std::size_t checked = 0;
+    for (const auto& [index, term] : accepted_) {
+      if (term != t) continue;
+      ++checked;
+      auto it = history_.find(index);
+      if (it == history_.end() || it->second.term != term) {
+        fail("liveness", "proposal at (" + std::to_string(index) + ", term " + std::to_string(term) +
+                             ") accepted by the current leader never committed");
+        return;
+      }
+    }
+    trace("all %zu proposals of the final term %llu committed", checked, ull(t));
+  }
+
+  // Once every replica applied the same prefix, their lock tables must be
+  // identical (keys, holders, tokens, deadlines, queues).
+  static std::string table_digest(const locks::LockTable& t) {
+    std::vector<std::string> rows;
+    t.for_each([&](const std::string& key, const locks::KeyState& k) {
+      std::string row = key + " " + k.owner + " " + std::to_string(k.token) + " " +
+                        std::to_string(k.expires_at_ns) + " " + std::to_string(k.lease_ms);
+      if (k.waiters) {
+        for (const locks::Waiter& w : *k.waiters) {
+          row += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.wait_deadline_ns);
+        }
+      }
+      rows.push_back(std::move(row));
+    });
+    std::sort(rows.begin(), rows.end());
+    std::string out = "next " + std::to_string(t.next_token());
+    for (const std::string& r : rows) out += "\n" + r;
+    return out;
+  }
+
+  void check_replicas_converged() {
+    const Node* ref = nullptr;
+    for (const Node& n : nodes_) {
+      if (!n.up) return;
+      if (ref && n.applied != ref->applied) return;  // not settled yet
+      if (!ref) ref = &n;
+    }
+    converged_ = true;
+    trace("replicas converged at applied %llu", ull(ref->applied));
+    std::string want = table_digest(*ref->table);
+    for (const Node& n : nodes_) {
+      if (table_digest(*n.table) != want) {
+        fail("replicas converge", "n" + std::to_string(n.id) + " and n" + std::to_string(ref->id) +
+                                      " applied through " + std::to_string(ref->applied) +
+                                      " but hold different lock tables");
+        return;
+      }
+    }
+  }
+
+  // Log Matching: two logs with the same term at an index agree on every
+  // entry up to it.
+  void check_log_matching() {
+    for (std::size_t a = 0; a < nodes_.size() && result_.passed; ++a) {
+      for (std::size_t b = a + 1; b < nodes_.size() && result_.passed; ++b) {
+        const Node& x = nodes_[a];
+        const Node& y = nodes_[b];
+        if (!x.up || !y.up) continue;
+        Index lo = std::max(x.raft->snapshot_meta().index, y.raft->snapshot_meta().index) + 1;
+        Index hi = std::min(x.raft->last_index(), y.raft->last_index());
+        Index top = 0;
+        for (Index i = hi; i >= lo && i > 0; --i) {
+          if (x.raft->term_at(i) == y.raft->term_at(i)) {
+            top = i;
+            break;
+          }
+        }
+        for (Index i = lo; i <= top; ++i) {
+          const Entry& ex = x.raft->log()[i - x.raft->snapshot_meta().index - 1];
+          const Entry& ey = y.raft->log()[i - y.raft->snapshot_meta().index - 1];
+          if (ex.term != ey.term || ex.data != ey.data) {
+            fail("log matching", "n" + std::to_string(x.id) + " and n" + std::to_string(y.id) +
+                                     " agree on term at " + std::to_string(top) + " but differ at " +
+                                     std::to_string(i));
+            return;
+          }
+        }
+      }
+    }
+  }
+
+  // Leader Completeness: a leader holds every entry committed in an
+  // earlier (or its own) term.
+  void check_leader_completeness() {
+    for (const Node& n : nodes_) {
+      if (!n.up || !result_.passed || n.raft->role() != Role::kLeader) continue;
+      const Raft& r = *n.raft;
+      for (auto it = history_.upper_bound(r.snapshot_meta().index); it != history_.end(); ++it) {
+        if (it->second.commit_term > r.term()) continue;
+        if (r.term_at(it->first) != it->second.term) {
+          fail("leader completeness", "leader n" + std::to_string(n.id) + " of term " + std::to_string(r.term()) +
+                                          " lacks entry " + std::to_string(it->first) + " committed by term " +
+                                          std::to_string(it->second.commit_term));
+          return;
+        }
+      }
+    }
+  }
+
+  // --- reporting ---
+
+  // One line per node, for failure reports.
+  std::string cluster_summary() const {
+    std::ostringstream o;
+    o << " (marker " << marker_index_ << "@" << marker_term_ << ")";
+    for (const Node& n : nodes_) {
+      o << "\n    n" << n.id;
+      if (!n.up) {
+        o << " down";
+        continue;
+      }
+      raft::Status st = n.raft->status();
+      o << " " << raft::to_string(st.role) << " term " << st.term << " leader " << st.leader << " commit "
+        << st.commit << " applied " << st.applied << " last " << st.last_index << " snap " << st.snapshot_index;
+      for (const raft::PeerProgress& p : n.raft->progress()) {
+        o << " [n" << p.id << " match " << p.match << " next " << p.next << " " << raft::to_string(p.state)
+          << " inflight " << p.inflight << " snapoff " << p.snapshot_offset << "]";
+      }
+    }
+    return o.str();
+  }
+
+  void fail(const std::string& invariant, const std::string& details) {
+    if (!result_.passed) return;
+    result_.passed = false;
+    result_.failed_step = step_;
+    result_.failure = invariant + ": " + details;
+    trace("FAIL %s", result_.failure.c_str());
+  }
+
+  static unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
+
+  template <typename... Args>
+  void trace(const char* fmt, Args... args) {
+    if (!opts_.verbose && !opts_.trace_messages) return;
+    std::printf("[seed %llu step %llu] ", ull(seed_), ull(step_));
+    if constexpr (sizeof...(Args) == 0) {
+      std::fputs(fmt, stdout);
+    } else {
+      std::printf(fmt, args...);
+    }
+    std::printf("\n");
+  }
+
+  SimOptions opts_;
+  std::uint64_t seed_;
+  Prng rng_;
+  Weather w_;
+  bool pre_vote_ = true;
+  bool check_quorum_ = true;
+  int heartbeat_ticks_ = 1;
+  std::size_t max_inflight_ = 4;
+  std::size_t max_entries_ = 8;
+  std::size_t chunk_bytes_ = 256;
+  std::vector<NodeId> voters_;
+  std::vector<Node> nodes_;
+  std::vector<InFlight> network_;
+  std::vector<std::vector<bool>> blocked_;               // blocked_[from][to]
+  std::vector<std::vector<std::uint64_t>> clogged_until_;  // [from][to] step
+  std::uint64_t step_ = 0;
+  std::uint64_t faults_end_ = 0;
+  std::uint64_t next_waiter_ = 0;
+  std::uint64_t decode_errors_ = 0;
+  std::map<Index, HistoryEntry> history_;
+  std::map<Term, NodeId> leaders_;
+  // A leader of `term` to crash at `step` (if it still runs in that term).
+  struct Doomed {
+    std::uint64_t step;
+    NodeId node;
+    Term term;
+  };
+  std::vector<Doomed> doomed_;
+  Index marker_index_ = 0;
+  Term marker_term_ = 0;
+  bool liveness_done_ = false;
+  bool converged_ = false;
+  std::vector<std::pair<Index, Term>> accepted_;  // every proposal a leader accepted  // all replicas applied the same prefix and hold equal tables
+  SeedResult result_;
+};
+
+}  // namespace
+
+bool parse_planted_bug(std::string_view name, PlantedBug& out) {
+  for (PlantedBug b : {PlantedBug::kNone, PlantedBug::kCommitOldTerm, PlantedBug::kVoteBeforePersist,
+                       PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate,
+                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist}) {
+    if (to_string(b) == name) {
+      out = b;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view to_string(PlantedBug b) {
+  switch (b) {
+    case PlantedBug::kNone: return "none";
+    case PlantedBug::kCommitOldTerm: return "commit-old-term";
+    case PlantedBug::kVoteBeforePersist: return "vote-before-persist";
+    case PlantedBug::kKeepVoteOnNewTerm: return "keep-vote-on-new-term";
+    case PlantedBug::kSkipLogUpToDate: return "skip-log-up-to-date";
+    case PlantedBug::kHeartbeatFullCommit: return "heartbeat-full-commit";
+    case PlantedBug::kAckBeforePersist: return "ack-before-persist";
+  }
+  return "?";
+}
+
+SeedResult run_seed(const SimOptions& opts, std::uint64_t seed) {
+  Simulation sim(opts, seed);
+  return sim.run();
+}
+
+std::string replay_command(const SimOptions& opts, std::uint64_t seed) {
+  std::ostringstream s;
+  s << "lockd-sim --nodes " << opts.nodes << " --seeds 1 --steps " << opts.steps << " --seed " << seed;
+  if (opts.bug != PlantedBug::kNone) s << " --bug " << to_string(opts.bug);
+  return s.str();
+}
+
+}  // namespace lockd::sim

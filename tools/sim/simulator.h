@@ -1,0 +1,67 @@
+// The deterministic cluster simulator behind lockd-sim.
+//
+// A whole cluster in one process: N Raft cores, each with a MemoryStorage
+// ("the disk") and a LockTable ("the state machine"), joined by a simulated
+// network, all driven by one seeded PRNG and a virtual clock (one step =
+// one tick = kTickNs of virtual time). Nothing reads a real clock, so a
+// seed replays bit for bit.
+//
+// Faults (swarm-style: each seed draws its own fault rates, so some seeds
+// are calm and some are storms): message loss, delay, duplication,
+// reordering, bit flips (caught by the codec's CRC), symmetric and one-way
+// partitions, clogged links (held, then released), crashes at any point —
+// including in the middle of persisting a Ready, losing its unpersisted
+// tail — and restarts from what was persisted. Clients propose lock
+// commands; leaders are asked to transfer leadership now and then.
+//
+// After every step it checks the invariants listed in docs/raft.md; after
+// the faults stop it checks that the cluster elects a leader and commits a
+// new proposal on every node within kLivenessBudgetSteps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace lockd::sim {
+
+// Deliberate bugs switched on in the Raft core, to prove the checks bite.
+enum class PlantedBug {
+  kNone,                // the real protocol
+  kCommitOldTerm,       // commit old-term entries by counting replicas (Figure 8)
+  kVoteBeforePersist,   // send a vote grant before it is durable
+  kKeepVoteOnNewTerm,   // do not clear the vote when the term grows
+  kSkipLogUpToDate,     // grant votes to candidates with stale logs
+  kHeartbeatFullCommit, // heartbeats tell followers the leader's whole commit index
+  kAckBeforePersist,    // acknowledge appended entries before they are durable
+};
+
+// Parses a --bug name; false when unknown.
+bool parse_planted_bug(std::string_view name, PlantedBug& out);
+std::string_view to_string(PlantedBug b);
+
+struct SimOptions {
+  int nodes = 3;             // cluster size, 3 or 5 (1..9 work)
+  std::uint64_t steps = 3000;  // steps per seed, liveness phase included
+  PlantedBug bug = PlantedBug::kNone;
+  bool verbose = false;      // print a trace of every event
+  bool trace_messages = false;  // also print every delivered message
+};
+
+// What one seed did.
+struct SeedResult {
+  bool passed = true;
+  std::uint64_t failed_step = 0;
+  std::string failure;              // invariant name and details
+  std::uint64_t committed = 0;      // highest committed index observed
+  std::uint64_t leaders = 0;        // distinct (term, leader) pairs observed
+  std::uint64_t crashes = 0;
+  std::uint64_t snapshots_installed = 0;
+};
+
+SeedResult run_seed(const SimOptions& opts, std::uint64_t seed);
+
+// The one-line command that replays `seed` with `opts`.
+std::string replay_command(const SimOptions& opts, std::uint64_t seed);
+
+}  // namespace lockd::sim
