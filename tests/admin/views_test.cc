@@ -1,10 +1,9 @@
 // The pure pieces of the admin API: URI decoding, list selection (order,
-// prefix, paging) over a real LockTable, and the 1M-key listing cost.
+// prefix, paging) over a real LockTable. The 1M-key listing cost is a
+// benchmark: tools/microbench/admin_views_bench.cc.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <algorithm>
-#include <cstdlib>
 #include <fmt/format.h>
 
 #include "lockd/admin/uri.h"
@@ -137,43 +136,6 @@ TEST(LatencyHistogramTest, BucketsArePowersOfTwoMicroseconds) {
       EXPECT_GT(d, LatencyHistogram::bound_ns(b - 1)) << d;
     }
   }
-}
-
-// The cost of `/v1/locks` and `/v1/top` over a million keys: run with
-// LOCKD_BENCH=1 (docs/operations.md quotes its output).
-TEST(ViewsBench, MillionKeys) {
-  if (std::getenv("LOCKD_BENCH") == nullptr) GTEST_SKIP() << "set LOCKD_BENCH=1";
-  constexpr std::size_t kKeys = 1'000'000;
-  locks::LockTable t({2 * kKeys, 10, 10}, 1);
-  for (std::size_t i = 0; i < kKeys; ++i) {
-    const std::string k = fmt::format("orders/{:07}", (i * 7919) % kKeys);
-    t.acquire(kNow, req("owner", k, 60'000));
-  }
-  const auto time = [&](const char* what, auto&& fn) {
-    constexpr int kRuns = 5;
-    double best_ms = 1e18;
-    for (int r = 0; r < kRuns; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      fn();
-      best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(
-                                      std::chrono::steady_clock::now() - t0)
-                                      .count());
-    }
-    std::printf("[bench] %-46s %8.1f ms (best of %d)\n", what, best_ms, kRuns);
-  };
-  time("/v1/locks limit=1000, whole scan + JSON",
-       [&] { list_locks_json(t, {"", "", 1000}, kNow).dump(); });
-  time("/v1/locks limit=10000, whole scan + JSON",
-       [&] { list_locks_json(t, {"", "", 10000}, kNow).dump(); });
-  time("/v1/locks prefix=orders/09 limit=1000",
-       [&] { list_locks_json(t, {"orders/09", "", 1000}, kNow).dump(); });
-  time("one slice of 4096 buckets (limit=1000)", [&] {
-    ListScan scan(t, {"", "", 1000});
-    t.for_each_in_buckets(0, 4096, [&](const std::string& k, const locks::KeyState& s) {
-      scan.offer(k, s, kNow);
-    });
-  });
-  time("count_holders (status, metrics), 1M keys", [&] { count_holders(t, kNow); });
 }
 
 }  // namespace
