@@ -1,0 +1,57 @@
+// Config: every lockd flag (spec interfaces.md), parsed from the command
+// line and an optional TOML file (`--config FILE`; the command line wins).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockd/net/address.h"
+#include "lockd/server/lock_server.h"
+
+namespace lockd::daemon {
+
+enum class Mode {
+  kSingle,   // one process, state in memory
+  kCluster,  // a Raft group (--node-id, --peer, --data-dir)
+};
+
+enum class LogFormat {
+  kText,  // human-readable lines
+  kJson,  // one JSON object per line
+};
+
+// One cluster member as `--peer ID=CLIENT_HOST:PORT/RAFT_HOST:PORT` gives it.
+struct Peer {
+  std::uint64_t id = 0;
+  net::Endpoint client;
+  net::Endpoint raft;
+};
+
+struct Config {
+  Mode mode = Mode::kSingle;
+  net::Endpoint listen{"127.0.0.1", 7070};
+  std::optional<net::Endpoint> admin = net::Endpoint{"127.0.0.1", 7071};  // nullopt: off
+  server::ServerConfig server;
+  std::string log_level = "info";
+  LogFormat log_format = LogFormat::kText;
+  // Cluster mode.
+  std::optional<std::uint64_t> node_id;
+  std::vector<Peer> peers;
+  std::string data_dir;
+  std::uint64_t election_timeout_ms = 300;
+  std::uint64_t heartbeat_ms = 50;
+};
+
+// The outcome of parsing: a config to run with, or an exit (help text
+// printed: status 0; a usage error: a one-line message, status 2).
+struct ParseOutcome {
+  std::optional<Config> config;
+  int exit_code = 0;
+  std::string message;  // printed on stdout (status 0) or stderr (status 2)
+};
+
+ParseOutcome parse_config(int argc, char** argv);
+
+}  // namespace lockd::daemon

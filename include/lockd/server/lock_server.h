@@ -1,0 +1,104 @@
+// LockServer: the glue between client connections and the lock table, for
+// single mode.
+//
+// A request travels one straight line: a Connection hands bytes to
+// on_bytes(), the LineFramer cuts lines, the parser turns each into a
+// Request or an error, the LockTable decides, and the replies (plus any
+// Deliveries to other waiting clients) are appended to output buffers that
+// are flushed once at the end of the loop turn (after_turn()).
+//
+// Owns every client connection and the timers of the table's deadlines and
+// of the sweep. Runs on the reactor thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "lockd/locks/lock_table.h"
+#include "lockd/net/connection.h"
+#include "lockd/net/listener.h"
+#include "lockd/net/timer.h"
+#include "lockd/proto/line_framer.h"
+#include "lockd/proto/parser.h"
+#include "lockd/server/server_stats.h"
+
+struct event_base;
+
+namespace lockd::server {
+
+struct ServerConfig {
+  proto::ParseLimits parse;
+  locks::Limits locks;
+  std::size_t max_connections = 10'000;
+  TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
+  net::OutputLimits output;
+};
+
+class LockServer final : public net::ConnectionHandler {
+ public:
+  LockServer(event_base* base, const ServerConfig& config, locks::Token first_token);
+  ~LockServer() override;
+
+  // Starts accepting clients on `ep`. Returns false with `error` set.
+  bool listen(const net::Endpoint& ep, std::string& error);
+  net::Endpoint bound() const { return listener_.bound(); }
+
+  // End-of-turn work: flushes every connection with output, reaps closed
+  // connections and re-arms the deadline timer. Called by the loop owner
+  // after each turn of callbacks.
+  void after_turn();
+
+  // Graceful stop: accepts no more clients, reads no more requests, sends
+  // every reply already decided, then closes each connection.
+  void begin_shutdown();
+  // True once shutdown has begun and every connection is gone.
+  bool drained() const { return shutting_down_ && clients_.empty(); }
+
+  // --- read-only views for the admin API and metrics ---
+  const locks::LockTable& table() const { return table_; }
+  const ServerStats& stats() const { return stats_; }
+  std::size_t connection_count() const { return clients_.size(); }
+
+  // net::ConnectionHandler
+  void on_bytes(net::Connection& conn, std::string_view bytes) override;
+  void on_pending_write(net::Connection& conn) override;
+  void on_closed(net::Connection& conn) override;
+
+ private:
+  // Per-connection protocol state.
+  struct Client {
+    std::unique_ptr<net::Connection> conn;
+    proto::LineFramer framer;
+    std::unordered_set<locks::WaiterId> waiting;  // its queued acquires
+  };
+
+  void accept(int fd);
+  void handle_request(Client& client, const proto::Request& req, TimeNs now);
+  void on_deadline_timer();
+  void on_sweep_timer();
+  // Appends each Delivery's reply to its client's output.
+  void deliver(const std::vector<locks::Delivery>& deliveries);
+  void rearm_deadline_timer(TimeNs now);
+
+  event_base* base_;
+  ServerConfig config_;
+  locks::LockTable table_;
+  net::Listener listener_;
+  net::Timer deadline_timer_;
+  net::Timer sweep_timer_;
+  std::unordered_map<std::uint64_t, Client> clients_;  // by connection id
+  std::vector<net::Connection*> pending_writes_;  // flushed in after_turn()
+  std::vector<std::uint64_t> closed_;             // reaped in after_turn()
+  std::vector<locks::Delivery> deliveries_;       // reused scratch
+  std::uint64_t next_conn_id_ = 1;
+  locks::WaiterId next_waiter_id_ = 1;
+  std::optional<TimeNs> armed_deadline_ns_;  // what deadline_timer_ is set for
+  bool shutting_down_ = false;
+  ServerStats stats_;
+};
+
+}  // namespace lockd::server

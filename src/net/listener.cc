@@ -1,0 +1,55 @@
+#include "lockd/net/listener.h"
+
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace lockd::net {
+
+namespace {
+constexpr int kBacklog = 4096;
+}
+
+Listener::Listener(event_base* base, AcceptFn fn) : base_(base), fn_(std::move(fn)) {}
+
+Listener::~Listener() { close(); }
+
+bool Listener::listen(const Endpoint& ep, std::string& error) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!resolve(ep, ss, len, error)) return false;
+  lev_ = evconnlistener_new_bind(
+      base_, &Listener::on_accept, this,
+      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, kBacklog,
+      reinterpret_cast<sockaddr*>(&ss), static_cast<int>(len));
+  if (lev_ == nullptr) {
+    error = "cannot listen on " + ep.to_string() + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+Endpoint Listener::bound() const {
+  return lev_ == nullptr ? Endpoint{} : local_endpoint(evconnlistener_get_fd(lev_));
+}
+
+void Listener::close() {
+  if (lev_ != nullptr) {
+    evconnlistener_free(lev_);
+    lev_ = nullptr;
+  }
+}
+
+void Listener::on_accept(evconnlistener*, int fd, struct sockaddr*, int, void* arg) {
+  // evconnlistener hands out non-blocking sockets. Replies are small and
+  // batched per turn, so Nagle would only add latency.
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  static_cast<Listener*>(arg)->fn_(fd);
+}
+
+}  // namespace lockd::net

@@ -1,0 +1,190 @@
+#include "lockd/server/lock_server.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <variant>
+
+#include "lockd/common/check.h"
+#include "lockd/net/clock.h"
+#include "lockd/proto/reply.h"
+
+namespace lockd::server {
+
+LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Token first_token)
+    : base_(base),
+      config_(config),
+      table_(config.locks, first_token),
+      listener_(base, [this](int fd) { accept(fd); }),
+      deadline_timer_(base, [this] { on_deadline_timer(); }),
+      sweep_timer_(base, [this] { on_sweep_timer(); }) {
+  sweep_timer_.arm_every(config_.sweep_interval_ns);
+}
+
+LockServer::~LockServer() = default;
+
+bool LockServer::listen(const net::Endpoint& ep, std::string& error) {
+  return listener_.listen(ep, error);
+}
+
+void LockServer::accept(int fd) {
+  if (shutting_down_ || clients_.size() >= config_.max_connections) {
+    ++stats_.connections_rejected;
+    ::close(fd);
+    return;
+  }
+  ++stats_.connections_accepted;
+  const std::uint64_t id = next_conn_id_++;
+  Client& c = clients_[id];
+  c.conn = std::make_unique<net::Connection>(base_, fd, id, *this, config_.output);
+}
+
+void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
+  auto it = clients_.find(conn.id());
+  LOCKD_CHECK(it != clients_.end());
+  Client& client = it->second;
+  const TimeNs now = net::monotonic_now_ns();
+  client.framer.feed(bytes);
+  std::string_view line;
+  for (;;) {
+    const auto status = client.framer.next(line);
+    if (status == proto::LineFramer::Status::kNeedMore) break;
+    if (status == proto::LineFramer::Status::kTooLong) {
+      ++stats_.lines_too_long;
+      stats_.count(ReplyKind::kError);
+      proto::append_error(conn.out(), proto::ParseError::kLineTooLong);
+      if (conn.reply_queued()) conn.close_after_flush();
+      return;
+    }
+    const proto::ParseResult parsed = proto::parse_line(line, config_.parse);
+    if (const auto* req = std::get_if<proto::Request>(&parsed)) {
+      handle_request(client, *req, now);
+    } else if (const auto* err = std::get_if<proto::ParseError>(&parsed)) {
+      ++stats_.requests_malformed;
+      stats_.count(ReplyKind::kError);
+      proto::append_error(conn.out(), *err);
+    }
+    if (conn.closed()) return;  // overflowed while delivering
+  }
+  conn.reply_queued();
+}
+
+void LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
+  std::string& out = client.conn->out();
+  if (req.verb == proto::Verb::kAcquire) {
+    ++stats_.requests_acquire;
+    const locks::WaiterId waiter = next_waiter_id_++;
+    const locks::AcquireResult r = table_.acquire(
+        now, {req.owner, req.key, req.lease_ms, req.wait_ms, client.conn->id(), waiter});
+    switch (r.outcome) {
+      case locks::AcquireOutcome::kGranted:
+        stats_.count(ReplyKind::kAcquired);
+        proto::append_acquired(out, r.token, req.owner, req.key);
+        break;
+      case locks::AcquireOutcome::kHeld:
+        stats_.count(ReplyKind::kHeld);
+        proto::append_held(out, req.owner, req.key);
+        break;
+      case locks::AcquireOutcome::kBusy:
+        stats_.count(ReplyKind::kBusy);
+        proto::append_busy(out, req.owner, req.key);
+        break;
+      case locks::AcquireOutcome::kQueued:
+        client.waiting.insert(waiter);
+        break;
+    }
+    return;
+  }
+  ++stats_.requests_release;
+  deliveries_.clear();
+  const auto outcome = table_.release(now, req.token, req.key, deliveries_);
+  if (outcome == locks::ReleaseOutcome::kReleased) {
+    stats_.count(ReplyKind::kReleased);
+    proto::append_released(out, req.token, req.key);
+  } else {
+    stats_.count(ReplyKind::kNotReleased);
+    proto::append_not_released(out, req.token, req.key);
+  }
+  // The releaser's `R` goes first; a hand-off to a waiter on this same
+  // connection follows it.
+  deliver(deliveries_);
+}
+
+void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {
+  for (const locks::Delivery& d : deliveries) {
+    auto it = clients_.find(d.client);
+    // A closed connection cancels its waiters before it goes, so every
+    // Delivery has a live client.
+    LOCKD_CHECK(it != clients_.end());
+    Client& c = it->second;
+    c.waiting.erase(d.waiter);
+    if (d.kind == locks::DeliveryKind::kGranted) {
+      stats_.count(ReplyKind::kAcquired);
+      proto::append_acquired(c.conn->out(), d.token, d.owner, d.key);
+    } else {
+      stats_.count(ReplyKind::kHeld);
+      proto::append_held(c.conn->out(), d.owner, d.key);
+    }
+    c.conn->reply_queued();
+  }
+}
+
+void LockServer::on_pending_write(net::Connection& conn) { pending_writes_.push_back(&conn); }
+
+void LockServer::on_closed(net::Connection& conn) {
+  auto it = clients_.find(conn.id());
+  LOCKD_CHECK(it != clients_.end());
+  if (conn.overflowed()) {
+    ++stats_.output_overflows;
+    spdlog::warn("closing connection {}: unsent output over {} bytes", conn.id(),
+                 config_.output.max_bytes);
+  }
+  // A waiter belongs to its connection (§9): cancel without a reply.
+  for (const locks::WaiterId w : it->second.waiting) table_.cancel_waiter(w);
+  it->second.waiting.clear();
+  closed_.push_back(conn.id());
+}
+
+void LockServer::on_deadline_timer() {
+  armed_deadline_ns_.reset();
+  const TimeNs now = net::monotonic_now_ns();
+  deliveries_.clear();
+  table_.advance(now, deliveries_);
+  deliver(deliveries_);
+}
+
+void LockServer::on_sweep_timer() {
+  const std::size_t freed = table_.sweep(net::monotonic_now_ns());
+  if (freed > 0) spdlog::debug("sweep freed {} expired keys", freed);
+}
+
+void LockServer::rearm_deadline_timer(TimeNs now) {
+  const std::optional<TimeNs> next = table_.next_deadline();
+  if (next == armed_deadline_ns_) return;
+  armed_deadline_ns_ = next;
+  if (next) {
+    deadline_timer_.arm_after(*next - now);
+  } else {
+    deadline_timer_.cancel();
+  }
+}
+
+void LockServer::after_turn() {
+  // Flushing may close connections (peer gone), so flush before reaping.
+  for (std::size_t i = 0; i < pending_writes_.size(); ++i) pending_writes_[i]->flush();
+  pending_writes_.clear();
+  for (const std::uint64_t id : closed_) clients_.erase(id);
+  closed_.clear();
+  if (!shutting_down_) rearm_deadline_timer(net::monotonic_now_ns());
+}
+
+void LockServer::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  listener_.close();
+  deadline_timer_.cancel();
+  sweep_timer_.cancel();
+  for (auto& [id, c] : clients_) c.conn->close_after_flush();
+}
+
+}  // namespace lockd::server

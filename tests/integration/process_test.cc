@@ -1,0 +1,111 @@
+// lockd as a process: flags, config file, exit codes, logging.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "lockd_process.h"
+
+namespace lockd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs lockd with `args` expecting it to exit on its own; returns status.
+int run_expecting_exit(const std::vector<std::string>& args, std::string* err) {
+  ChildProcess p;
+  std::vector<std::string> argv{lockd_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  EXPECT_TRUE(p.start(argv));
+  auto st = p.wait_exit(5s);
+  *err = p.stderr_text();
+  return st.value_or(-1);
+}
+
+TEST(ProcessTest, BadFlagsExitTwoWithOneLine) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--no-such-flag"},
+           {"--mode", "triple"},
+           {"--listen", "nonsense"},
+           {"--max-keys", "abc"},
+           {"--default-lease-ms", "0"},
+           {"--default-lease-ms", "5000", "--max-lease-ms", "100"},
+           {"--log-level", "loud"},
+           {"--config", "/nonexistent/lockd.toml"},
+           {"--mode", "cluster"},
+       }) {
+    std::string err;
+    EXPECT_EQ(run_expecting_exit(args, &err), 2) << args[0];
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_EQ(err.rfind("lockd: ", 0), 0u) << err;
+  }
+}
+
+TEST(ProcessTest, ListenConflictIsAnErrorNotACrash) {
+  LockdProcess first;
+  std::string err;
+  EXPECT_EQ(run_expecting_exit({"--listen", "127.0.0.1:" + std::to_string(first.port()),
+                                "--admin", "off"},
+                               &err),
+            2);
+  EXPECT_NE(err.find("cannot listen"), std::string::npos) << err;
+}
+
+TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
+  char path[] = "/tmp/lockd-config-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream f(path);
+    f << "# lockd config\n"
+         "default-lease-ms = 100\n"
+         "max-lease-ms = 500\n"
+         "sweep-interval-ms = 60000\n";
+  }
+  LockdProcess lockd({"--config", path, "--max-lease-ms", "800"});
+  LineClient c(lockd.port());
+  EXPECT_EQ(c.call("A o k 800").substr(0, 2), "A ");  // command line wins
+  EXPECT_EQ(c.call("A o k2 801"), "E bad_lease");
+  // The file's default lease applies: 100 ms.
+  auto r = fields(c.call("A o k3"));
+  ASSERT_EQ(r.size(), 4u);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(c.call("A p k3").substr(0, 2), "A ");  // expired: taken over
+  std::remove(path);
+}
+
+TEST(ProcessTest, BadConfigFileExitsTwo) {
+  char path[] = "/tmp/lockd-config-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream f(path);
+    f << "no-such-key = 1\n";
+  }
+  std::string err;
+  EXPECT_EQ(run_expecting_exit({"--config", path}, &err), 2);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  std::remove(path);
+}
+
+TEST(ProcessTest, JsonLogFormatWritesJsonLines) {
+  LockdProcess lockd({"--log-format", "json"});
+  const std::string& err = lockd.process().stderr_text();
+  EXPECT_EQ(err.rfind("{\"ts\":", 0), 0u) << err;
+  EXPECT_NE(err.find("\"msg\":\"lockd"), std::string::npos) << err;
+}
+
+TEST(ProcessTest, SigintAlsoStopsCleanly) {
+  LockdProcess lockd;
+  lockd.process().signal(SIGINT);
+  EXPECT_EQ(lockd.process().wait_exit(5s), 0);
+}
+
+}  // namespace
+}  // namespace lockd::testing

@@ -1,0 +1,324 @@
+// The real lockd over real TCP against protocol.md, end to end.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "lockd_process.h"
+
+namespace lockd::testing {
+namespace {
+
+using namespace std::chrono;
+using namespace std::chrono_literals;
+
+std::uint64_t token_of(const std::string& reply) {
+  auto f = fields(reply);
+  EXPECT_EQ(f.size(), 4u) << reply;
+  EXPECT_EQ(f.empty() ? "" : f[0], "A") << reply;
+  return f.size() == 4 ? std::stoull(f[1]) : 0;
+}
+
+TEST(ProtocolTest, AcquireHeldReleaseAndNotReleased) {
+  LockdProcess lockd;
+  LineClient a(lockd.port()), b(lockd.port());
+  const std::string granted = a.call("A alice orders/42");
+  const std::uint64_t t = token_of(granted);
+  EXPECT_EQ(granted, "A " + std::to_string(t) + " alice orders/42");
+  EXPECT_EQ(b.call("A bob orders/42"), "T bob orders/42");
+  EXPECT_EQ(b.call("A alice orders/42"), "T alice orders/42");  // owner is no authority
+  EXPECT_EQ(b.call("R " + std::to_string(t + 1) + " orders/42"),
+            "N " + std::to_string(t + 1) + " orders/42");
+  EXPECT_EQ(b.call("R " + std::to_string(t) + " orders/42"),
+            "R " + std::to_string(t) + " orders/42");
+  EXPECT_EQ(b.call("R " + std::to_string(t) + " orders/42"),
+            "N " + std::to_string(t) + " orders/42");
+  EXPECT_EQ(b.call("R 7 never-registered"), "N 7 never-registered");
+  EXPECT_GT(token_of(b.call("A bob orders/42")), t);
+}
+
+TEST(ProtocolTest, EveryErrorCodeKeepsTheConnectionOpen) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  EXPECT_EQ(c.call("X alice k"), "E unknown_command");
+  EXPECT_EQ(c.call("a alice k"), "E unknown_command");
+  EXPECT_EQ(c.call("A alice"), "E bad_arity");
+  EXPECT_EQ(c.call("R 1"), "E bad_arity");
+  EXPECT_EQ(c.call("A " + std::string(65, 'o') + " k"), "E bad_owner");
+  EXPECT_EQ(c.call("A o " + std::string(251, 'k')), "E bad_key");
+  EXPECT_EQ(c.call("A o k 0"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k 3600001"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k 10 300001"), "E bad_wait");
+  EXPECT_EQ(c.call("R 0 k"), "E bad_token");
+  EXPECT_EQ(c.call("R 18446744073709551616 k"), "E bad_token");
+  // Blank lines get no reply; the next request still does.
+  c.send("\n   \n\r\n");
+  EXPECT_EQ(token_of(c.call("A o k")) > 0, true);
+}
+
+TEST(ProtocolTest, CrlfAndExtraSpacesAreAccepted) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  c.send("A   alice   k1   1000\r\n");
+  auto r = c.read_line();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(fields(*r).size(), 4u);
+  EXPECT_EQ(r->substr(r->size() - 8), "alice k1");
+}
+
+TEST(ProtocolTest, ThousandsOfPipelinedRequestsAnswerInOrder) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  constexpr int kN = 5000;
+  std::string batch;
+  for (int i = 0; i < kN; ++i) batch += "A o key" + std::to_string(i) + " 60000\n";
+  c.send(batch);
+  std::string releases;
+  for (int i = 0; i < kN; ++i) {
+    auto r = c.read_line();
+    ASSERT_TRUE(r) << i;
+    auto f = fields(*r);
+    ASSERT_EQ(f.size(), 4u) << *r;
+    ASSERT_EQ(f[3], "key" + std::to_string(i));
+    releases += "R " + f[1] + " key" + std::to_string(i) + "\n";
+  }
+  c.send(releases);
+  for (int i = 0; i < kN; ++i) {
+    auto r = c.read_line();
+    ASSERT_TRUE(r) << i;
+    ASSERT_EQ(r->substr(0, 2), "R ") << *r;
+    ASSERT_EQ(fields(*r)[2], "key" + std::to_string(i));
+  }
+}
+
+TEST(ProtocolTest, WaitingAcquireIsOvertakenByAnImmediateOne) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port()), c(lockd.port());
+  const auto t = token_of(holder.call("A h busy"));
+  c.send("A w busy 1000 5000\nA w free\n");
+  auto first = c.read_line();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(fields(*first)[3], "free");  // the immediate one first
+  EXPECT_EQ(holder.call("R " + std::to_string(t) + " busy"), "R " + std::to_string(t) + " busy");
+  auto second = c.read_line();
+  ASSERT_TRUE(second);
+  EXPECT_GT(token_of(*second), t);
+  EXPECT_EQ(fields(*second)[3], "busy");
+}
+
+TEST(ProtocolTest, HandOffOnReleaseIsFifo) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port());
+  auto t = token_of(holder.call("A h k"));
+  std::vector<std::unique_ptr<LineClient>> waiters;
+  for (int i = 0; i < 20; ++i) {
+    waiters.push_back(std::make_unique<LineClient>(lockd.port()));
+    waiters.back()->send("A w" + std::to_string(i) + " k 10000 20000\n");
+    // Make the enqueue order certain: the server sees each before the next.
+    EXPECT_EQ(holder.call("A probe k"), "T probe k");
+  }
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(holder.call("R " + std::to_string(t) + " k"), "R " + std::to_string(t) + " k");
+    auto r = waiters[static_cast<std::size_t>(i)]->read_line();
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(fields(*r)[2], "w" + std::to_string(i));
+    t = token_of(*r);
+  }
+}
+
+TEST(ProtocolTest, DisconnectCancelsWaitersButKeepsHeldLocks) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port()), next(lockd.port());
+  const auto t = token_of(holder.call("A h k"));
+  {
+    LineClient gone(lockd.port());
+    gone.send("A gone k 10000 20000\n");
+    EXPECT_EQ(holder.call("A probe k"), "T probe k");  // enqueued by now
+    // `gone` also holds a lock of its own, which survives its disconnect.
+    EXPECT_GT(token_of(gone.call("A gone other 60000")), 0u);
+  }
+  next.send("A next k 10000 20000\n");
+  EXPECT_EQ(holder.call("A probe k"), "T probe k");
+  holder.call("R " + std::to_string(t) + " k");
+  auto r = next.read_line();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(fields(*r)[2], "next");  // the cancelled waiter was skipped
+  EXPECT_EQ(holder.call("A probe other"), "T probe other");
+}
+
+TEST(ProtocolTest, WaitRunsOutWithT) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port()), c(lockd.port());
+  token_of(holder.call("A h k 60000"));
+  const auto start = steady_clock::now();
+  c.send("A w k 1000 300\n");
+  auto r = c.read_line(5s);
+  const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, "T w k");
+  EXPECT_GE(took.count(), 290);
+  EXPECT_LT(took.count(), 1500);
+}
+
+TEST(ProtocolTest, ExpiryHandsKeyToWaiterLongBeforeTheSweep) {
+  LockdProcess lockd({"--sweep-interval-ms", "60000"});
+  LineClient holder(lockd.port()), c(lockd.port());
+  const auto t = token_of(holder.call("A h k 200"));
+  const auto start = steady_clock::now();
+  c.send("A w k 5000 10000\n");
+  auto r = c.read_line(5s);
+  const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
+  ASSERT_TRUE(r);
+  EXPECT_GT(token_of(*r), t);
+  EXPECT_LT(took.count(), 1500);
+  // The old holder's token no longer releases.
+  EXPECT_EQ(holder.call("R " + std::to_string(t) + " k"), "N " + std::to_string(t) + " k");
+}
+
+TEST(ProtocolTest, ExpiredKeyIsTakenOverAndReleasableUntilSwept) {
+  LockdProcess lockd({"--sweep-interval-ms", "60000"});
+  LineClient c(lockd.port());
+  const auto t1 = token_of(c.call("A a k1 50"));
+  const auto t2 = token_of(c.call("A a k2 50"));
+  std::this_thread::sleep_for(120ms);
+  const auto t3 = token_of(c.call("A b k1 1000"));  // lazy takeover
+  EXPECT_GT(t3, t2);
+  EXPECT_EQ(c.call("R " + std::to_string(t1) + " k1"), "N " + std::to_string(t1) + " k1");
+  // Expired but not swept: the release still matches.
+  EXPECT_EQ(c.call("R " + std::to_string(t2) + " k2"), "R " + std::to_string(t2) + " k2");
+}
+
+TEST(ProtocolTest, SweepDeletesExpiredKeys) {
+  LockdProcess lockd({"--sweep-interval-ms", "100"});
+  LineClient c(lockd.port());
+  const auto t = token_of(c.call("A a k 20"));
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(c.call("R " + std::to_string(t) + " k"), "N " + std::to_string(t) + " k");
+}
+
+TEST(ProtocolTest, CapsAnswerBusy) {
+  LockdProcess lockd(
+      {"--max-keys", "2", "--max-waiters-per-key", "1", "--max-waiters", "2"});
+  LineClient c(lockd.port()), w(lockd.port());
+  token_of(c.call("A o k1"));
+  token_of(c.call("A o k2"));
+  EXPECT_EQ(c.call("A o k3"), "B o k3");  // key table full
+  w.send("A w k1 1000 10000\n");
+  EXPECT_EQ(c.call("A x k1 1000 10000"), "B x k1");  // k1's queue is full
+  w.send("A w k2 1000 10000\n");
+  EXPECT_EQ(c.call("A probe k2"), "T probe k2");
+  EXPECT_EQ(c.call("A y k2 1000 10000"), "B y k2");  // per-key cap (1)
+}
+
+TEST(ProtocolTest, TotalWaitersCapAnswersBusy) {
+  LockdProcess lockd({"--max-waiters", "2"});
+  LineClient c(lockd.port()), w(lockd.port());
+  token_of(c.call("A o k1"));
+  token_of(c.call("A o k2"));
+  w.send("A w k1 1000 10000\nA w k2 1000 10000\n");
+  EXPECT_EQ(c.call("A probe k1"), "T probe k1");
+  EXPECT_EQ(c.call("A y k1 1000 10000"), "B y k1");
+}
+
+TEST(ProtocolTest, MaxConnectionsClosesTheExtraOne) {
+  LockdProcess lockd({"--max-connections", "2"});
+  LineClient a(lockd.port()), b(lockd.port());
+  EXPECT_EQ(a.call("A o k1").substr(0, 2), "A ");
+  EXPECT_EQ(b.call("A o k2").substr(0, 2), "A ");
+  LineClient c(lockd.port());
+  EXPECT_TRUE(c.wait_closed(2s));
+  a.close();
+  std::this_thread::sleep_for(100ms);
+  LineClient d(lockd.port());
+  EXPECT_EQ(d.call("A o k3").substr(0, 2), "A ");
+}
+
+TEST(ProtocolTest, LineTooLongAnswersThenCloses) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  c.send("A o before\n" + std::string(2000, 'x') + "\nA o after\n");
+  auto r1 = c.read_line();
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(fields(*r1)[3], "before");
+  EXPECT_EQ(c.read_line(), "E line_too_long");
+  EXPECT_TRUE(c.wait_closed(2s));
+  EXPECT_EQ(c.read_line(100ms), std::nullopt);  // `after` was never processed
+}
+
+TEST(ProtocolTest, ExactlyMaxLineIsAccepted) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  // "A o " + key + padding spaces + "\n" = 1024 bytes.
+  std::string line = "A o " + std::string(250, 'k');
+  line += std::string(1023 - line.size(), ' ');
+  c.send(line + "\n");
+  auto r = c.read_line();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->substr(0, 2), "A ");
+}
+
+TEST(ProtocolTest, ClientThatNeverReadsDoesNotGrowTheServer) {
+  LockdProcess lockd;
+  LineClient flood(lockd.port());
+  const int flags = fcntl(flood.fd(), F_GETFL);
+  fcntl(flood.fd(), F_SETFL, flags | O_NONBLOCK);
+  const std::string req = "A flooder k-flood\n";  // `T` after the first
+  std::string chunk;
+  for (int i = 0; i < 4096; ++i) chunk += req;
+  std::size_t sent = 0;
+  const auto deadline = steady_clock::now() + 3s;
+  while (steady_clock::now() < deadline) {
+    const ssize_t n = ::send(flood.fd(), chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else {
+      std::this_thread::sleep_for(10ms);
+    }
+    if (sent > 256u << 20) break;
+  }
+  // The server stopped reading (TCP back-pressure) long before 256 MiB.
+  EXPECT_LT(sent, 64u << 20);
+  // ... and still serves others.
+  LineClient other(lockd.port());
+  EXPECT_EQ(other.call("A o other").substr(0, 2), "A ");
+  std::ifstream status("/proc/" + std::to_string(lockd.process().pid()) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      EXPECT_LT(std::stoul(line.substr(6)), 200'000u) << line;  // kB
+    }
+  }
+}
+
+TEST(ProtocolTest, SigtermExitsZeroAfterFlushingDecidedReplies) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  EXPECT_EQ(c.call("A o k").substr(0, 2), "A ");
+  lockd.process().signal(SIGTERM);
+  EXPECT_EQ(lockd.process().wait_exit(5s), 0);
+  EXPECT_TRUE(c.wait_closed(1s));
+}
+
+TEST(ProtocolTest, TokensKeepGrowingAcrossAKill9Restart) {
+  std::uint64_t before = 0;
+  {
+    LockdProcess lockd;
+    LineClient c(lockd.port());
+    for (int i = 0; i < 100; ++i) before = token_of(c.call("A o k" + std::to_string(i)));
+    lockd.process().signal(SIGKILL);
+    lockd.process().wait_exit(5s);
+  }
+  LockdProcess again;
+  LineClient c(again.port());
+  EXPECT_GT(token_of(c.call("A o k0")), before);
+}
+
+}  // namespace
+}  // namespace lockd::testing

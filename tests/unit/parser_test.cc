@@ -1,0 +1,157 @@
+// The request parser against protocol.md §2, §3 and §7.
+#include "lockd/proto/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace lockd::proto {
+namespace {
+
+const ParseLimits kLimits{30'000, 3'600'000, 300'000};
+
+ParseResult parse(std::string_view line) { return parse_line(line, kLimits); }
+
+ParseError error_of(std::string_view line) {
+  auto r = parse(line);
+  EXPECT_TRUE(std::holds_alternative<ParseError>(r)) << "line: " << line;
+  return std::holds_alternative<ParseError>(r) ? std::get<ParseError>(r)
+                                               : ParseError::kLineTooLong;
+}
+
+Request request_of(std::string_view line) {
+  auto r = parse(line);
+  EXPECT_TRUE(std::holds_alternative<Request>(r)) << "line: " << line;
+  return std::holds_alternative<Request>(r) ? std::get<Request>(r) : Request{};
+}
+
+TEST(ParserTest, AcquireWithDefaults) {
+  Request r = request_of("A alice orders/42");
+  EXPECT_EQ(r.verb, Verb::kAcquire);
+  EXPECT_EQ(r.owner, "alice");
+  EXPECT_EQ(r.key, "orders/42");
+  EXPECT_EQ(r.lease_ms, 30'000u);
+  EXPECT_EQ(r.wait_ms, 0u);
+}
+
+TEST(ParserTest, AcquireWithLeaseAndWait) {
+  Request r = request_of("A alice k 5000 250");
+  EXPECT_EQ(r.lease_ms, 5000u);
+  EXPECT_EQ(r.wait_ms, 250u);
+}
+
+TEST(ParserTest, ReleaseParsesToken) {
+  Request r = request_of("R 18446744073709551615 k");
+  EXPECT_EQ(r.verb, Verb::kRelease);
+  EXPECT_EQ(r.token, 18446744073709551615ull);
+  EXPECT_EQ(r.key, "k");
+}
+
+TEST(ParserTest, RunsOfSpacesAndCrAreSeparatorsAndTerminator) {
+  Request r = request_of("  A   alice    k  100   7  \r");
+  EXPECT_EQ(r.owner, "alice");
+  EXPECT_EQ(r.key, "k");
+  EXPECT_EQ(r.lease_ms, 100u);
+  EXPECT_EQ(r.wait_ms, 7u);
+}
+
+TEST(ParserTest, BlankLinesAreIgnored) {
+  EXPECT_TRUE(std::holds_alternative<Blank>(parse("")));
+  EXPECT_TRUE(std::holds_alternative<Blank>(parse("    ")));
+  EXPECT_TRUE(std::holds_alternative<Blank>(parse("\r")));
+}
+
+TEST(ParserTest, UnknownCommand) {
+  EXPECT_EQ(error_of("X a b"), ParseError::kUnknownCommand);
+  EXPECT_EQ(error_of("a alice k"), ParseError::kUnknownCommand);  // verbs are upper case
+  EXPECT_EQ(error_of("AA alice k"), ParseError::kUnknownCommand);
+  EXPECT_EQ(error_of("A\talice k"), ParseError::kUnknownCommand);  // tab is not a separator
+}
+
+TEST(ParserTest, BadArity) {
+  EXPECT_EQ(error_of("A"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("A alice"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("A alice k 1 2 3"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("R 1"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("R 1 k extra"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("R"), ParseError::kBadArity);
+}
+
+TEST(ParserTest, OwnerLengthBoundary) {
+  EXPECT_EQ(request_of("A " + std::string(64, 'o') + " k").owner.size(), 64u);
+  EXPECT_EQ(error_of("A " + std::string(65, 'o') + " k"), ParseError::kBadOwner);
+}
+
+TEST(ParserTest, KeyLengthBoundary) {
+  EXPECT_EQ(request_of("A o " + std::string(250, 'k')).key.size(), 250u);
+  EXPECT_EQ(error_of("A o " + std::string(251, 'k')), ParseError::kBadKey);
+  EXPECT_EQ(error_of("R 1 " + std::string(251, 'k')), ParseError::kBadKey);
+}
+
+TEST(ParserTest, FieldBytesMustBeVisibleAscii) {
+  EXPECT_EQ(error_of(std::string("A al\x01ice k")), ParseError::kBadOwner);
+  EXPECT_EQ(error_of(std::string("A alice k\x7f")), ParseError::kBadKey);
+  EXPECT_EQ(error_of(std::string("A alice k\xc3\xa9")), ParseError::kBadKey);
+  EXPECT_EQ(error_of(std::string("A alice k\r\r")), ParseError::kBadKey);
+  EXPECT_EQ(request_of("A !~ ~!").owner, "!~");
+}
+
+TEST(ParserTest, LeaseRange) {
+  EXPECT_EQ(error_of("A o k 0"), ParseError::kBadLease);
+  EXPECT_EQ(request_of("A o k 1").lease_ms, 1u);
+  EXPECT_EQ(request_of("A o k 3600000").lease_ms, 3'600'000u);
+  EXPECT_EQ(error_of("A o k 3600001"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("A o k -1"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("A o k +1"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("A o k 1.5"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("A o k 1e3"), ParseError::kBadLease);
+  EXPECT_EQ(request_of("A o k 000042").lease_ms, 42u);  // leading zeros are fine
+}
+
+TEST(ParserTest, WaitRange) {
+  EXPECT_EQ(request_of("A o k 1 0").wait_ms, 0u);
+  EXPECT_EQ(request_of("A o k 1 300000").wait_ms, 300'000u);
+  EXPECT_EQ(error_of("A o k 1 300001"), ParseError::kBadWait);
+  EXPECT_EQ(error_of("A o k 1 x"), ParseError::kBadWait);
+}
+
+TEST(ParserTest, TokenRange) {
+  EXPECT_EQ(error_of("R 0 k"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("R 000 k"), ParseError::kBadToken);
+  EXPECT_EQ(request_of("R 0001 k").token, 1u);
+  EXPECT_EQ(request_of("R 18446744073709551615 k").token, 18446744073709551615ull);
+  EXPECT_EQ(error_of("R 18446744073709551616 k"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("R 99999999999999999999999 k"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("R -1 k"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("R +1 k"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("R abc k"), ParseError::kBadToken);
+}
+
+TEST(ParserTest, FirstBadFieldLeftToRightNamesTheError) {
+  EXPECT_EQ(error_of("A " + std::string(65, 'o') + " " + std::string(251, 'k') + " 0 x"),
+            ParseError::kBadOwner);
+  EXPECT_EQ(error_of("A o " + std::string(251, 'k') + " 0 x"), ParseError::kBadKey);
+  EXPECT_EQ(error_of("A o k 0 x"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("R 0 " + std::string(251, 'k')), ParseError::kBadToken);
+}
+
+TEST(ParserTest, ErrorCodesSpellTheWireNames) {
+  EXPECT_EQ(error_code(ParseError::kUnknownCommand), "unknown_command");
+  EXPECT_EQ(error_code(ParseError::kBadArity), "bad_arity");
+  EXPECT_EQ(error_code(ParseError::kBadOwner), "bad_owner");
+  EXPECT_EQ(error_code(ParseError::kBadKey), "bad_key");
+  EXPECT_EQ(error_code(ParseError::kBadLease), "bad_lease");
+  EXPECT_EQ(error_code(ParseError::kBadWait), "bad_wait");
+  EXPECT_EQ(error_code(ParseError::kBadToken), "bad_token");
+  EXPECT_EQ(error_code(ParseError::kLineTooLong), "line_too_long");
+}
+
+TEST(ParserTest, ConfiguredLimitsApply) {
+  ParseLimits small{10, 20, 5};
+  EXPECT_EQ(std::get<Request>(parse_line("A o k", small)).lease_ms, 10u);
+  EXPECT_TRUE(std::holds_alternative<ParseError>(parse_line("A o k 21", small)));
+  EXPECT_TRUE(std::holds_alternative<ParseError>(parse_line("A o k 20 6", small)));
+}
+
+}  // namespace
+}  // namespace lockd::proto
