@@ -48,14 +48,16 @@ bool Daemon::start(std::string& error) {
     return false;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
-  if (!server_->listen(config_.listen, error)) return false;
-  spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
-               server_->bound().to_string());
+  // Signal handlers before the `listening` line: whoever reads that line
+  // may send SIGTERM at once.
   sigterm_ = evsignal_new(base_, SIGTERM, &Daemon::on_signal, this);
   sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
   event_add(sigterm_, nullptr);
   event_add(sigint_, nullptr);
+  server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
+  if (!server_->listen(config_.listen, error)) return false;
+  spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
+               server_->bound().to_string());
   return true;
 }
 

@@ -201,13 +201,33 @@ std::optional<TimeNs> LockTable::next_deadline() const {
 }
 
 std::size_t LockTable::sweep(TimeNs now) {
-  ++stats_.sweeps;
-  const std::size_t freed = std::erase_if(keys_, [now](const auto& kv) {
-    return kv.second.expires_at_ns <= now && kv.second.waiter_count() == 0;
-  });
-  stats_.swept_keys += freed;
-  stats_.expirations += freed;
+  std::size_t freed = 0;
+  sweep_cursor_ = 0;
+  while (!sweep_step(now, keys_.bucket_count(), freed)) {
+  }
   return freed;
+}
+
+bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& freed) {
+  const std::size_t buckets = keys_.bucket_count();
+  const std::size_t end = std::min(buckets, sweep_cursor_ + max_buckets);
+  sweep_scratch_.clear();
+  for (std::size_t b = sweep_cursor_; b < end; ++b) {
+    for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) {
+      if (it->second.expires_at_ns <= now && it->second.waiter_count() == 0) {
+        sweep_scratch_.push_back(&it->first);
+      }
+    }
+  }
+  for (const std::string* key : sweep_scratch_) keys_.erase(keys_.find(std::string_view(*key)));
+  freed += sweep_scratch_.size();
+  stats_.swept_keys += sweep_scratch_.size();
+  stats_.expirations += sweep_scratch_.size();
+  sweep_cursor_ = end;
+  if (end < buckets) return false;
+  sweep_cursor_ = 0;
+  ++stats_.sweeps;
+  return true;
 }
 
 const KeyState* LockTable::find(std::string_view key) const {

@@ -17,7 +17,8 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       table_(config.locks, first_token),
       listener_(base, [this](int fd) { accept(fd); }),
       deadline_timer_(base, [this] { on_deadline_timer(); }),
-      sweep_timer_(base, [this] { on_sweep_timer(); }) {
+      sweep_timer_(base, [this] { on_sweep_timer(); }),
+      sweep_continue_(base, [this] { run_sweep_slice(); }) {
   sweep_timer_.arm_every(config_.sweep_interval_ns);
 }
 
@@ -154,8 +155,22 @@ void LockServer::on_deadline_timer() {
 }
 
 void LockServer::on_sweep_timer() {
-  const std::size_t freed = table_.sweep(net::monotonic_now_ns());
-  if (freed > 0) spdlog::debug("sweep freed {} expired keys", freed);
+  if (sweeping_) return;  // the previous pass is still going (a huge table)
+  sweeping_ = true;
+  swept_in_pass_ = 0;
+  run_sweep_slice();
+}
+
+void LockServer::run_sweep_slice() {
+  // Buckets visited per loop turn: about a millisecond of cache misses, so
+  // a sweep never adds more than that to any request's latency.
+  constexpr std::size_t kSweepBucketsPerTurn = 4096;
+  if (!table_.sweep_step(net::monotonic_now_ns(), kSweepBucketsPerTurn, swept_in_pass_)) {
+    sweep_continue_.arm_after(0);
+    return;
+  }
+  sweeping_ = false;
+  if (swept_in_pass_ > 0) spdlog::debug("sweep freed {} expired keys", swept_in_pass_);
 }
 
 void LockServer::rearm_deadline_timer(TimeNs now) {
@@ -184,6 +199,7 @@ void LockServer::begin_shutdown() {
   listener_.close();
   deadline_timer_.cancel();
   sweep_timer_.cancel();
+  sweep_continue_.cancel();
   for (auto& [id, c] : clients_) c.conn->close_after_flush();
 }
 

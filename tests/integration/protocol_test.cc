@@ -26,6 +26,14 @@ std::uint64_t token_of(const std::string& reply) {
   return f.size() == 4 ? std::stoull(f[1]) : 0;
 }
 
+// Sends a waiting acquire on `w` for the held `key` and returns once the
+// server has queued it: a `T` for a probe sent after it on the same
+// connection proves the server processed the line before it.
+void enqueue(LineClient& w, const std::string& line, const std::string& key) {
+  w.send(line + "\nA probe " + key + "\n");
+  EXPECT_EQ(w.read_line(), "T probe " + key);
+}
+
 TEST(ProtocolTest, AcquireHeldReleaseAndNotReleased) {
   LockdProcess lockd;
   LineClient a(lockd.port()), b(lockd.port());
@@ -102,7 +110,7 @@ TEST(ProtocolTest, WaitingAcquireIsOvertakenByAnImmediateOne) {
   LockdProcess lockd;
   LineClient holder(lockd.port()), c(lockd.port());
   const auto t = token_of(holder.call("A h busy"));
-  c.send("A w busy 1000 5000\nA w free\n");
+  c.send("A w busy 1000 5000\nA w free\n");  // same connection: ordered
   auto first = c.read_line();
   ASSERT_TRUE(first);
   EXPECT_EQ(fields(*first)[3], "free");  // the immediate one first
@@ -120,9 +128,7 @@ TEST(ProtocolTest, HandOffOnReleaseIsFifo) {
   std::vector<std::unique_ptr<LineClient>> waiters;
   for (int i = 0; i < 20; ++i) {
     waiters.push_back(std::make_unique<LineClient>(lockd.port()));
-    waiters.back()->send("A w" + std::to_string(i) + " k 10000 20000\n");
-    // Make the enqueue order certain: the server sees each before the next.
-    EXPECT_EQ(holder.call("A probe k"), "T probe k");
+    enqueue(*waiters.back(), "A w" + std::to_string(i) + " k 10000 20000", "k");
   }
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(holder.call("R " + std::to_string(t) + " k"), "R " + std::to_string(t) + " k");
@@ -139,13 +145,12 @@ TEST(ProtocolTest, DisconnectCancelsWaitersButKeepsHeldLocks) {
   const auto t = token_of(holder.call("A h k"));
   {
     LineClient gone(lockd.port());
-    gone.send("A gone k 10000 20000\n");
-    EXPECT_EQ(holder.call("A probe k"), "T probe k");  // enqueued by now
+    enqueue(gone, "A gone k 10000 20000", "k");
     // `gone` also holds a lock of its own, which survives its disconnect.
     EXPECT_GT(token_of(gone.call("A gone other 60000")), 0u);
   }
-  next.send("A next k 10000 20000\n");
-  EXPECT_EQ(holder.call("A probe k"), "T probe k");
+  std::this_thread::sleep_for(100ms);  // let the server see `gone` close
+  enqueue(next, "A next k 10000 20000", "k");
   holder.call("R " + std::to_string(t) + " k");
   auto r = next.read_line();
   ASSERT_TRUE(r);
@@ -210,11 +215,10 @@ TEST(ProtocolTest, CapsAnswerBusy) {
   token_of(c.call("A o k1"));
   token_of(c.call("A o k2"));
   EXPECT_EQ(c.call("A o k3"), "B o k3");  // key table full
-  w.send("A w k1 1000 10000\n");
-  EXPECT_EQ(c.call("A x k1 1000 10000"), "B x k1");  // k1's queue is full
-  w.send("A w k2 1000 10000\n");
-  EXPECT_EQ(c.call("A probe k2"), "T probe k2");
-  EXPECT_EQ(c.call("A y k2 1000 10000"), "B y k2");  // per-key cap (1)
+  enqueue(w, "A w k1 1000 10000", "k1");
+  EXPECT_EQ(c.call("A x k1 1000 10000"), "B x k1");  // k1's queue is full (1)
+  enqueue(w, "A w k2 1000 10000", "k2");
+  EXPECT_EQ(c.call("A y k2 1000 10000"), "B y k2");  // k2's queue is full too
 }
 
 TEST(ProtocolTest, TotalWaitersCapAnswersBusy) {
@@ -222,8 +226,8 @@ TEST(ProtocolTest, TotalWaitersCapAnswersBusy) {
   LineClient c(lockd.port()), w(lockd.port());
   token_of(c.call("A o k1"));
   token_of(c.call("A o k2"));
-  w.send("A w k1 1000 10000\nA w k2 1000 10000\n");
-  EXPECT_EQ(c.call("A probe k1"), "T probe k1");
+  enqueue(w, "A w k1 1000 10000", "k1");
+  enqueue(w, "A w k2 1000 10000", "k2");
   EXPECT_EQ(c.call("A y k1 1000 10000"), "B y k1");
 }
 

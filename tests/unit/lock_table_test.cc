@@ -216,6 +216,20 @@ TEST_F(LockTableTest, SweepDeletesOnlyExpiredKeysWithoutWaiters) {
   EXPECT_EQ(release(a.token, "expired"), ReleaseOutcome::kNotReleased);
 }
 
+TEST_F(LockTableTest, SweepInSlicesCoversEveryKey) {
+  for (int i = 0; i < 5000; ++i) acquire("o", "k" + std::to_string(i), 100);
+  acquire("o", "long", 100'000);
+  now_ += 100 * kMs;
+  std::size_t freed = 0;
+  int slices = 0;
+  while (!table_.sweep_step(now_, 64, freed)) ++slices;
+  EXPECT_GT(slices, 10);
+  EXPECT_EQ(freed, 5000u);
+  EXPECT_EQ(table_.key_count(), 1u);
+  EXPECT_EQ(table_.stats().sweeps, 1u);
+  table_.check_invariants();
+}
+
 TEST_F(LockTableTest, TokensStrictlyIncreaseOverEveryKindOfGrant) {
   Token last = 0;
   auto check = [&](Token t) {

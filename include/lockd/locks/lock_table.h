@@ -165,8 +165,18 @@ class LockTable {
   // entry that turned stale), never late.
   std::optional<TimeNs> next_deadline() const;
 
-  // Deletes expired keys that have no waiters. Returns how many.
+  // Deletes expired keys that have no waiters, in one go. Returns how many.
+  // Tests and small tables; the server uses sweep_step().
   std::size_t sweep(TimeNs now);
+
+  // One bounded slice of a sweep pass: visits at most `max_buckets` hash
+  // buckets from where the previous slice stopped (a pass starts when none
+  // is under way), deleting expired keys without waiters. Adds what it
+  // freed to `freed`. Returns true when the pass is complete. Bounding the
+  // slice keeps one sweep of a million keys from stalling the loop: walking
+  // a large hash map is one cache miss per key. A key skipped because the
+  // map rehashed (grew) during a pass is caught by the next pass.
+  bool sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& freed);
 
   // --- read-only views (admin API, metrics, tests) ---
   const KeyState* find(std::string_view key) const;
@@ -227,6 +237,8 @@ class LockTable {
   std::unordered_map<WaiterId, WaiterRef> waiter_index_;
   std::vector<Deadline> deadlines_;  // min-heap on at_ns
   std::size_t keys_with_waiters_ = 0;
+  std::size_t sweep_cursor_ = 0;  // next bucket of the pass under way
+  std::vector<const std::string*> sweep_scratch_;  // keys to erase in a slice
   LockStats stats_;
 };
 

@@ -80,6 +80,7 @@ class LockServer final : public net::ConnectionHandler {
   void handle_request(Client& client, const proto::Request& req, TimeNs now);
   void on_deadline_timer();
   void on_sweep_timer();
+  void run_sweep_slice();
   // Appends each Delivery's reply to its client's output.
   void deliver(const std::vector<locks::Delivery>& deliveries);
   void rearm_deadline_timer(TimeNs now);
@@ -89,7 +90,8 @@ class LockServer final : public net::ConnectionHandler {
   locks::LockTable table_;
   net::Listener listener_;
   net::Timer deadline_timer_;
-  net::Timer sweep_timer_;
+  net::Timer sweep_timer_;     // starts a sweep pass every sweep interval
+  net::Timer sweep_continue_;  // runs the next slice of a pass, next turn
   std::unordered_map<std::uint64_t, Client> clients_;  // by connection id
   std::vector<net::Connection*> pending_writes_;  // flushed in after_turn()
   std::vector<std::uint64_t> closed_;             // reaped in after_turn()
@@ -97,6 +99,8 @@ class LockServer final : public net::ConnectionHandler {
   std::uint64_t next_conn_id_ = 1;
   locks::WaiterId next_waiter_id_ = 1;
   std::optional<TimeNs> armed_deadline_ns_;  // what deadline_timer_ is set for
+  bool sweeping_ = false;       // a sweep pass is under way
+  std::size_t swept_in_pass_ = 0;
   bool shutting_down_ = false;
   ServerStats stats_;
 };
