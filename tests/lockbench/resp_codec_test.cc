@@ -87,8 +87,14 @@ TEST(RespCodecTest, Malformed) {
     std::size_t consumed = 0;
     EXPECT_EQ(decode_resp(bad, consumed, v), DecodeStatus::kMalformed) << bad;
   }
-  // A lockd reply line never ends in \r\n; once long enough it is not RESP.
-  const std::string junk(kMaxRespLineBytes, 'A');
+  // A lockd reply is refused at its first byte, before any line end.
+  for (std::string_view lockd : {"E unknown_command\n", "A 1 o k\n", "E"}) {
+    RespValue v;
+    std::size_t consumed = 0;
+    EXPECT_EQ(decode_resp(lockd, consumed, v), DecodeStatus::kMalformed) << lockd;
+  }
+  // A line that never ends is not RESP once it is long enough.
+  const std::string junk = "+" + std::string(kMaxRespLineBytes, 'A');
   RespValue v;
   std::size_t consumed = 0;
   EXPECT_EQ(decode_resp(junk, consumed, v), DecodeStatus::kMalformed);

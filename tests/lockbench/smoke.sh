@@ -46,6 +46,13 @@ run -w waiters --waiters $WAITERS -d 30 --json >"$work/waiters.json"
 grep -q '"fifo_violations": 0' "$work/waiters.json"
 grep -q "\"served\": $WAITERS" "$work/waiters.json"
 
+# A server that answers in another protocol: one line, exit 4.
+set +e
+"$LOCKBENCH" --addr "127.0.0.1:$port" --backend redis --quiet -d 1 2>"$work/err"; rc=$?
+set -e
+cat "$work/err"
+[[ $rc -eq 4 && $(wc -l <"$work/err") -eq 1 ]] || { echo "expected exit 4 with one line, got $rc"; exit 1; }
+
 # A server that is down: one line, exit 3.
 kill "$lockd_pid"; wait "$lockd_pid" 2>/dev/null || true; lockd_pid=
 set +e

@@ -46,6 +46,11 @@ void encode_resp_command(std::string& out, std::initializer_list<std::string_vie
 
 DecodeStatus decode_resp(std::string_view in, std::size_t& consumed, RespValue& out) {
   if (in.empty()) return DecodeStatus::kNeedMore;
+  // Judge the type byte before waiting for a line end: a server speaking
+  // another protocol may never send a `\r\n`.
+  if (std::string_view("+-:$*").find(in[0]) == std::string_view::npos) {
+    return DecodeStatus::kMalformed;
+  }
   const std::size_t eol = in.find("\r\n");
   if (eol == std::string_view::npos) {
     return in.size() >= kMaxRespLineBytes ? DecodeStatus::kMalformed : DecodeStatus::kNeedMore;

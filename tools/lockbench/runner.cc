@@ -34,6 +34,8 @@ constexpr std::int64_t kNsPerSec = 1'000'000'000;
 constexpr std::size_t kReadBufferBytes = 64 * 1024;
 // After the run stops issuing, how long outstanding replies may take.
 constexpr std::int64_t kDrainTimeoutMs = 10'000;
+// How long the per-connection set-up (Redis SCRIPT LOAD) may take.
+constexpr std::int64_t kHandshakeTimeoutMs = 10'000;
 // File descriptors beyond the connections (stdio, epoll, libevent's own).
 constexpr std::uint64_t kSpareFds = 64;
 // Protocol errors printed as they happen; the rest are only counted.
@@ -135,6 +137,7 @@ class Runner {
   static void on_progress(evutil_socket_t, short, void* arg);
   static void on_end(evutil_socket_t, short, void* arg);
   static void on_drain_timeout(evutil_socket_t, short, void* arg);
+  static void on_handshake_timeout(evutil_socket_t, short, void* arg);
 
   bool raise_fd_limit(std::uint64_t conns);
   bool connect_all(std::uint32_t conns);
@@ -326,8 +329,13 @@ Results Runner::run() {
       ++handshakes_left_;
       mark_dirty(*c);
     }
+    event* limit = evtimer_new(base_, &Runner::on_handshake_timeout, this);
+    timeval tv{kHandshakeTimeoutMs / 1000, 0};
+    evtimer_add(limit, &tv);
+    timers_.push_back(limit);
     after_callback();
     if (handshakes_left_ > 0) event_base_dispatch(base_);
+    evtimer_del(limit);
     if (!res_.failure.empty()) return res_;
   }
   start();
@@ -906,6 +914,13 @@ void Runner::on_drain_timeout(evutil_socket_t, short, void* arg) {
   Runner& r = *static_cast<Runner*>(arg);
   r.fail(kExitFailed, std::to_string(r.outstanding_) + " requests still unanswered " +
                           std::to_string(kDrainTimeoutMs) + " ms after the run stopped");
+}
+
+void Runner::on_handshake_timeout(evutil_socket_t, short, void* arg) {
+  Runner& r = *static_cast<Runner*>(arg);
+  r.fail(kExitBadServer, std::to_string(r.handshakes_left_) + " connections got no answer to " +
+                             "SCRIPT LOAD within " + std::to_string(kHandshakeTimeoutMs) +
+                             " ms (is it Redis?)");
 }
 
 }  // namespace
