@@ -11,6 +11,8 @@ namespace lockd::daemon {
 
 namespace {
 
+constexpr std::size_t kMinOutputBytes = 1024 * 1024;
+
 // CLI11 messages can span lines; the contract wants one.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -67,9 +69,11 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
   if (c.server.locks.max_keys == 0) return "--max-keys must be at least 1";
   if (c.server.max_connections == 0) return "--max-connections must be at least 1";
   if (c.server.sweep_interval_ns <= 0) return "--sweep-interval-ms must be at least 1";
-  if (c.server.output.max_bytes < 4096) return "--max-output-bytes must be at least 4096";
-  c.server.output.pause_reading_bytes =
-      std::min(c.server.output.pause_reading_bytes, c.server.output.max_bytes / 2);
+  // Reading pauses at 256 KiB unsent; one read (16 KiB of requests) can add
+  // up to ~80 KiB of replies on top, so the cap must leave room for that.
+  if (c.server.output.max_bytes < kMinOutputBytes) {
+    return "--max-output-bytes must be at least " + std::to_string(kMinOutputBytes);
+  }
   std::set<std::uint64_t> ids;
   for (const auto& text : peers) {
     auto peer = parse_peer(text, err);

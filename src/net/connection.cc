@@ -74,6 +74,7 @@ void Connection::handle_readable() {
 
 bool Connection::reply_queued() {
   if (closed_) return false;
+  if (unsent_bytes() == 0) return true;  // e.g. a read that only queued waits
   if (unsent_bytes() > limits_.max_bytes) {
     overflowed_ = true;
     close();

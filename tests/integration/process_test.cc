@@ -55,19 +55,29 @@ TEST(ProcessTest, ListenConflictIsAnErrorNotACrash) {
   EXPECT_NE(err.find("cannot listen"), std::string::npos) << err;
 }
 
-TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
-  char path[] = "/tmp/lockd-config-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  {
-    std::ofstream f(path);
-    f << "# lockd config\n"
-         "default-lease-ms = 100\n"
-         "max-lease-ms = 500\n"
-         "sweep-interval-ms = 60000\n";
+// A config file that deletes itself at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& content) {
+    const int fd = mkstemp(path_);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    std::ofstream(path_) << content;
   }
-  LockdProcess lockd({"--config", path, "--max-lease-ms", "800"});
+  ~TempFile() { std::remove(path_); }
+  std::string path() const { return path_; }
+
+ private:
+  char path_[32] = "/tmp/lockd-config-XXXXXX";
+};
+
+TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
+  TempFile config(
+      "# lockd config\n"
+      "default-lease-ms = 100\n"
+      "max-lease-ms = 500\n"
+      "sweep-interval-ms = 60000\n");
+  LockdProcess lockd({"--config", config.path(), "--max-lease-ms", "800"});
   LineClient c(lockd.port());
   EXPECT_EQ(c.call("A o k 800").substr(0, 2), "A ");  // command line wins
   EXPECT_EQ(c.call("A o k2 801"), "E bad_lease");
@@ -76,22 +86,16 @@ TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
   ASSERT_EQ(r.size(), 4u);
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(c.call("A p k3").substr(0, 2), "A ");  // expired: taken over
-  std::remove(path);
 }
 
 TEST(ProcessTest, BadConfigFileExitsTwo) {
-  char path[] = "/tmp/lockd-config-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  {
-    std::ofstream f(path);
-    f << "no-such-key = 1\n";
+  for (const char* content : {"no-such-key = 1\n", "max-keys = \"many\"\n",
+                              "default-lease-ms = 0\n", "[[[\n"}) {
+    TempFile config(content);
+    std::string err;
+    EXPECT_EQ(run_expecting_exit({"--config", config.path()}, &err), 2) << content;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
-  std::string err;
-  EXPECT_EQ(run_expecting_exit({"--config", path}, &err), 2);
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  std::remove(path);
 }
 
 TEST(ProcessTest, JsonLogFormatWritesJsonLines) {

@@ -301,6 +301,52 @@ TEST(ProtocolTest, ClientThatNeverReadsDoesNotGrowTheServer) {
   }
 }
 
+TEST(ProtocolTest, ConnectionOverItsOutputCapIsClosed) {
+  LockdProcess lockd({"--max-output-bytes", "1048576"});
+  LineClient holder(lockd.port()), slow(lockd.port());
+  // `slow` waits on 40,000 keys: their hand-offs are ~1.4 MB of replies.
+  constexpr int kKeys = 40'000;
+  std::string batch;
+  for (int i = 0; i < kKeys; ++i) batch += "A h k" + std::to_string(i) + "\n";
+  holder.send(batch);
+  std::string releases;
+  for (int i = 0; i < kKeys; ++i) {
+    auto r = holder.read_line();
+    ASSERT_TRUE(r);
+    releases += "R " + fields(*r)[1] + " " + fields(*r)[3] + "\n";
+  }
+  batch.clear();
+  for (int i = 0; i < kKeys; ++i) batch += "A slow k" + std::to_string(i) + " 1000 60000\n";
+  batch.pop_back();  // enqueue() adds the newline
+  enqueue(slow, batch, "k0");
+  // Fill every buffer between lockd and `slow` until lockd stops reading.
+  const int flags = fcntl(slow.fd(), F_GETFL);
+  fcntl(slow.fd(), F_SETFL, flags | O_NONBLOCK);
+  std::string chunk;
+  for (int i = 0; i < 1000; ++i) chunk += "A slow k0\n";
+  const auto deadline = steady_clock::now() + 5s;
+  int stalls = 0;
+  while (steady_clock::now() < deadline && stalls < 20) {
+    if (::send(slow.fd(), chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) {
+      ++stalls;
+      std::this_thread::sleep_for(10ms);
+    } else {
+      stalls = 0;
+    }
+  }
+  EXPECT_TRUE(lockd.process().stderr_text().find("unsent output") == std::string::npos)
+      << "requests alone must not trip the cap: reading pauses first";
+  // The hand-offs add replies that `slow` will not read: over the cap.
+  holder.send(releases);
+  for (int i = 0; i < kKeys; ++i) {
+    auto r = holder.read_line();
+    ASSERT_TRUE(r) << i;
+    ASSERT_EQ(r->substr(0, 2), "R ");
+  }
+  EXPECT_TRUE(lockd.process().wait_for_line("unsent output over", 3s).has_value());
+  EXPECT_EQ(holder.call("A h fresh").substr(0, 2), "A ");  // the server is fine
+}
+
 TEST(ProtocolTest, SigtermExitsZeroAfterFlushingDecidedReplies) {
   LockdProcess lockd;
   LineClient c(lockd.port());
