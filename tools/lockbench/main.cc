@@ -15,6 +15,16 @@ namespace {
 
 // For hold and waiters --duration is a time limit, not the run length.
 constexpr double kDefaultFinishLimitS = 300;
+// Flag bounds: beyond them a run is a mistake, not a benchmark.
+constexpr unsigned kMaxConnections = 100'000;
+constexpr unsigned kMaxPipeline = 1024;
+constexpr unsigned kMaxHotKeys = 1'000'000;
+constexpr std::uint64_t kMaxHoldKeys = 100'000'000;
+constexpr unsigned kMaxWaiters = 1'000'000;
+// The protocol's defaults for --max-lease-ms and --max-wait-ms (spec §2).
+constexpr std::uint64_t kMaxLeaseMs = 3'600'000;
+constexpr std::uint64_t kMaxWaitMs = 300'000;
+constexpr unsigned kMaxRetryMs = 10'000;
 
 }  // namespace
 
@@ -35,10 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("-w,--workload", cfg.workload, "uncontended, contended, hold or waiters")
       ->transform(CLI::CheckedTransformer(workloads, CLI::ignore_case));
   app.add_option("-c,--connections", cfg.connections, "connections (not for waiters)")
-      ->check(CLI::Range(1U, 100'000U))
+      ->check(CLI::Range(1U, kMaxConnections))
       ->capture_default_str();
   app.add_option("-P,--pipeline", cfg.pipeline, "outstanding requests per connection")
-      ->check(CLI::Range(1U, 1024U))
+      ->check(CLI::Range(1U, kMaxPipeline))
       ->capture_default_str();
   auto* dur = app.add_option("-d,--duration", cfg.duration_s,
                              "seconds to run (hold/waiters: time limit, default 300)")
@@ -48,25 +58,25 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t{1}, UINT64_MAX))
       ->capture_default_str();
   app.add_option("--hot-keys", cfg.hot_keys, "contended: number of hot keys")
-      ->check(CLI::Range(1U, 1'000'000U))
+      ->check(CLI::Range(1U, kMaxHotKeys))
       ->capture_default_str();
   app.add_option("--keys", cfg.hold_keys, "hold: distinct keys to acquire and keep")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{100'000'000}))
+      ->check(CLI::Range(std::uint64_t{1}, kMaxHoldKeys))
       ->capture_default_str();
   app.add_option("--waiters", cfg.waiters, "waiters: connections queued on one key")
-      ->check(CLI::Range(1U, 1'000'000U))
+      ->check(CLI::Range(1U, kMaxWaiters))
       ->capture_default_str();
   app.add_option("--lease-ms", cfg.lease_ms, "lease of each acquire")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{3'600'000}))
+      ->check(CLI::Range(std::uint64_t{1}, kMaxLeaseMs))
       ->capture_default_str();
   app.add_option("--hold-lease-ms", cfg.hold_lease_ms, "hold: lease of the kept locks")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{3'600'000}))
+      ->check(CLI::Range(std::uint64_t{1}, kMaxLeaseMs))
       ->capture_default_str();
   app.add_option("--wait-ms", cfg.wait_ms, "contended/waiters: how long an acquire waits")
-      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{300'000}))
+      ->check(CLI::Range(std::uint64_t{0}, kMaxWaitMs))
       ->capture_default_str();
   app.add_option("--retry-ms", cfg.retry_ms, "redis: sleep between SET NX retries while waiting")
-      ->check(CLI::Range(1U, 10'000U))
+      ->check(CLI::Range(1U, kMaxRetryMs))
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "key generator seed")->capture_default_str();
   app.add_option("--key-prefix", cfg.key_prefix, "prefix of every key")
