@@ -1,7 +1,7 @@
 #include "lockd/proto/parser.h"
 
 #include <array>
-#include <limits>
+#include <cstring>
 
 namespace lockd::proto {
 
@@ -12,18 +12,20 @@ namespace {
 constexpr std::size_t kMaxFields = 5;
 
 // Splits on runs of 0x20. Returns the number of fields, capped at
-// kMaxFields + 1 ("too many").
+// kMaxFields + 1 ("too many"). Field ends are found with memchr: the byte
+// loop it replaces was the largest single cost in lockd's profile.
 std::size_t split_fields(std::string_view line,
                          std::array<std::string_view, kMaxFields + 1>& fields) {
+  const char* p = line.data();
+  const char* const end = p + line.size();
   std::size_t n = 0;
-  std::size_t i = 0;
-  while (i < line.size() && n < fields.size()) {
-    while (i < line.size() && line[i] == ' ') ++i;
-    if (i == line.size()) break;
-    std::size_t j = i;
-    while (j < line.size() && line[j] != ' ') ++j;
-    fields[n++] = line.substr(i, j - i);
-    i = j;
+  while (n < fields.size()) {
+    while (p < end && *p == ' ') ++p;
+    if (p == end) break;
+    const void* space = std::memchr(p, ' ', static_cast<std::size_t>(end - p));
+    const char* field_end = space != nullptr ? static_cast<const char*>(space) : end;
+    fields[n++] = std::string_view(p, static_cast<std::size_t>(field_end - p));
+    p = field_end;
   }
   return n;
 }
@@ -54,13 +56,14 @@ std::string_view error_code(ParseError e) {
 
 bool parse_u64(std::string_view s, std::uint64_t& out) {
   if (s.empty()) return false;
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t v = 0;
   for (char ch : s) {
     if (ch < '0' || ch > '9') return false;
     const auto d = static_cast<std::uint64_t>(ch - '0');
-    if (v > (kMax - d) / 10) return false;
-    v = v * 10 + d;
+    // Overflow-checked without a division per digit.
+    if (__builtin_mul_overflow(v, std::uint64_t{10}, &v) || __builtin_add_overflow(v, d, &v)) {
+      return false;
+    }
   }
   out = v;
   return true;

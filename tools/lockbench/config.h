@@ -1,0 +1,43 @@
+// Everything a lockbench run is told by its flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend.h"
+
+namespace lockbench {
+
+enum class Workload : std::uint8_t {
+  kUncontended,  // random keys from a large space: acquire, release, repeat
+  kContended,    // a few hot keys: acquire with wait, release on grant
+  kHold,         // acquire M distinct keys and keep them (memory per lock)
+  kWaiters,      // C connections queue on one key; FIFO hand-off chain
+};
+
+struct Config {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 7070;
+  BackendKind backend = BackendKind::kLockd;
+  Workload workload = Workload::kUncontended;
+  std::uint32_t connections = 50;
+  std::uint32_t pipeline = 1;     // outstanding requests per connection
+  double duration_s = 10;         // uncontended/contended; a time limit for hold/waiters
+  std::uint64_t ops = 0;          // stop after this many requests (0: use duration)
+  std::uint64_t keyspace = 100'000'000;  // uncontended key space
+  std::uint32_t hot_keys = 8;            // contended hot set
+  std::uint64_t hold_keys = 1'000'000;   // hold: distinct keys to acquire
+  std::uint32_t waiters = 1000;          // waiters: connections queued on one key
+  std::uint64_t lease_ms = 10'000;
+  std::uint64_t hold_lease_ms = 900'000;  // long enough to read RSS afterwards
+  std::uint64_t wait_ms = 30'000;         // contended/waiters acquire wait
+  std::uint32_t retry_ms = 1;             // Redis: sleep between SET NX retries
+  std::uint64_t seed = 1;
+  std::string key_prefix = "lb";
+  bool progress = true;  // one line per second on stderr
+  bool json = false;     // the report as JSON on stdout
+};
+
+const char* workload_name(Workload w);
+
+}  // namespace lockbench

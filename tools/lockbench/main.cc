@@ -1,0 +1,133 @@
+// lockbench: the redis-benchmark of lockd. Parses flags, runs one
+// benchmark against lockd or Redis, prints the report.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <map>
+
+#include "config.h"
+#include "keygen.h"
+#include "report.h"
+#include "runner.h"
+
+namespace {
+
+// For hold and waiters --duration is a time limit, not the run length.
+constexpr double kDefaultFinishLimitS = 300;
+// Flag bounds: beyond them a run is a mistake, not a benchmark.
+constexpr unsigned kMaxConnections = 100'000;
+constexpr unsigned kMaxPipeline = 1024;
+constexpr unsigned kMaxHotKeys = 1'000'000;
+constexpr std::uint64_t kMaxHoldKeys = 100'000'000;
+constexpr unsigned kMaxWaiters = 1'000'000;
+// The protocol's defaults for --max-lease-ms and --max-wait-ms (spec §2).
+constexpr std::uint64_t kMaxLeaseMs = 3'600'000;
+constexpr std::uint64_t kMaxWaitMs = 300'000;
+constexpr unsigned kMaxRetryMs = 10'000;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace lockbench;
+  Config cfg;
+  CLI::App app{"lockbench: load generator for lockd (and Redis, for comparison)"};
+  std::string addr = "127.0.0.1:7070";
+  app.add_option("--addr", addr, "server HOST:PORT")->capture_default_str();
+  const std::map<std::string, BackendKind> backends{{"lockd", BackendKind::kLockd},
+                                                    {"redis", BackendKind::kRedis}};
+  app.add_option("--backend", cfg.backend, "lockd or redis")
+      ->transform(CLI::CheckedTransformer(backends, CLI::ignore_case));
+  const std::map<std::string, Workload> workloads{{"uncontended", Workload::kUncontended},
+                                                  {"contended", Workload::kContended},
+                                                  {"hold", Workload::kHold},
+                                                  {"waiters", Workload::kWaiters}};
+  app.add_option("-w,--workload", cfg.workload, "uncontended, contended, hold or waiters")
+      ->transform(CLI::CheckedTransformer(workloads, CLI::ignore_case));
+  app.add_option("-c,--connections", cfg.connections, "connections (not for waiters)")
+      ->check(CLI::Range(1U, kMaxConnections))
+      ->capture_default_str();
+  app.add_option("-P,--pipeline", cfg.pipeline, "outstanding requests per connection")
+      ->check(CLI::Range(1U, kMaxPipeline))
+      ->capture_default_str();
+  auto* dur = app.add_option("-d,--duration", cfg.duration_s,
+                             "seconds to run (hold/waiters: time limit, default 300)")
+                  ->check(CLI::PositiveNumber);
+  app.add_option("-n,--ops", cfg.ops, "stop after this many requests instead (0: use duration)");
+  app.add_option("--keyspace", cfg.keyspace, "uncontended: key space size")
+      ->check(CLI::Range(std::uint64_t{1}, UINT64_MAX))
+      ->capture_default_str();
+  app.add_option("--hot-keys", cfg.hot_keys, "contended: number of hot keys")
+      ->check(CLI::Range(1U, kMaxHotKeys))
+      ->capture_default_str();
+  app.add_option("--keys", cfg.hold_keys, "hold: distinct keys to acquire and keep")
+      ->check(CLI::Range(std::uint64_t{1}, kMaxHoldKeys))
+      ->capture_default_str();
+  app.add_option("--waiters", cfg.waiters, "waiters: connections queued on one key")
+      ->check(CLI::Range(1U, kMaxWaiters))
+      ->capture_default_str();
+  app.add_option("--lease-ms", cfg.lease_ms, "lease of each acquire")
+      ->check(CLI::Range(std::uint64_t{1}, kMaxLeaseMs))
+      ->capture_default_str();
+  app.add_option("--hold-lease-ms", cfg.hold_lease_ms, "hold: lease of the kept locks")
+      ->check(CLI::Range(std::uint64_t{1}, kMaxLeaseMs))
+      ->capture_default_str();
+  app.add_option("--wait-ms", cfg.wait_ms, "contended/waiters: how long an acquire waits")
+      ->check(CLI::Range(std::uint64_t{0}, kMaxWaitMs))
+      ->capture_default_str();
+  app.add_option("--retry-ms", cfg.retry_ms, "redis: sleep between SET NX retries while waiting")
+      ->check(CLI::Range(1U, kMaxRetryMs))
+      ->capture_default_str();
+  app.add_option("--seed", cfg.seed, "key generator seed")->capture_default_str();
+  app.add_option("--key-prefix", cfg.key_prefix, "prefix of every key")
+      ->check([](const std::string& p) {
+        return p.empty() || p.size() > kMaxKeyPrefixBytes - 16 ? std::string("1..56 bytes")
+                                                               : std::string();
+      })
+      ->capture_default_str();
+  app.add_flag("--json", cfg.json, "print the report as JSON on stdout");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  cfg.progress = !quiet;
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    std::fprintf(stderr, "lockbench: --addr must be HOST:PORT, got '%s'\n", addr.c_str());
+    return kExitUsage;
+  }
+  cfg.host = addr.substr(0, colon);
+  try {
+    const unsigned long port = std::stoul(addr.substr(colon + 1));
+    if (port == 0 || port > 65535) throw std::out_of_range("port");
+    cfg.port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "lockbench: bad port in --addr '%s'\n", addr.c_str());
+    return kExitUsage;
+  }
+  if (dur->count() == 0 &&
+      (cfg.workload == Workload::kHold || cfg.workload == Workload::kWaiters)) {
+    cfg.duration_s = kDefaultFinishLimitS;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const Results res = run_benchmark(cfg);
+  if (res.exit_code == kExitNoServer || res.exit_code == kExitBadServer ||
+      res.exit_code == kExitUsage || res.counters.ops == 0) {
+    // Nothing worth reporting: one line and the status.
+    std::fprintf(stderr, "lockbench: %s\n",
+                 res.failure.empty() ? "no requests completed" : res.failure.c_str());
+    return res.exit_code == kExitOk ? kExitFailed : res.exit_code;
+  }
+  if (cfg.json) {
+    std::printf("%s\n", report_json(cfg, res).dump(2).c_str());
+  } else {
+    std::printf("%s", report_text(cfg, res).c_str());
+  }
+  if (!res.failure.empty()) std::fprintf(stderr, "lockbench: %s\n", res.failure.c_str());
+  return res.exit_code;
+}
