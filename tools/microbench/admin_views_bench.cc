@@ -1,5 +1,5 @@
 // The admin API's listings over a million keys (docs/operations.md quotes
-// these numbers). Run: ./build/tools/microbench/admin_views_bench
+// these numbers). Run: ./build/bin/admin_views_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // Google Benchmark of the pure lock table: the per-request cost without
 // sockets, and the sweep over a large table. Run:
-//   ./build/tools/microbench/lock_table_bench
+//   ./build/bin/lock_table_bench
 #include <benchmark/benchmark.h>
 
 #include <string>

@@ -9,7 +9,7 @@ BUILD=${1:-build}
 HOURS=${2:-4}
 BATCH=${3:-2000}
 STEPS=${4:-5000}
-SIM="$BUILD/tools/sim/lockd-sim"
+SIM="$BUILD/bin/lockd-sim"
 END=$(( $(date +%s) + HOURS * 3600 ))
 # Start from a time-derived seed so every soak explores new ground; the
 # seeds are printed, so any failure replays exactly.
