@@ -143,6 +143,12 @@ ParseOutcome parse_config(int argc, char** argv) {
     return {std::nullopt, 0, std::string(LOCKD_VERSION) + "\n"};
   } catch (const CLI::Success&) {  // --help
     return {std::nullopt, 0, app.help()};
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse KEY" for a key it does not know.
+    std::string what = one_line(e.what());
+    const std::string kPrefix = "INI was not able to parse ";
+    if (what.rfind(kPrefix, 0) == 0) what = "unknown key '" + what.substr(kPrefix.size()) + "'";
+    return {std::nullopt, 2, "lockd: config file: " + what};
   } catch (const CLI::ParseError& e) {
     return {std::nullopt, 2, "lockd: " + one_line(e.what())};
   }
