@@ -1,6 +1,8 @@
 // Binary codec for Raft frames; see codec.h for the layout.
 #include "lockd/raft/codec.h"
 
+#include "lockd/common/byte_io.h"
+
 #include <array>
 #include <cstring>
 #include <limits>
@@ -22,77 +24,21 @@ constexpr std::array<std::uint32_t, 256> make_crc_table() {
 }
 constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
 
-// Little-endian writer over a std::string.
-class Writer {
- public:
-  explicit Writer(std::string& out) : out_(out) {}
-  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void bytes(std::string_view s) {
-    u32(static_cast<std::uint32_t>(s.size()));
-    out_.append(s);
-  }
+using Writer = ByteWriter;
 
- private:
-  std::string& out_;
-};
-
-// Bounds-checked little-endian reader; once it fails it stays failed, so a
-// decoder can read every field and check once at the end.
-class Reader {
+// Reads Raft frames; a failure is a DecodeError.
+class Reader : public ByteReader<DecodeError> {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  std::uint8_t u8() {
-    if (!need(1)) return 0;
-    return static_cast<std::uint8_t>(in_[pos_++]);
-  }
-  std::uint32_t u32() {
-    if (!need(4)) return 0;
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in_[pos_++])) << (8 * i);
-    return v;
-  }
-  std::uint64_t u64() {
-    if (!need(8)) return 0;
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(in_[pos_++])) << (8 * i);
-    return v;
-  }
+  explicit Reader(std::string_view in)
+      : ByteReader(in, DecodeError::kOk, DecodeError::kTruncated) {}
+  // A byte that must be 0 or 1.
   bool boolean() {
-    std::uint8_t v = u8();
+    const std::uint8_t v = u8();
     if (v > 1) fail(DecodeError::kBadField);
     return v == 1;
   }
-  std::string bytes() {
-    std::uint32_t n = u32();
-    if (!need(n)) return {};
-    std::string s(in_.substr(pos_, n));
-    pos_ += n;
-    return s;
-  }
-  std::size_t remaining() const { return in_.size() - pos_; }
-  DecodeError error() const { return error_; }
-  void fail(DecodeError e) {
-    if (error_ == DecodeError::kOk) error_ = e;
-  }
-
- private:
-  bool need(std::size_t n) {
-    if (error_ != DecodeError::kOk) return false;
-    if (remaining() < n) {
-      fail(DecodeError::kTruncated);
-      return false;
-    }
-    return true;
-  }
-  std::string_view in_;
-  std::size_t pos_ = 0;
-  DecodeError error_ = DecodeError::kOk;
+  // Strings are bounded by the frame itself (kMaxFrameBytes).
+  std::string bytes() { return ByteReader::bytes(kMaxFrameBytes, DecodeError::kTooLarge); }
 };
 
 void write_entry_fields(Writer& w, const Entry& e) {
