@@ -178,67 +178,83 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
               "Server-side latency of requests answered at once, from parse to reply queued.",
               st.latency);
 
-  w.family("lockd_keys", "gauge", "Registered keys (held, or expired and not yet swept).");
-  w.sample("lockd_keys", {}, static_cast<std::uint64_t>(table.key_count()));
+  w.single("lockd_keys", "gauge",
+           "Registered keys (held, or expired and not yet swept).",
+           static_cast<std::uint64_t>(table.key_count()));
   bool exact = false;
   const std::size_t holders = holders_bounded(table, now_ns, exact);
   w.family("lockd_holders", "gauge",
            "Keys whose holder's lease has not run out (exact up to 10000 keys; above, "
            "the key count).");
   w.sample("lockd_holders", {}, static_cast<std::uint64_t>(holders));
-  w.family("lockd_waiters", "gauge", "Acquires queued behind a holder, over all keys.");
-  w.sample("lockd_waiters", {}, static_cast<std::uint64_t>(table.waiter_count()));
-  w.family("lockd_connections", "gauge", "Open client connections.");
-  w.sample("lockd_connections", {}, static_cast<std::uint64_t>(server.connection_count()));
-  w.family("lockd_connections_accepted_total", "counter", "Client connections accepted.");
-  w.sample("lockd_connections_accepted_total", {}, st.connections_accepted);
-  w.family("lockd_connections_rejected_total", "counter",
-           "Client connections closed at once because of --max-connections.");
-  w.sample("lockd_connections_rejected_total", {}, st.connections_rejected);
+  w.single("lockd_waiters", "gauge",
+           "Acquires queued behind a holder, over all keys.",
+           static_cast<std::uint64_t>(table.waiter_count()));
+  w.single("lockd_connections", "gauge",
+           "Open client connections.",
+           static_cast<std::uint64_t>(server.connection_count()));
+  w.single("lockd_connections_accepted_total", "counter",
+           "Client connections accepted.",
+           st.connections_accepted);
+  w.single("lockd_connections_rejected_total", "counter",
+           "Client connections closed at once because of --max-connections.",
+           st.connections_rejected);
 
-  w.family("lockd_grants_total", "counter", "Fencing tokens handed out (every grant).");
-  w.sample("lockd_grants_total", {}, ls.grants);
+  w.single("lockd_grants_total", "counter",
+           "Fencing tokens handed out (every grant).",
+           ls.grants);
   w.family("lockd_handoffs_total", "counter",
            "Keys handed to their front waiter, by cause (release or expiry).");
   w.sample("lockd_handoffs_total", {{"cause", "release"}}, ls.handoffs_release);
   w.sample("lockd_handoffs_total", {{"cause", "expiry"}}, ls.handoffs_expiry);
-  w.family("lockd_takeovers_total", "counter",
-           "Expired keys taken over on the spot by a new acquire.");
-  w.sample("lockd_takeovers_total", {}, ls.takeovers);
-  w.family("lockd_expirations_total", "counter", "Leases that ended because they ran out.");
-  w.sample("lockd_expirations_total", {}, ls.expirations);
-  w.family("lockd_wait_timeouts_total", "counter", "Waiters answered T because their wait ran out.");
-  w.sample("lockd_wait_timeouts_total", {}, ls.wait_timeouts);
-  w.family("lockd_waiters_cancelled_total", "counter",
-           "Waiters dropped without a reply (their connection closed).");
-  w.sample("lockd_waiters_cancelled_total", {}, ls.waiters_cancelled);
-  w.family("lockd_sweeps_total", "counter", "Sweeps of expired keys without waiters.");
-  w.sample("lockd_sweeps_total", {}, ls.sweeps);
-  w.family("lockd_swept_keys_total", "counter", "Expired keys deleted by sweeps.");
-  w.sample("lockd_swept_keys_total", {}, ls.swept_keys);
-  w.family("lockd_output_overflows_total", "counter",
-           "Connections closed because their unsent output passed the cap.");
-  w.sample("lockd_output_overflows_total", {}, st.output_overflows);
-  w.family("lockd_lines_too_long_total", "counter",
-           "Request lines over 1024 bytes (answered E line_too_long, then closed).");
-  w.sample("lockd_lines_too_long_total", {}, st.lines_too_long);
-  w.family("lockd_uptime_seconds", "gauge", "Seconds since lockd started.");
-  w.sample("lockd_uptime_seconds", {}, static_cast<double>(now_ns - node.started_ns) / 1e9);
+  w.single("lockd_takeovers_total", "counter",
+           "Expired keys taken over on the spot by a new acquire.",
+           ls.takeovers);
+  w.single("lockd_expirations_total", "counter",
+           "Leases that ended because they ran out.",
+           ls.expirations);
+  w.single("lockd_wait_timeouts_total", "counter",
+           "Waiters answered T because their wait ran out.",
+           ls.wait_timeouts);
+  w.single("lockd_waiters_cancelled_total", "counter",
+           "Waiters dropped without a reply (their connection closed).",
+           ls.waiters_cancelled);
+  w.single("lockd_sweeps_total", "counter",
+           "Sweeps of expired keys without waiters.",
+           ls.sweeps);
+  w.single("lockd_swept_keys_total", "counter",
+           "Expired keys deleted by sweeps.",
+           ls.swept_keys);
+  w.single("lockd_output_overflows_total", "counter",
+           "Connections closed because their unsent output passed the cap.",
+           st.output_overflows);
+  w.single("lockd_lines_too_long_total", "counter",
+           "Request lines over 1024 bytes (answered E line_too_long, then closed).",
+           st.lines_too_long);
+  w.single("lockd_uptime_seconds", "gauge",
+           "Seconds since lockd started.",
+           static_cast<double>(now_ns - node.started_ns) / 1e9);
 
   // Process metrics under the names every Prometheus client library uses.
   const ProcessStats p = read_process_stats();
-  w.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-  w.sample("process_resident_memory_bytes", {}, p.resident_bytes);
-  w.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
-  w.sample("process_virtual_memory_bytes", {}, p.virtual_bytes);
-  w.family("process_open_fds", "gauge", "Open file descriptors.");
-  w.sample("process_open_fds", {}, p.open_fds);
-  w.family("process_max_fds", "gauge", "Limit on open file descriptors.");
-  w.sample("process_max_fds", {}, p.max_fds);
-  w.family("process_cpu_seconds_total", "counter", "User and system CPU time in seconds.");
-  w.sample("process_cpu_seconds_total", {}, p.cpu_seconds);
-  w.family("process_start_time_seconds", "gauge", "Start time since the Unix epoch in seconds.");
-  w.sample("process_start_time_seconds", {}, p.start_time_seconds);
+  w.single("process_resident_memory_bytes", "gauge",
+           "Resident memory size in bytes.",
+           p.resident_bytes);
+  w.single("process_virtual_memory_bytes", "gauge",
+           "Virtual memory size in bytes.",
+           p.virtual_bytes);
+  w.single("process_open_fds", "gauge",
+           "Open file descriptors.",
+           p.open_fds);
+  w.single("process_max_fds", "gauge",
+           "Limit on open file descriptors.",
+           p.max_fds);
+  w.single("process_cpu_seconds_total", "counter",
+           "User and system CPU time in seconds.",
+           p.cpu_seconds);
+  w.single("process_start_time_seconds", "gauge",
+           "Start time since the Unix epoch in seconds.",
+           p.start_time_seconds);
   return out;
 }
 

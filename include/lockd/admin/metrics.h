@@ -37,6 +37,12 @@ class MetricsWriter {
   // One sample of the current family (or of `name` with a suffix).
   void sample(std::string_view name, std::initializer_list<Label> labels, double value);
   void sample(std::string_view name, std::initializer_list<Label> labels, std::uint64_t value);
+  // A family with one unlabelled sample: the common case.
+  template <typename T>
+  void single(std::string_view name, std::string_view type, std::string_view help, T value) {
+    family(name, type, help);
+    sample(name, {}, value);
+  }
   // A whole histogram family from LatencyHistogram, in seconds.
   void histogram(std::string_view name, std::string_view help, const LatencyHistogram& h);
 
