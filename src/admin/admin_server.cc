@@ -116,7 +116,7 @@ void AdminServer::on_scan_timer() {
   const std::size_t end = p->restarts > kMaxScanRestarts
                               ? p->buckets
                               : std::min(p->buckets, p->cursor + kScanBucketsPerSlice);
-  table.for_each_in_buckets(p->cursor, end, [&](const std::string& k, const locks::KeyState& s) {
+  table.for_each_in_buckets(p->cursor, end, [&](std::string_view k, const locks::KeyState& s) {
     p->scan->offer(k, s, now);
   });
   p->cursor = end;

@@ -56,7 +56,7 @@ std::int64_t ms_until(TimeNs at_ns, TimeNs now_ns) { return floor_div(at_ns - no
 
 std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns) {
   std::size_t n = 0;
-  table.for_each([&](const std::string&, const locks::KeyState& s) {
+  table.for_each([&](std::string_view, const locks::KeyState& s) {
     if (s.expires_at_ns > now_ns) ++n;
   });
   return n;
@@ -96,13 +96,13 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
 ListScan::ListScan(const locks::LockTable& table, ListQuery q)
     : table_(table), q_(std::move(q)) {}
 
-void ListScan::offer(const std::string& key, const locks::KeyState&, TimeNs) {
+void ListScan::offer(std::string_view key, const locks::KeyState&, TimeNs) {
   if (!key.starts_with(q_.prefix)) return;
   if (!q_.after.empty() && key <= q_.after) return;
   // Cheap reject before copying: the heap is full of smaller keys.
   if (heap_.size() > q_.limit && key >= heap_.front()) return;
   // One more than asked, to know whether the page is the last.
-  keep_smallest(heap_, q_.limit + 1, key, std::less<>());
+  keep_smallest(heap_, q_.limit + 1, std::string(key), std::less<>());
 }
 
 json ListScan::finish(TimeNs now_ns) {
@@ -126,7 +126,7 @@ json ListScan::finish(TimeNs now_ns) {
 
 json scan_all(const locks::LockTable& table, KeyScan& scan, TimeNs now_ns) {
   table.for_each_in_buckets(0, table.bucket_count(),
-                            [&](const std::string& k, const locks::KeyState& s) {
+                            [&](std::string_view k, const locks::KeyState& s) {
                               scan.offer(k, s, now_ns);
                             });
   return scan.finish(now_ns);
@@ -170,11 +170,11 @@ void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
   keep_smallest(heap, limit_, std::move(r), std::less<>());
 }
 
-void TopScan::offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) {
-  if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), key});
+void TopScan::offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) {
+  if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), std::string(key)});
   if (s.expires_at_ns > now_ns) {
     ++holders_;
-    keep(oldest_, {granted_at_ns(s), key});
+    keep(oldest_, {granted_at_ns(s), std::string(key)});
   }
 }
 

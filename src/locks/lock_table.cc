@@ -38,7 +38,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
   auto it = keys_.find(req.key);
   if (it == keys_.end()) {
     if (keys_.size() >= limits_.max_keys) return {AcquireOutcome::kBusy};
-    it = keys_.emplace(std::string(req.key), KeyState{}).first;
+    it = keys_.emplace(KeyString(req.key), KeyState{}).first;
     return {AcquireOutcome::kGranted, grant(it->second, req.owner, req.lease_ms, now)};
   }
   KeyState& state = it->second;
@@ -48,7 +48,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     ++stats_.expirations;
     const Token token = grant(state, req.owner, req.lease_ms, now);
     if (state.waiter_count() > 0) {
-      push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, it->first});
+      push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
     }
     return {AcquireOutcome::kGranted, token};
   }
@@ -64,7 +64,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
   if (state.waiters->empty()) {
     ++keys_with_waiters_;
     // The holder's lease end now matters before the next sweep.
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, it->first});
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, std::string(it->first.view())});
   }
   const TimeNs wait_deadline = now + ms_to_ns(req.wait_ms);
   state.waiters->push_back(
@@ -112,10 +112,11 @@ void LockTable::hand_off_or_delete(KeyMap::iterator it, TimeNs now, HandoffCause
   if (state.waiters->empty()) {
     drop_empty_queue(state);
   } else {
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, it->first});
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
   }
   out.push_back(
-      Delivery{w.client, w.id, DeliveryKind::kGranted, token, std::move(w.owner), it->first});
+      Delivery{w.client, w.id, DeliveryKind::kGranted, token, std::move(w.owner),
+               std::string(it->first.view())});
 }
 
 void LockTable::drop_empty_queue(KeyState& state) {
@@ -188,7 +189,7 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
         ++stats_.wait_timeouts;
         if (entry->second.waiters->empty()) drop_empty_queue(entry->second);
         out.push_back(Delivery{w.client, w.id, DeliveryKind::kTimedOut, 0, std::move(w.owner),
-                               entry->first});
+                               std::string(entry->first.view())});
         break;
       }
     }
@@ -215,11 +216,12 @@ bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& fre
   for (std::size_t b = sweep_cursor_; b < end; ++b) {
     for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) {
       if (it->second.expires_at_ns <= now && it->second.waiter_count() == 0) {
-        sweep_scratch_.push_back(&it->first);
+        sweep_scratch_.push_back(it->first.view());
       }
     }
   }
-  for (const std::string* key : sweep_scratch_) keys_.erase(keys_.find(std::string_view(*key)));
+  // Each view points into its own node, which only its own erase frees.
+  for (const std::string_view key : sweep_scratch_) keys_.erase(keys_.find(key));
   freed += sweep_scratch_.size();
   stats_.swept_keys += sweep_scratch_.size();
   stats_.expirations += sweep_scratch_.size();

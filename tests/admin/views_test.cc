@@ -84,13 +84,13 @@ TEST(ViewsTest, SplitScanSkipsKeysDeletedBetweenSlices) {
   for (int i = 0; i < 100; ++i) t.acquire(kNow, req("o", fmt::format("k{:03}", i), 1000));
   ListScan scan(t, {"", "", 10});
   const std::size_t half = t.bucket_count() / 2;
-  t.for_each_in_buckets(0, half, [&](const std::string& k, const locks::KeyState& s) {
+  t.for_each_in_buckets(0, half, [&](std::string_view k, const locks::KeyState& s) {
     scan.offer(k, s, kNow);
   });
   const locks::KeyState* gone = t.find("k000");
   ASSERT_NE(gone, nullptr);
   t.release(kNow, gone->token, "k000", out);  // deleted mid-scan
-  t.for_each_in_buckets(half, t.bucket_count(), [&](const std::string& k,
+  t.for_each_in_buckets(half, t.bucket_count(), [&](std::string_view k,
                                                     const locks::KeyState& s) {
     scan.offer(k, s, kNow);
   });

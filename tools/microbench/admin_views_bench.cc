@@ -43,7 +43,7 @@ void BM_ListSlice(benchmark::State& state) {
   const auto& t = million_keys();
   for (auto _ : state) {
     admin::ListScan scan(t, {"", "", 1000});
-    t.for_each_in_buckets(0, 4096, [&](const std::string& k, const locks::KeyState& s) {
+    t.for_each_in_buckets(0, 4096, [&](std::string_view k, const locks::KeyState& s) {
       scan.offer(k, s, kNow);
     });
   }

@@ -735,8 +735,8 @@ class Simulation {
   // identical (keys, holders, tokens, deadlines, queues).
   static std::string table_digest(const locks::LockTable& t) {
     std::vector<std::string> rows;
-    t.for_each([&](const std::string& key, const locks::KeyState& k) {
-      std::string row = key + " " + k.owner + " " + std::to_string(k.token) + " " +
+    t.for_each([&](std::string_view key, const locks::KeyState& k) {
+      std::string row = std::string(key) + " " + k.owner + " " + std::to_string(k.token) + " " +
                         std::to_string(k.expires_at_ns) + " " + std::to_string(k.lease_ms);
       if (k.waiters) {
         for (const locks::Waiter& w : *k.waiters) {

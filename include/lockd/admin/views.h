@@ -93,7 +93,7 @@ class KeyScan {
  public:
   virtual ~KeyScan() = default;
   // Sees one key (from any slice, in bucket order).
-  virtual void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) = 0;
+  virtual void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) = 0;
   // Forgets everything offered (the table rehashed: the walk restarts).
   virtual void reset() = 0;
   // The reply body once every bucket was walked.
@@ -105,7 +105,7 @@ class KeyScan {
 class ListScan final : public KeyScan {
  public:
   ListScan(const locks::LockTable& table, ListQuery q);
-  void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) override;
+  void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override { heap_.clear(); }
   nlohmann::ordered_json finish(TimeNs now_ns) override;
 
@@ -121,7 +121,7 @@ class ListScan final : public KeyScan {
 class TopScan final : public KeyScan {
  public:
   TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit);
-  void offer(const std::string& key, const locks::KeyState& s, TimeNs now_ns) override;
+  void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override;
   nlohmann::ordered_json finish(TimeNs now_ns) override;
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lockd/common/time.h"
+#include "lockd/locks/key_string.h"
 
 namespace lockd::locks {
 
@@ -180,19 +181,19 @@ class LockTable {
 
   // --- read-only views (admin API, metrics, tests) ---
   const KeyState* find(std::string_view key) const;
-  template <typename Fn>  // Fn(const std::string& key, const KeyState&)
+  template <typename Fn>  // Fn(std::string_view key, const KeyState&)
   void for_each(Fn&& fn) const {
-    for (const auto& [k, s] : keys_) fn(k, s);
+    for (const auto& [k, s] : keys_) fn(k.view(), s);
   }
   // Bucket-level walk for scans split across loop turns (the admin API's
   // listings): visits the keys of buckets [first, last). A key present for
   // a whole scan is seen exactly once as long as bucket_count() does not
   // change (a rehash); the caller restarts when it does.
   std::size_t bucket_count() const { return keys_.bucket_count(); }
-  template <typename Fn>  // Fn(const std::string& key, const KeyState&)
+  template <typename Fn>  // Fn(std::string_view key, const KeyState&)
   void for_each_in_buckets(std::size_t first, std::size_t last, Fn&& fn) const {
     for (std::size_t b = first; b < last && b < keys_.bucket_count(); ++b) {
-      for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) fn(it->first, it->second);
+      for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) fn(it->first.view(), it->second);
     }
   }
   std::size_t key_count() const { return keys_.size(); }
@@ -225,7 +226,7 @@ class LockTable {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  using KeyMap = std::unordered_map<std::string, KeyState, StringHash, std::equal_to<>>;
+  using KeyMap = std::unordered_map<KeyString, KeyState, StringHash, std::equal_to<>>;
   // Where a waiter sits, for O(1) cancel. Element pointers of an
   // unordered_map stay valid across rehashes; its iterators do not.
   struct WaiterRef {
@@ -249,7 +250,7 @@ class LockTable {
   std::vector<Deadline> deadlines_;  // min-heap on at_ns
   std::size_t keys_with_waiters_ = 0;
   std::size_t sweep_cursor_ = 0;  // next bucket of the pass under way
-  std::vector<const std::string*> sweep_scratch_;  // keys to erase in a slice
+  std::vector<std::string_view> sweep_scratch_;  // keys to erase in a slice
   LockStats stats_;
 };
 
