@@ -4,11 +4,31 @@
 #include <algorithm>
 
 #include "lockd/common/byte_io.h"
+#include "lockd/proto/parser.h"
 
 namespace lockd::cluster {
 namespace {
 
 constexpr std::uint8_t kLockCommandVersion = 1;
+
+// The fields the lock table relies on, within the protocol's limits (§2).
+bool fields_valid(const LockCommand& c) {
+  // A monotonic clock reading: non-negative, and far from where adding a
+  // lease would overflow (2^62 ns is 146 years of uptime).
+  if (c.now_ns < 0 || c.now_ns > (TimeNs{1} << 62)) return false;
+  const bool key_ok = !c.key.empty() && c.key.size() <= proto::kMaxKeyBytes;
+  switch (c.type) {
+    case LockCommandType::kAcquire:
+      return key_ok && !c.owner.empty() && c.owner.size() <= proto::kMaxOwnerBytes &&
+             c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs && c.wait_ms <= kMaxLockCommandMs;
+    case LockCommandType::kRelease:
+    case LockCommandType::kExpire:
+      return key_ok;
+    case LockCommandType::kCancelWaiter:
+      return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -48,6 +68,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   c.token = r.u64();
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;
+  if (!fields_valid(c)) return LockCommandError::kBadField;
   out = std::move(c);
   return LockCommandError::kOk;
 }

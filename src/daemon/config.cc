@@ -12,6 +12,9 @@ namespace lockd::daemon {
 namespace {
 
 constexpr std::size_t kMinOutputBytes = 1024 * 1024;
+// Longest lease or wait an operator may allow: a year. Far above any real
+// use, and far below where now + lease overflows the nanosecond clock.
+constexpr std::uint64_t kMaxConfigurableMs = 366ull * 24 * 3600 * 1000;
 
 // CLI11 messages can span lines; the contract wants one.
 std::string one_line(std::string s) {
@@ -61,7 +64,12 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     c.admin = *a;
   }
   const auto& p = c.server.parse;
-  if (p.max_lease_ms == 0) return "--max-lease-ms must be at least 1";
+  if (p.max_lease_ms == 0 || p.max_lease_ms > kMaxConfigurableMs) {
+    return "--max-lease-ms must be between 1 and " + std::to_string(kMaxConfigurableMs);
+  }
+  if (p.max_wait_ms > kMaxConfigurableMs) {
+    return "--max-wait-ms must be at most " + std::to_string(kMaxConfigurableMs);
+  }
   if (p.default_lease_ms == 0 || p.default_lease_ms > p.max_lease_ms) {
     return "--default-lease-ms must be between 1 and --max-lease-ms (" +
            std::to_string(p.max_lease_ms) + ")";

@@ -34,6 +34,8 @@ TEST(ProcessTest, BadFlagsExitTwoWithOneLine) {
            {"--max-keys", "abc"},
            {"--default-lease-ms", "0"},
            {"--default-lease-ms", "5000", "--max-lease-ms", "100"},
+           {"--max-lease-ms", "18446744073709551615"},  // now + lease would overflow
+           {"--max-wait-ms", "99999999999999"},
            {"--log-level", "loud"},
            {"--config", "/nonexistent/lockd.toml"},
            {"--mode", "cluster"},

@@ -45,6 +45,9 @@ struct LockCommand {
 
 // Bounds on decoded strings (the protocol's own limits are far smaller).
 constexpr std::size_t kMaxLockCommandField = 4096;
+// Longest lease or wait a command may carry: far above any --max-lease-ms
+// an operator would set, far below where now + lease overflows.
+constexpr std::uint64_t kMaxLockCommandMs = 366ull * 24 * 3600 * 1000;
 
 // Why bytes were not a LockCommand.
 enum class LockCommandError {
@@ -53,10 +56,15 @@ enum class LockCommandError {
   kBadVersion,  // unknown encoding version
   kBadType,     // unknown command type
   kTooLong,     // a string field beyond kMaxLockCommandField
+  kBadField,    // a field outside what the lock table accepts (empty or
+                // over-long key/owner, lease 0, lease or wait too long,
+                // a clock reading that is negative or near overflow)
   kTrailing,    // bytes left over
 };
 
 std::string encode_lock_command(const LockCommand& c);
+// Decodes and validates: a command that decodes is one apply_lock_command
+// can apply without tripping any of the lock table's checks.
 LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
 
 // What applying one command did, for replies and for the simulator's
