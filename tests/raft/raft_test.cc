@@ -157,14 +157,20 @@ TEST(RaftPersistence, PlantedVoteBeforePersistSendsEarly) {
   r.advance();
 }
 
+// A peer message with its header filled in.
+Message message(MessageType type, NodeId from, NodeId to, Term term) {
+  Message m;
+  m.type = type;
+  m.from = from;
+  m.to = to;
+  m.term = term;
+  return m;
+}
+
 TEST(RaftPersistence, AppendAckWaitsForTheEntries) {
   MemoryStorage disk;
   Raft r(make_config(2, {1, 2, 3}), disk);
-  Message a;
-  a.type = MessageType::kAppend;
-  a.from = 1;
-  a.to = 2;
-  a.term = 1;
+  Message a = message(MessageType::kAppend, 1, 2, 1);
   a.entries.push_back(Entry{1, 1, EntryType::kNoop, ""});
   ASSERT_EQ(r.step(a), StepError::kOk);
   Ready rd = r.ready();
@@ -235,11 +241,7 @@ TEST(RaftPropose, RefusedOffLeaderAndWhenTooLargeOrTooMany) {
 TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   MemoryStorage disk;
   Raft r(make_config(2, {1, 2, 3}), disk);
-  Message m;
-  m.type = MessageType::kAppend;
-  m.from = 1;
-  m.to = 3;
-  m.term = 1;
+  Message m = message(MessageType::kAppend, 1, 3, 1);
   EXPECT_EQ(r.step(m), StepError::kWrongRecipient);
   m.to = 2;
   m.from = 9;
@@ -306,11 +308,7 @@ std::vector<Message> step_and_settle(Raft& r, MemoryStorage& disk, const Message
 }
 
 Message chunk(std::uint64_t offset, std::string data, std::uint64_t total) {
-  Message m;
-  m.type = MessageType::kSnapshot;
-  m.from = 1;
-  m.to = 2;
-  m.term = 1;
+  Message m = message(MessageType::kSnapshot, 1, 2, 1);
   m.snapshot = SnapshotMeta{10, 1};
   m.offset = offset;
   m.total_bytes = total;
