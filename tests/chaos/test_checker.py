@@ -1,0 +1,323 @@
+"""Hand-written histories: each property broken (must be flagged) and kept
+(must pass), including the unknown-operation cases both ways."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "chaos"))
+
+from lockd_chaos import checker  # noqa: E402
+from lockd_chaos.history import History, Op  # noqa: E402
+
+MS = 1_000_000
+
+
+class H:
+    """Builds a history in milliseconds."""
+
+    def __init__(self, **meta):
+        self.h = History()
+        self.h.meta.update(meta)
+
+    def op(self, f, key, t0, t1, code=None, token=None, lease=1000, wait=0, client="c1",
+           enq=None, unknown=False):
+        op = Op(id=len(self.h.ops), client=client, f=f, key=key, token=token, lease_ms=lease,
+                wait_ms=wait, invoke_ns=t0 * MS, complete_ns=None if t1 is None else t1 * MS,
+                code=code, unknown=unknown, enq_ns=None if enq is None else enq * MS)
+        self.h.ops.append(op)
+        return op
+
+    def grant(self, key, t0, t1, token, **kw):
+        return self.op("A", key, t0, t1, code="A", token=token, **kw)
+
+    def release(self, key, t0, t1, token, code="R", **kw):
+        return self.op("R", key, t0, t1, code=code, token=token, **kw)
+
+    def keep(self, key, t0, t1, token, lease, code="K", **kw):
+        return self.op("K", key, t0, t1, code=code, token=token, lease=lease, **kw)
+
+
+def checks(h, name):
+    violations, _ = checker.check(h.h)
+    return [v for v in violations if v.check == name]
+
+
+class TokenTest(unittest.TestCase):
+    def test_increasing_tokens_pass(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.release("a", 2, 3, 10)
+        h.grant("b", 4, 5, 11)
+        self.assertEqual(checks(h, "tokens"), [])
+
+    def test_duplicate_token_flagged(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.grant("b", 0, 1, 10)
+        self.assertEqual(len(checks(h, "tokens")), 1)
+
+    def test_smaller_token_after_completed_grant_flagged(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.release("a", 2, 3, 10)
+        h.grant("a", 4, 5, 9)
+        v = checks(h, "tokens")
+        self.assertEqual(len(v), 1)
+        self.assertIn("token 9", v[0].message)
+
+    def test_across_keys_flagged(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.grant("b", 2, 3, 5)
+        self.assertEqual(len(checks(h, "tokens")), 1)
+
+    def test_concurrent_grants_any_order(self):
+        h = H()
+        h.grant("a", 0, 5, 11)
+        h.grant("b", 1, 4, 10)   # overlapping in time: either order is fine
+        self.assertEqual(checks(h, "tokens"), [])
+
+
+class ExclusionTest(unittest.TestCase):
+    def test_release_then_grant_passes(self):
+        h = H()
+        h.grant("k", 0, 1, 10)
+        h.release("k", 50, 51, 10)
+        h.grant("k", 40, 52, 11, wait=1000)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_grant_while_held_flagged(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.grant("k", 100, 101, 11)
+        v = checks(h, "exclusion")
+        self.assertEqual(len(v), 1)
+        self.assertIn("899.0 ms", v[0].message)
+
+    def test_grant_after_lease_end_passes(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.grant("k", 1000, 1001, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_lease_counts_from_invocation(self):
+        # The grant took 300 ms to complete; the lease may have started at
+        # the invocation, so a grant at 1000 ms is fine.
+        h = H()
+        h.grant("k", 0, 300, 10, lease=1000)
+        h.grant("k", 990, 1000, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_acknowledged_keep_extends(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.keep("k", 800, 801, 10, lease=1000)
+        h.grant("k", 1200, 1201, 11)
+        self.assertEqual(len(checks(h, "exclusion")), 1)
+
+    def test_refused_keep_does_not_extend(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.keep("k", 800, 801, 10, lease=1000, code="N")
+        h.grant("k", 1200, 1201, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_unknown_keep_may_not_have_extended(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.keep("k", 800, None, 10, lease=1000, code=None, unknown=True)
+        h.grant("k", 1200, 1201, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_unknown_keep_may_have_shortened(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=5000)
+        h.keep("k", 100, None, 10, lease=100, code=None, unknown=True)
+        h.grant("k", 300, 301, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_unknown_release_may_have_applied(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.release("k", 100, None, 10, code=None, unknown=True)
+        h.grant("k", 150, 151, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_grant_before_release_invoked_flagged(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.release("k", 100, 120, 10)
+        h.grant("k", 50, 90, 11)
+        self.assertEqual(len(checks(h, "exclusion")), 1)
+
+    def test_refused_release_does_not_end(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.release("k", 100, 101, 10, code="N")
+        h.grant("k", 150, 151, 11)
+        self.assertEqual(len(checks(h, "exclusion")), 1)
+
+    def test_unknown_acquire_is_not_a_holder(self):
+        h = H()
+        h.op("A", "k", 0, None, unknown=True)
+        h.grant("k", 10, 11, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_nonadjacent_tokens_checked(self):
+        # g1 holds a long lease; g2 (short) and g3 both overlap g1.
+        h = H()
+        h.grant("k", 0, 1, 10, lease=10_000)
+        h.grant("k", 100, 101, 11, lease=10)
+        h.grant("k", 200, 201, 12)
+        self.assertEqual(len(checks(h, "exclusion")), 2)
+
+    def test_keys_are_independent(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.grant("b", 10, 11, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_restart_excuses_only_when_locks_lost_by_design(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=1000)
+        h.h.nemesis.append({"type": "nemesis", "fault": "kill", "time_ns": 100 * MS})
+        h.grant("k", 200, 201, 11)
+        self.assertEqual(len(checks(h, "exclusion")), 1)
+        h.h.meta["locks_lost_on_restart"] = True
+        self.assertEqual(checks(h, "exclusion"), [])
+        _, report = checker.check(h.h)
+        self.assertEqual(report["exclusion_excused_by_restart"], 1)
+
+    def test_kill_before_grant_does_not_excuse(self):
+        h = H(locks_lost_on_restart=True)
+        h.h.nemesis.append({"type": "nemesis", "fault": "kill", "time_ns": 0})
+        h.grant("k", 10, 11, 10, lease=1000)
+        h.grant("k", 200, 201, 11)
+        self.assertEqual(len(checks(h, "exclusion")), 1)
+
+
+class FifoTest(unittest.TestCase):
+    def base(self, t1, t2):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=5000)
+        # w1 proven queued at 12, w2 invoked at 20 (after), queued at 22.
+        h.grant("k", 10, 110, t1, wait=3000, client="w1", enq=12)
+        h.grant("k", 20, 210, t2, wait=3000, client="w2", enq=22)
+        h.release("k", 100, 101, 10)
+        return h
+
+    def test_fifo_order_passes(self):
+        self.assertEqual(checks(self.base(11, 12), "fifo"), [])
+
+    def test_later_waiter_served_first_flagged(self):
+        v = checks(self.base(12, 11), "fifo")
+        self.assertEqual(len(v), 1)
+        self.assertIn("w1", v[0].message)
+
+    def test_no_proof_of_queue_order_not_flagged(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=5000)
+        h.grant("k", 10, 210, 12, wait=3000, client="w1", enq=25)
+        h.grant("k", 20, 110, 11, wait=3000, client="w2", enq=22)  # sent before w1 was proven queued
+        h.release("k", 100, 101, 10)
+        self.assertEqual(checks(h, "fifo"), [])
+
+    def test_queued_after_release_not_checked(self):
+        h = H()
+        h.grant("k", 0, 1, 10, lease=5000)
+        h.grant("k", 10, 210, 12, wait=3000, client="w1", enq=12)
+        h.grant("k", 20, 110, 11, wait=3000, client="w2", enq=22)
+        h.release("k", 15, 16, 10)   # w2 not yet queued at the release
+        self.assertEqual(checks(h, "fifo"), [])
+
+    def test_expiry_path_not_checked(self):
+        # No release: the key expired; a newcomer may go first.
+        h = H()
+        h.grant("k", 0, 1, 10, lease=50)
+        h.grant("k", 10, 110, 12, wait=3000, client="w1", enq=12)
+        h.grant("k", 20, 60, 11, wait=3000, client="w2", enq=22)
+        self.assertEqual(checks(h, "fifo"), [])
+
+
+class LivenessTest(unittest.TestCase):
+    def test_answers_after_heal_pass(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 1000 * MS
+        h.op("A", "k", 500, None, unknown=True)       # during the fault: fine
+        h.grant("k", 2500, 2501, 10)
+        h.op("A", "k", 2600, 2601, code="T")
+        self.assertEqual(checks(h, "liveness"), [])
+
+    def test_unanswered_after_bound_flagged(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 1000 * MS
+        h.grant("k", 2500, 2501, 10)
+        h.op("R", "k", 2600, None, token=10, unknown=True)
+        self.assertEqual(len(checks(h, "liveness")), 1)
+
+    def test_no_leader_after_bound_flagged(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        h.grant("k", 1500, 1501, 10)
+        h.op("A", "k", 2000, 2001, code="E")
+        self.assertEqual(len(checks(h, "liveness")), 1)
+
+    def test_stuck_key_flagged(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        for t in range(2000, 5000, 500):
+            h.op("A", "k", t, t + 400, code="T", wait=400)
+        v = checks(h, "liveness")
+        self.assertEqual(len(v), 1)
+        self.assertIn("stuck", v[0].message)
+
+    def test_without_heal_not_checked(self):
+        h = H()
+        h.op("A", "k", 0, None, unknown=True)
+        self.assertEqual(checks(h, "liveness"), [])
+
+
+class ResourceTest(unittest.TestCase):
+    def test_counts_match(self):
+        h = H()
+        h.h.accesses = [
+            {"key": "k", "op": "read", "token": 1, "ok": True, "in_lease": True},
+            {"key": "k", "op": "write", "token": 1, "ok": True, "in_lease": True},
+            {"key": "k", "op": "write", "token": 0, "ok": False, "in_lease": False},
+            {"kind": "final", "key": "k", "fenced_value": 1}]
+        violations, report = checker.check(h.h)
+        self.assertEqual(violations, [])
+        self.assertEqual(report["resource_stale_rejected"], 1)
+
+    def test_rejection_inside_lease_flagged(self):
+        h = H()
+        h.h.accesses = [{"key": "k", "op": "write", "token": 1, "ok": False, "in_lease": True}]
+        self.assertEqual(len(checks(h, "resource")), 1)
+
+    def test_count_mismatch_flagged(self):
+        h = H()
+        h.h.accesses = [
+            {"key": "k", "op": "write", "token": 1, "ok": True, "in_lease": True},
+            {"kind": "final", "key": "k", "fenced_value": 2}]
+        self.assertEqual(len(checks(h, "resource")), 1)
+
+
+class FileTest(unittest.TestCase):
+    def test_parse_round_trip(self):
+        lines = ['{"type":"meta","mode":"single"}',
+                 '{"type":"op","id":1,"client":"c1","f":"A","key":"k","token":5,'
+                 '"lease_ms":100,"wait_ms":0,"invoke_ns":1,"complete_ns":2,"code":"A"}',
+                 '{"type":"heal","time_ns":3}', ""]
+        h = History.parse(lines)
+        self.assertEqual(h.meta["mode"], "single")
+        self.assertTrue(h.ops[0].granted)
+        self.assertEqual(h.heal_ns, 3)
+
+    def test_bad_line_named(self):
+        with self.assertRaisesRegex(ValueError, "line 2"):
+            History.parse(['{"type":"meta"}', "nope"])
+
+
+if __name__ == "__main__":
+    unittest.main()
