@@ -292,7 +292,19 @@ class ResourceTest(unittest.TestCase):
 
     def test_rejection_inside_lease_flagged(self):
         h = H()
-        h.h.accesses = [{"key": "k", "op": "write", "token": 1, "ok": False, "in_lease": True}]
+        h.h.accesses = [{"key": "k", "op": "write", "token": 1, "ok": False, "in_lease": True,
+                         "granted_ns": 0, "time_ns": 10}]
+        self.assertEqual(len(checks(h, "resource")), 1)
+
+    def test_rejection_after_restart_excused_in_single_mode(self):
+        h = H(locks_lost_on_restart=True)
+        h.h.nemesis.append({"type": "nemesis", "fault": "kill", "time_ns": 50 * MS})
+        h.h.accesses = [{"key": "k", "op": "write", "token": 1, "ok": False, "in_lease": True,
+                         "granted_ns": 10 * MS, "time_ns": 100 * MS}]
+        violations, report = checker.check(h.h)
+        self.assertEqual(violations, [])
+        self.assertEqual(report["resource_rejected_lock_lost_in_restart"], 1)
+        h.h.meta["locks_lost_on_restart"] = False
         self.assertEqual(len(checks(h, "resource")), 1)
 
     def test_count_mismatch_flagged(self):

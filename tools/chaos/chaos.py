@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""lockd chaos runner and checker.
+
+  chaos.py run [options]        start real lockd processes, inject faults from
+                                a seed, record and check the history
+  chaos.py check HISTORY        check a saved history file
+  chaos.py schedule [options]   print the fault schedule a seed gives
+  chaos.py cluster-available    exit 0 if this lockd serves --mode=cluster
+
+Exit status of run/check: 0 no violation, 1 violations (or, with
+--expect-violations, none found), 2 usage or setup error.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lockd_chaos import checker, runner, schedule  # noqa: E402
+from lockd_chaos.history import History  # noqa: E402
+from lockd_chaos.nodes import cluster_mode_available  # noqa: E402
+
+
+def add_run_options(p):
+    p.add_argument("--mode", choices=("single", "cluster"), default="single")
+    p.add_argument("--nodes", type=int, default=None, help="cluster size (3 or 5)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
+    p.add_argument("--faults", default=None,
+                   help="comma list of %s (default: all that apply to the mode); "
+                        "'none' for a fault-free run" % ",".join(schedule.KINDS))
+    p.add_argument("--election-timeout-ms", type=int, default=300)
+    p.add_argument("--heartbeat-ms", type=int, default=50)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    add_run_options(r)
+    r.add_argument("--clients", type=int, default=10)
+    r.add_argument("--keys", type=int, default=3)
+    r.add_argument("--lease-ms", type=int, default=1000)
+    r.add_argument("--no-keep", action="store_true", help="never send K")
+    r.add_argument("--pause-prob", type=float, default=0.02,
+                   help="share of lock holds where the client stalls 1.5 leases before writing")
+    r.add_argument("--lockd", default="build/bin/lockd")
+    r.add_argument("--faultfs", default="build/bin/liblockd_faultfs.so")
+    r.add_argument("--out", default=None, help="run directory (default build/chaos/...)")
+    r.add_argument("--fast-clock", type=float, default=None,
+                   help="run node 1's clocks (monotonic too) this many times too fast")
+    r.add_argument("--expect-violations", action="store_true",
+                   help="succeed only if the checker finds violations (the fast-clock measurement)")
+    r.add_argument("--json", action="store_true", help="print the whole report")
+    c = sub.add_parser("check")
+    c.add_argument("history")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--locks-lost-on-restart", action="store_true", default=None)
+    c.add_argument("--recovery-bound-ms", type=int, default=None)
+    s = sub.add_parser("schedule")
+    add_run_options(s)
+    a = sub.add_parser("cluster-available")
+    a.add_argument("--lockd", default="build/bin/lockd")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "cluster-available":
+        ok = cluster_mode_available(args.lockd)
+        print("cluster mode: %s" % ("available" if ok else "not in this build"))
+        return 0 if ok else 1
+
+    if args.cmd in ("run", "schedule"):
+        nodes = args.nodes or (1 if args.mode == "single" else 3)
+        if args.mode == "single" and nodes != 1:
+            ap.error("single mode runs one node")
+        if args.faults is None:
+            kinds = schedule.SINGLE_KINDS if args.mode == "single" else schedule.KINDS
+        elif args.faults == "none":
+            kinds = ()
+        else:
+            kinds = tuple(k for k in args.faults.split(",") if k)
+            bad = [k for k in kinds if k not in schedule.KINDS]
+            if bad:
+                ap.error("unknown fault kind(s): %s" % ",".join(bad))
+        if args.cmd == "schedule":
+            for f in schedule.make_schedule(args.seed, args.duration, kinds, nodes,
+                                            args.election_timeout_ms, args.mode):
+                print(repr(f))
+            return 0
+        opt = runner.Options()
+        opt.mode, opt.nodes, opt.seed, opt.duration_s = args.mode, nodes, args.seed, args.duration
+        opt.faults = kinds
+        opt.clients, opt.keys, opt.lease_ms = args.clients, args.keys, args.lease_ms
+        opt.use_keep = not args.no_keep
+        opt.pause_prob = args.pause_prob
+        opt.election_timeout_ms, opt.heartbeat_ms = args.election_timeout_ms, args.heartbeat_ms
+        opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out
+        opt.fast_clock = args.fast_clock
+        opt.expect_violations = args.expect_violations
+        violations, report, out = runner.run(opt)
+        return finish(violations, report, args.json, args.expect_violations,
+                      os.path.join(out, "history.jsonl"))
+
+    history = History.load(args.history)
+    violations, report = checker.check(history, args.locks_lost_on_restart,
+                                       args.recovery_bound_ms)
+    return finish(violations, report, args.json, False, args.history)
+
+
+def finish(violations, report, as_json, expect, history_path):
+    for v in violations[:20]:
+        print("VIOLATION %s: %s" % (v.check, v.message))
+    if len(violations) > 20:
+        print("... %d more" % (len(violations) - 20))
+    if as_json:
+        print(json.dumps(report, indent=1, sort_keys=True, default=str))
+    else:
+        short = {k: report[k] for k in ("ops", "grants", "codes", "faults") if k in report}
+        print(json.dumps(short, sort_keys=True))
+        for k in ("availability", "recovery_after_heal"):
+            if k in report:
+                print("%s: %s" % (k, json.dumps(report[k], sort_keys=True)))
+        extras = {k: v for k, v in report.items() if k.startswith(("exclusion_", "fifo_",
+                                                                     "liveness", "resource_"))}
+        print(json.dumps(extras, sort_keys=True))
+    n = len(violations)
+    print("%s: %d violation(s) in %s%s" % ("FAIL" if (n > 0) != expect else "OK", n, history_path,
+                                          " (violations expected)" if expect else ""))
+    return 0 if (n > 0) == expect else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""A lockd client that records every request in the history, and the
+workload each client thread runs.
+
+One blocking TCP connection per client, bound to 127.0.0.1 as its source
+address so that partition rules between node addresses never cut clients
+off. On a timeout or connection error the request is recorded as unknown
+and the connection is closed (which also cancels any waiting acquire).
+"""
+
+import random
+import socket
+import time
+
+from .history import Op
+
+NS_PER_MS = 1_000_000
+
+# Longest reply line we accept (the protocol's line limit).
+MAX_LINE_BYTES = 1024
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+class LineConn:
+    """A connected socket with line reads against a deadline."""
+
+    def __init__(self, host, port, timeout_s):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(timeout_s)
+        try:
+            self.sock.connect((host, port))
+        except OSError:
+            self.sock.close()
+            raise
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data.encode())
+
+    def read_line(self, deadline_ns):
+        while b"\n" not in self.buf:
+            left = (deadline_ns - time.monotonic_ns()) / 1e9
+            if left <= 0:
+                raise socket.timeout("deadline")
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionLost("closed by server")
+            self.buf += chunk
+            if len(self.buf) > 64 * MAX_LINE_BYTES and b"\n" not in self.buf:
+                raise ConnectionLost("reply line too long")
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace").rstrip("\r")
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Client:
+    """Sends requests to one node at a time and follows `M` redirects.
+
+    addrs: the client addresses of every node ("host:port"); the client
+    starts at addrs[index % n] and moves to the next one after a connection
+    error, or to the named leader after an `M`.
+    """
+
+    def __init__(self, name, addrs, writer, index=0, op_timeout_ms=2000):
+        self.name = name
+        self.addrs = list(addrs)
+        self.target = self.addrs[index % len(self.addrs)]
+        self.writer = writer
+        self.op_timeout_ms = op_timeout_ms
+        self.conn = None
+        self.probe_key = "probe/" + name
+
+    def _connect(self):
+        if self.conn is None:
+            host, port = self.target.rsplit(":", 1)
+            self.conn = LineConn(host, int(port), self.op_timeout_ms / 1000)
+
+    def _drop(self, rotate):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if rotate and len(self.addrs) > 1:
+            i = self.addrs.index(self.target) if self.target in self.addrs else -1
+            self.target = self.addrs[(i + 1) % len(self.addrs)]
+
+    def _finish(self, op, line):
+        op.complete_ns = time.monotonic_ns()
+        op.reply = line
+        fields = line.split()
+        op.code = fields[0] if fields else "?"
+        if op.code == "E" and len(fields) > 1 and fields[1] == "indeterminate":
+            op.unknown = True
+            op.complete_ns = None
+        elif op.code == "M" and len(fields) > 1:
+            self.target = fields[1]
+            self._drop(rotate=False)
+        elif op.code == "A" and op.f == "A":
+            op.token = int(fields[1])
+
+    def _fail(self, op, error, sent):
+        op.error = error
+        if sent:
+            op.unknown = True   # it may have been applied
+        else:
+            op.complete_ns = time.monotonic_ns()  # never left us: definitely not applied
+        self._drop(rotate=True)
+
+    def call(self, f, key, token=None, owner=None, lease_ms=None, wait_ms=0):
+        """One request; returns its recorded Op."""
+        op = Op(id=self.writer.next_id(), client=self.name, node=self.target, f=f, key=key,
+                owner=owner, lease_ms=lease_ms, wait_ms=wait_ms if f == "A" else None,
+                token=token if f != "A" else None)
+        if f == "A":
+            line = "A %s %s %d %d\n" % (owner, key, lease_ms, wait_ms)
+            probe = wait_ms > 0
+            if probe:
+                line += "R 1 %s\n" % self.probe_key
+        elif f == "R":
+            line, probe = "R %d %s\n" % (token, key), False
+        else:
+            line, probe = "K %d %s %d\n" % (token, key, lease_ms), False
+        sent = False
+        try:
+            self._connect()
+            op.invoke_ns = time.monotonic_ns()
+            self.conn.send(line)
+            sent = True
+            deadline = op.invoke_ns + ((wait_ms or 0) + self.op_timeout_ms) * NS_PER_MS
+            probe_pending = probe
+            while True:
+                reply = self.conn.read_line(deadline)
+                fields = reply.split()
+                if probe_pending and fields and fields[-1] == self.probe_key:
+                    probe_pending = False
+                    if fields[0] == "N":
+                        op.enq_ns = time.monotonic_ns()
+                    continue
+                self._finish(op, reply)
+                break
+        except (OSError, ConnectionLost) as e:
+            if op.invoke_ns is None:
+                op.invoke_ns = time.monotonic_ns()
+            self._fail(op, "%s: %s" % (type(e).__name__, e), sent)
+            probe_pending = False
+        self.writer.write(op)
+        if probe_pending and self.conn is not None:
+            # The probe's reply is still to come (it follows an immediate A
+            # reply): read it so the next request starts clean. The acquire
+            # is already decided; a failure here only drops the connection.
+            try:
+                self.conn.read_line(time.monotonic_ns() + self.op_timeout_ms * NS_PER_MS)
+            except (OSError, ConnectionLost):
+                self._drop(rotate=True)
+        return op
+
+    def close(self):
+        self._drop(rotate=False)
+
+
+class Workload:
+    """What one client thread does until told to stop: acquire a random
+    key, read-modify-write the fenced counter under the lock (sometimes
+    keeping the lease alive with K during longer work), release.
+
+    A well-behaved client checks its own conservative lease deadline (the
+    acquire's invocation + lease, moved by each acknowledged K) before each
+    access and gives up if it has passed. With probability pause_prob it
+    instead stalls for 1.5 leases between its read and its write, like a
+    process in a long GC pause, and writes without looking: the resource's
+    fencing must reject it when a newer holder came in between.
+    """
+
+    def __init__(self, client, resource, rng, keys, lease_ms, waits_ms, use_keep,
+                 pause_prob, stop_event):
+        self.c = client
+        self.res = resource
+        self.rng = rng
+        self.keys = keys
+        self.lease_ms = lease_ms
+        self.waits_ms = waits_ms
+        self.use_keep = use_keep
+        self.pause_prob = pause_prob
+        self.stop = stop_event
+
+    def run(self):
+        while not self.stop.is_set():
+            self.cycle()
+        self.c.close()
+
+    def cycle(self):
+        key = self.rng.choice(self.keys)
+        wait = self.rng.choice(self.waits_ms)
+        a = self.c.call("A", key, owner=self.c.name, lease_ms=self.lease_ms, wait_ms=wait)
+        if a.code != "A":
+            if a.code in ("M",):
+                return
+            # Back off a little after T/B/E/unknown so a dead node is not spun on.
+            self.stop.wait(self.rng.uniform(0.01, 0.05 if a.code in ("T", "B") else 0.2))
+            return
+        token, granted_ns = a.token, a.invoke_ns
+        lease_end = granted_ns + self.lease_ms * NS_PER_MS
+        margin = self.lease_ms * NS_PER_MS // 5
+
+        def alive():
+            return time.monotonic_ns() < lease_end - margin
+
+        paused = self.rng.random() < self.pause_prob
+        ok, value, naive = self.res.read(key, token, self.c.name, granted_ns, lease_end)
+        if ok:
+            if paused:
+                time.sleep(1.5 * self.lease_ms / 1000)
+            else:
+                long_work = self.use_keep and self.rng.random() < 0.3
+                if long_work:
+                    time.sleep(0.5 * self.lease_ms / 1000)
+                    k = self.c.call("K", key, token=token, lease_ms=self.lease_ms)
+                    if k.code == "K":
+                        lease_end = k.invoke_ns + self.lease_ms * NS_PER_MS
+                    elif k.code == "N":
+                        lease_end = 0   # the server says the lease is over
+                    time.sleep(0.3 * self.lease_ms / 1000)
+                else:
+                    time.sleep(self.rng.uniform(0, 0.2) * self.lease_ms / 1000)
+            if paused or alive():
+                self.res.write(key, token, self.c.name, granted_ns, lease_end, value + 1, naive + 1)
+        if paused or alive():
+            self.c.call("R", key, token=token)

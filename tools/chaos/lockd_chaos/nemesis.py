@@ -1,0 +1,161 @@
+"""Carries out a fault schedule against a Group, one fault at a time, and
+records each injection and heal in the history (type "nemesis")."""
+
+import random
+import threading
+import time
+
+NS_PER_MS = 1_000_000
+
+
+class Nemesis:
+    def __init__(self, group, net, writer, schedule, seed, election_timeout_ms, log):
+        self.group = group
+        self.net = net
+        self.writer = writer
+        self.schedule = schedule
+        self.rng = random.Random(seed * 7919 + 1)   # flapping timings; part of the seed
+        self.election_timeout_ms = election_timeout_ms
+        self.log = log
+        self.stop = threading.Event()
+        self.t0 = None
+        self.heal_ns = None
+        self.error = None
+
+    def record(self, phase, fault, node=None, **extra):
+        rec = {"type": "nemesis", "time_ns": time.monotonic_ns(), "phase": phase,
+               "fault": fault.kind, "detail": fault.detail, "target": fault.target}
+        if node is not None:
+            rec["node"] = node.id
+        rec.update(extra)
+        self.writer.write(rec)
+        self.log("%s %s %s node=%s %s" % (phase, fault.kind, fault.detail or "",
+                                          node.id if node else "-",
+                                          " ".join("%s=%s" % kv for kv in extra.items())))
+
+    def resolve(self, target):
+        nodes = self.group.nodes
+        if self.group.mode == "single" or len(nodes) == 1:
+            return nodes[0]
+        leader = self.group.leader()
+        if target == "leader" and leader is not None:
+            return leader
+        others = [n for n in nodes if n is not leader and n.alive()]
+        return self.rng.choice(others or nodes)
+
+    def sleep_until(self, t_s):
+        while not self.stop.is_set():
+            left = self.t0 + t_s - time.monotonic()
+            if left <= 0:
+                return
+            self.stop.wait(min(left, 0.1))
+
+    def run(self):
+        try:
+            self.t0 = time.monotonic()
+            for fault in self.schedule:
+                self.sleep_until(fault.start_s)
+                if self.stop.is_set():
+                    break
+                self.inject(fault)
+            self.heal_all()
+        except Exception as e:  # recorded and re-raised by the runner
+            self.error = e
+            try:
+                self.heal_all()
+            except Exception:
+                pass
+
+    def inject(self, fault):
+        node = self.resolve(fault.target)
+        end = fault.start_s + fault.duration_s
+        if fault.kind == "kill":
+            self.record("start", fault, node)
+            node.kill9()
+            self.sleep_until(end)
+            node.start()
+            self.record("end", fault, node)
+        elif fault.kind == "pause":
+            self.record("start", fault, node)
+            node.pause()
+            self.sleep_until(end)
+            node.resume()
+            self.record("end", fault, node)
+        elif fault.kind == "partition":
+            self.partition(fault, node, end)
+        elif fault.kind == "clock":
+            self.record("start", fault, node, wall_offset_s=fault.detail)
+            node.set_faketime(fault.detail)
+            self.sleep_until(end)
+            node.set_faketime(node.faketime_base)
+            self.record("end", fault, node)
+        elif fault.kind == "disk":
+            self.record("start", fault, node, rule=fault.detail)
+            node.set_faultfs(fault.detail)
+            self.sleep_until(end)
+            node.set_faultfs("")
+            died = not node.alive()
+            if died:
+                code = node.proc.returncode
+                node.start()
+                self.record("end", fault, node, exited=code, restarted=True)
+            else:
+                self.record("end", fault, node)
+
+    def partition(self, fault, node, end):
+        ips = [n.host for n in self.group.nodes]
+        me = node.host
+        rest = [ip for ip in ips if ip != me]
+        shape = fault.detail
+        if shape == "isolate":
+            self.net.split([me], rest)
+            sides = [[me], rest]
+        elif shape == "majority-minority":
+            minority = [me] + rest[: max(0, (len(ips) - 1) // 2 - 1)]
+            majority = [ip for ip in ips if ip not in minority]
+            self.net.split(minority, majority)
+            sides = [minority, majority]
+        elif shape == "bridge":
+            half = len(rest) // 2
+            a, b = rest[:half], rest[half:]
+            self.net.split(a, b)     # `me` still talks to both halves
+            sides = [a, b, "bridge=" + me]
+        elif shape == "one-way":
+            for ip in rest:
+                self.net.cut(me, ip)
+            sides = ["%s->%s dropped" % (me, ",".join(rest))]
+        elif shape == "flapping":
+            sides = [[me], rest]
+        else:
+            raise ValueError("unknown partition shape %r" % shape)
+        self.record("start", fault, node, sides=sides)
+        if shape == "flapping":
+            flips = 0
+            while not self.stop.is_set() and time.monotonic() < self.t0 + end:
+                if flips % 2 == 0:
+                    self.net.split([me], rest)
+                else:
+                    self.net.heal()
+                flips += 1
+                self.stop.wait(self.rng.uniform(0.2, 0.6))
+            self.net.heal()
+            self.record("end", fault, node, flips=flips)
+            return
+        self.sleep_until(end)
+        self.net.heal()
+        self.record("end", fault, node)
+
+    def heal_all(self):
+        if self.net is not None:
+            self.net.heal()
+        for node in self.group.nodes:
+            if node.faketime_on:
+                node.set_faketime(node.faketime_base)
+            if node.faultfs_on:
+                node.set_faultfs("")
+            node.resume()
+            if not node.alive():
+                node.start()
+        self.heal_ns = time.monotonic_ns()
+        self.writer.write({"type": "heal", "time_ns": self.heal_ns})
+        self.log("heal: all faults stopped, every node running")

@@ -1,0 +1,261 @@
+"""Real lockd processes: start, kill -9, pause, restart from the data dir.
+
+Each node gets its own loopback address (127.77.<run>.<id>) for its client,
+raft and admin ports, so partition rules can name a node by address. The
+ports are picked once (bind to port 0, read it, close) and kept across
+restarts, so clients and peers find a restarted node where it was.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+NS_PER_MS = 1_000_000
+
+# How long a node may take from exec to its `listening` line.
+START_TIMEOUT_S = 20
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def free_port(host):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def cluster_mode_available(lockd):
+    """True unless this lockd build refuses --mode=cluster as not built yet.
+
+    Starts lockd with a minimal one-member cluster config; a build without
+    cluster mode exits 2 at once saying so. Anything else (it runs, or it
+    fails for another reason) counts as available, so a broken cluster mode
+    shows up as a failed run instead of a skipped one."""
+    tmp = "/tmp/lockd-chaos-probe-%d" % os.getpid()
+    os.makedirs(tmp, exist_ok=True)
+    port, rport, aport = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.1")
+    p = subprocess.Popen(
+        [lockd, "--mode=cluster", "--node-id=1",
+         "--peer", "1=127.0.0.1:%d/127.0.0.1:%d" % (port, rport),
+         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=3)
+        return not (p.returncode == 2 and "not available in this build" in err)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        return True
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+
+
+class Node:
+    """One lockd process and everything needed to restart it the same way."""
+
+    def __init__(self, lockd, node_id, host, run_dir, mode):
+        self.lockd = lockd
+        self.id = node_id
+        self.host = host
+        self.mode = mode
+        self.client_port = free_port(host)
+        self.raft_port = free_port(host)
+        self.admin_port = free_port(host)
+        self.dir = os.path.join(run_dir, "node%d" % node_id)
+        self.data_dir = os.path.join(self.dir, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.faketime_file = os.path.join(self.dir, "faketime")
+        self.faultfs_control = os.path.join(self.dir, "faultfs")
+        self.peers_args = []
+        self.extra_args = []
+        self.preload = []          # shared objects for LD_PRELOAD
+        self.env = {}
+        self.faketime_on = False
+        self.faketime_base = "+0"   # what the faketime file holds when no fault is on
+        self.faultfs_on = False
+        self.proc = None
+        self.starts = 0
+        self.paused = False
+        self.log = None
+
+    @property
+    def client_addr(self):
+        return "%s:%d" % (self.host, self.client_port)
+
+    @property
+    def raft_addr(self):
+        return "%s:%d" % (self.host, self.raft_port)
+
+    @property
+    def admin_addr(self):
+        return "%s:%d" % (self.host, self.admin_port)
+
+    def args(self):
+        a = [self.lockd, "--admin", self.admin_addr, "--log-level", "info"]
+        if self.mode == "single":
+            a += ["--listen", self.client_addr]
+        else:
+            a += ["--mode=cluster", "--node-id=%d" % self.id, "--data-dir", self.data_dir]
+            a += self.peers_args
+        return a + self.extra_args
+
+    def start(self):
+        self.starts += 1
+        log_path = os.path.join(self.dir, "lockd.%d.log" % self.starts)
+        env = dict(os.environ)
+        env.update(self.env)
+        if self.preload:
+            env["LD_PRELOAD"] = " ".join(self.preload)
+        self.log = log_path
+        with open(log_path, "w") as out:
+            self.proc = subprocess.Popen(self.args(), stdout=out, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+        self.paused = False
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with open(log_path) as f:
+                text = f.read()
+            if "listening" in text and self.client_addr in text:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("node %d exited with %d at start; log %s:\n%s"
+                                   % (self.id, self.proc.returncode, log_path, text[-2000:]))
+            time.sleep(0.02)
+        raise RuntimeError("node %d: no `listening ... %s` line within %ds; log %s"
+                           % (self.id, self.client_addr, START_TIMEOUT_S, log_path))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self):
+        if self.alive():
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.paused = False
+
+    def pause(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self):
+        if self.alive() and self.paused:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def terminate(self, timeout_s=10):
+        """SIGTERM (graceful), then SIGKILL if it does not exit in time."""
+        if not self.alive():
+            return None
+        self.resume()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+    def status(self, timeout_s=0.5):
+        """/v1/status as a dict, or None if it does not answer."""
+        try:
+            with urllib.request.urlopen("http://%s/v1/status" % self.admin_addr,
+                                        timeout=timeout_s) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def set_faketime(self, spec):
+        """libfaketime reads this file (FAKETIME_TIMESTAMP_FILE) again each second."""
+        tmp = self.faketime_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(spec + "\n")
+        os.replace(tmp, self.faketime_file)
+
+    def set_faultfs(self, rule):
+        """The storage shim re-reads this file on every call; "" means no fault."""
+        tmp = self.faultfs_control + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(rule + ("\n" if rule else ""))
+        os.replace(tmp, self.faultfs_control)
+
+
+class Group:
+    """The nodes of one run (1 in single mode, 3 or 5 in cluster mode)."""
+
+    def __init__(self, lockd, mode, n, run_dir, net_octet, election_timeout_ms=300,
+                 heartbeat_ms=50, extra_args=()):
+        self.mode = mode
+        self.nodes = [Node(lockd, i + 1, "127.77.%d.%d" % (net_octet, i + 1), run_dir, mode)
+                      for i in range(n)]
+        peers = []
+        for node in self.nodes:
+            peers += ["--peer", "%d=%s/%s" % (node.id, node.client_addr, node.raft_addr)]
+        for node in self.nodes:
+            node.peers_args = peers
+            node.extra_args = list(extra_args)
+            if mode == "cluster":
+                node.extra_args += ["--election-timeout-ms", str(election_timeout_ms),
+                                    "--heartbeat-ms", str(heartbeat_ms)]
+
+    def enable_faketime(self, nodes=None, fake_monotonic=False, base="+0"):
+        """Preloads libfaketime on the nodes (default all), wall clock at
+        `base` until a fault moves it. The monotonic clock stays real unless
+        asked: the clock-rate measurement fakes it on purpose, with a base
+        like "+0 x2" (every clock of that process runs twice as fast)."""
+        for node in nodes or self.nodes:
+            node.faketime_on = True
+            node.faketime_base = base
+            node.set_faketime(base)
+            node.preload.append(LIBFAKETIME)
+            node.env["FAKETIME_TIMESTAMP_FILE"] = node.faketime_file
+            node.env["FAKETIME_CACHE_DURATION"] = "1"
+            node.env["FAKETIME_DONT_FAKE_MONOTONIC"] = "0" if fake_monotonic else "1"
+
+    def enable_faultfs(self, shim):
+        for node in self.nodes:
+            node.faultfs_on = True
+            node.set_faultfs("")
+            node.preload.append(shim)
+            node.env["LOCKD_FAULTFS_CONTROL"] = node.faultfs_control
+            node.env["LOCKD_FAULTFS_DIR"] = node.data_dir
+
+    def start(self):
+        for node in self.nodes:
+            node.start()
+
+    def client_addrs(self):
+        return [n.client_addr for n in self.nodes]
+
+    def leader(self, timeout_s=0.5):
+        """The node that says it leads (single mode: the node), or None."""
+        if self.mode == "single":
+            return self.nodes[0]
+        for node in self.nodes:
+            if node.alive() and not node.paused:
+                st = node.status(timeout_s)
+                if st and st.get("role") == "leader":
+                    return node
+        return None
+
+    def wait_leader(self, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            time.sleep(0.05)
+        return None
+
+    def stop(self):
+        for node in self.nodes:
+            node.terminate()

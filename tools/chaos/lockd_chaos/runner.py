@@ -1,0 +1,251 @@
+"""One chaos run: start the nodes, run the clients and the fault schedule,
+heal, let the clients go on for a while, stop, check the history.
+
+Writes into the run directory:
+  history.jsonl   every operation, fault, heal and resource access
+  schedule.txt    the fault schedule the seed gave
+  report.json     the checker's verdict, counts and availability per fault
+  node*/          each node's data dir and logs (one log per start)
+"""
+
+import collections
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+from . import checker, netfault
+from .client import Client, Workload
+from .history import History, HistoryWriter
+from .nemesis import Nemesis
+from .nodes import Group, cluster_mode_available
+from .resource import FencedCounter
+from .schedule import make_schedule
+
+NS_PER_MS = 1_000_000
+
+# How long clients get to finish their current cycle after being told to stop.
+CLIENT_STOP_TIMEOUT_S = 20
+
+
+class Options:
+    mode = "single"
+    nodes = 1
+    seed = 1
+    duration_s = 30.0
+    faults = ("kill",)
+    clients = 10
+    keys = 3
+    lease_ms = 1000
+    waits_ms = (0, 0, 300, 1500)
+    use_keep = True
+    pause_prob = 0.02
+    election_timeout_ms = 300
+    heartbeat_ms = 50
+    lockd = "build/bin/lockd"
+    faultfs = "build/bin/liblockd_faultfs.so"
+    out = None
+    fast_clock = None       # e.g. 2.0: node 1's clocks all run this much fast
+    expect_violations = False
+    op_timeout_ms = 2000
+    recovery_bound_ms = None
+    tail_s = None
+
+
+def _log(msg):
+    sys.stderr.write("[chaos %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def server_supports_keep(addr):
+    """True if the server knows K (v1.1): a K for a token nobody holds gets
+    `N`, a server without it `E unknown_command`."""
+    from .client import LineConn
+    host, port = addr.rsplit(":", 1)
+    conn = LineConn(host, int(port), 5)
+    try:
+        conn.send("K 1 chaos/keep-probe 1000\n")
+        line = conn.read_line(time.monotonic_ns() + 5_000 * NS_PER_MS)
+        if line.startswith("M "):
+            return server_supports_keep(line.split()[1])
+        return not line.startswith("E unknown_command")
+    finally:
+        conn.close()
+
+
+def availability(history):
+    """Per fault kind: requests sent while such a fault was on, the share
+    answered definitely (A/T/B/R/N/K, not M/E/unknown) and grants per
+    second; "none" is the time with no fault on."""
+    windows = []
+    open_ = {}
+    for e in sorted(history.nemesis, key=lambda e: e["time_ns"]):
+        k = (e["fault"], e.get("node"))
+        if e.get("phase") == "start":
+            open_[k] = e["time_ns"]
+        elif e.get("phase") == "end" and k in open_:
+            windows.append((open_.pop(k), e["time_ns"], e["fault"]))
+    if not history.ops:
+        return {}
+    t_first = min(op.invoke_ns for op in history.ops)
+    t_last = max(op.invoke_ns for op in history.ops)
+    stats = collections.defaultdict(lambda: {"windows": 0, "seconds": 0.0, "ops": 0,
+                                             "answered": 0, "grants": 0})
+    for s, e, kind in windows:
+        stats[kind]["windows"] += 1
+        stats[kind]["seconds"] += (e - s) / 1e9
+    covered = sum((e - s) for s, e, _ in windows)
+    stats["none"]["seconds"] = max(0.0, (t_last - t_first - covered) / 1e9)
+    starts = sorted(windows)
+    for op in history.ops:
+        kind = "none"
+        for s, e, k in starts:
+            if s <= op.invoke_ns < e:
+                kind = k
+                break
+        st = stats[kind]
+        st["ops"] += 1
+        if not op.unknown and op.code in ("A", "T", "B", "R", "N", "K"):
+            st["answered"] += 1
+        if op.granted:
+            st["grants"] += 1
+    out = {}
+    for kind, st in stats.items():
+        out[kind] = dict(st)
+        out[kind]["answered_pct"] = round(100.0 * st["answered"] / st["ops"], 1) if st["ops"] else None
+        out[kind]["grants_per_s"] = round(st["grants"] / st["seconds"], 1) if st["seconds"] else None
+        out[kind]["seconds"] = round(st["seconds"], 1)
+    return out
+
+
+def recovery(history):
+    """After the heal: time to the first answered request and the first grant."""
+    if history.heal_ns is None:
+        return {}
+    after = [op for op in history.ops if op.invoke_ns >= history.heal_ns]
+    answered = [op.complete_ns for op in after if not op.unknown and op.complete_ns
+                and op.code in ("A", "T", "B", "R", "N", "K")]
+    grants = [op.complete_ns for op in after if op.granted]
+    res = {}
+    if answered:
+        res["first_answer_ms"] = round((min(answered) - history.heal_ns) / NS_PER_MS, 1)
+    if grants:
+        res["first_grant_ms"] = round((min(grants) - history.heal_ns) / NS_PER_MS, 1)
+    return res
+
+
+def run(opt):
+    if opt.mode == "cluster" and not cluster_mode_available(opt.lockd):
+        raise SystemExit("chaos: %s has no cluster mode yet (exits 2: not available in this "
+                         "build)" % opt.lockd)
+    out = opt.out or "build/chaos/%s-n%d-seed%d" % (opt.mode, opt.nodes, opt.seed)
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(out):
+        if name.endswith(".jsonl") or name in ("report.json", "schedule.txt"):
+            os.unlink(os.path.join(out, name))
+    kinds = tuple(opt.faults)
+    schedule = make_schedule(opt.seed, opt.duration_s, kinds, opt.nodes,
+                             opt.election_timeout_ms, opt.mode) if kinds else []
+    with open(os.path.join(out, "schedule.txt"), "w") as f:
+        for fault in schedule:
+            f.write(repr(fault) + "\n")
+    octet = 1 + (os.getpid() % 250)
+    if opt.recovery_bound_ms is None:
+        opt.recovery_bound_ms = opt.lease_ms + (2000 if opt.mode == "single"
+                                                else 10 * opt.election_timeout_ms + 3000)
+    tail_s = opt.tail_s if opt.tail_s is not None else opt.recovery_bound_ms / 1000 + 5
+
+    writer = HistoryWriter(os.path.join(out, "history.jsonl"))
+    meta = {"type": "meta", "mode": opt.mode, "nodes": opt.nodes, "seed": opt.seed,
+            "duration_s": opt.duration_s, "faults": list(kinds), "clients": opt.clients,
+            "keys": opt.keys, "lease_ms": opt.lease_ms, "waits_ms": list(opt.waits_ms),
+            "locks_lost_on_restart": opt.mode == "single",
+            "recovery_bound_ms": opt.recovery_bound_ms, "fast_clock": opt.fast_clock,
+            "election_timeout_ms": opt.election_timeout_ms,
+            "schedule": [f.to_json() for f in schedule]}
+    group = Group(opt.lockd, opt.mode, opt.nodes, out, octet, opt.election_timeout_ms,
+                  opt.heartbeat_ms)
+    if "clock" in kinds:
+        group.enable_faketime()
+    if opt.fast_clock:
+        # The leader's clock matters; in single mode that is the one node.
+        group.enable_faketime(nodes=[group.nodes[0]], fake_monotonic=True,
+                              base="+0 x%s" % opt.fast_clock)
+    if "disk" in kinds:
+        if not os.path.exists(opt.faultfs):
+            raise SystemExit("chaos: disk faults need %s (target lockd_faultfs)" % opt.faultfs)
+        group.enable_faultfs(os.path.abspath(opt.faultfs))
+    net = None
+    if opt.mode == "cluster" and "partition" in kinds:
+        if not netfault.available():
+            raise SystemExit("chaos: partitions need iptables (tools/install-deps) and root")
+        net = netfault.Net(octet)
+        net.setup()
+    stop = threading.Event()
+    threads = []
+    nemesis = None
+    try:
+        _log("%s, %d node(s), seed %d, %.0fs, faults %s, %d faults scheduled -> %s"
+             % (opt.mode, opt.nodes, opt.seed, opt.duration_s, ",".join(kinds) or "none",
+                len(schedule), out))
+        group.start()
+        if opt.mode == "cluster" and group.wait_leader(30) is None:
+            raise RuntimeError("no leader within 30 s of start")
+        addrs = group.client_addrs()
+        use_keep = opt.use_keep and server_supports_keep(addrs[0] if opt.mode == "single"
+                                                         else group.leader().client_addr)
+        meta["keep"] = use_keep
+        if opt.use_keep and not use_keep:
+            _log("server answers K with E unknown_command: workload runs without K")
+        writer.write(meta)
+        resource = FencedCounter(writer)
+        keys = ["chaos/k%d" % i for i in range(opt.keys)]
+        for i in range(opt.clients):
+            c = Client("c%d" % i, addrs, writer, index=i, op_timeout_ms=opt.op_timeout_ms)
+            w = Workload(c, resource, random.Random(opt.seed * 1000 + i), keys, opt.lease_ms,
+                         opt.waits_ms, use_keep, opt.pause_prob, stop)
+            t = threading.Thread(target=w.run, name=c.name, daemon=True)
+            t.start()
+            threads.append(t)
+        nemesis = Nemesis(group, net, writer, schedule, opt.seed, opt.election_timeout_ms, _log)
+        nt = threading.Thread(target=nemesis.run, name="nemesis", daemon=True)
+        nt.start()
+        nt.join(opt.duration_s + 120)
+        if nt.is_alive():
+            nemesis.stop.set()
+            nt.join(30)
+        if nemesis.error is not None:
+            raise nemesis.error
+        if nemesis.heal_ns is None:
+            raise RuntimeError("the nemesis did not finish")
+        time.sleep(tail_s)
+        stop.set()
+        for t in threads:
+            t.join(CLIENT_STOP_TIMEOUT_S)
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            _log("clients still busy after stop: %s" % stuck)
+        resource.finish()
+    finally:
+        stop.set()
+        if nemesis is not None:
+            nemesis.stop.set()
+        writer.close()
+        group.stop()
+        if net is not None:
+            net.teardown()
+
+    history = History.load(os.path.join(out, "history.jsonl"))
+    violations, report = checker.check(history)
+    report["availability"] = availability(history)
+    report["recovery_after_heal"] = recovery(history)
+    report["seed"] = opt.seed
+    report["mode"] = opt.mode
+    report["nodes"] = opt.nodes
+    report["expect_violations"] = opt.expect_violations
+    report["violation_samples"] = [v.to_json() for v in violations[:20]]
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True, default=str)
+    return violations, report, out

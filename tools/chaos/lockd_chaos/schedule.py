@@ -1,0 +1,70 @@
+"""Fault schedules drawn from a seed: the same seed gives the same schedule.
+
+A schedule is a list of faults that never overlap: each starts after a
+quiet gap, lasts a while, and is healed before the next one. Targets are
+named by role ("leader", "follower") or node number and resolved when the
+fault is injected; the history records the node actually hit.
+"""
+
+import random
+
+# Every fault kind the runner knows. "single" lists those that make sense
+# against one single-mode node (no network between nodes, no disk).
+KINDS = ("kill", "pause", "partition", "clock", "disk")
+SINGLE_KINDS = ("kill", "pause", "clock")
+
+PARTITION_SHAPES = ("isolate", "majority-minority", "bridge", "one-way", "flapping")
+DISK_RULES = ("fdatasync delay_us=200000", "fdatasync EIO", "write ENOSPC")
+
+
+class Fault:
+    __slots__ = ("start_s", "duration_s", "kind", "target", "detail")
+
+    def __init__(self, start_s, duration_s, kind, target, detail=None):
+        self.start_s = start_s
+        self.duration_s = duration_s
+        self.kind = kind
+        self.target = target
+        self.detail = detail
+
+    def to_json(self):
+        return {"start_s": round(self.start_s, 3), "duration_s": round(self.duration_s, 3),
+                "kind": self.kind, "target": self.target, "detail": self.detail}
+
+    def __repr__(self):
+        return "%7.2fs +%5.2fs %-9s %-8s %s" % (self.start_s, self.duration_s, self.kind,
+                                                 self.target, self.detail or "")
+
+
+def make_schedule(seed, duration_s, kinds, nodes, election_timeout_ms=300, mode="cluster"):
+    """Faults filling duration_s, drawn from random.Random(seed)."""
+    rng = random.Random(seed)
+    faults = []
+    t = rng.uniform(1.0, 2.0)
+    pause_min_s = max(0.5, 3 * election_timeout_ms / 1000)  # longer than an election timeout
+    while True:
+        kind = rng.choice(kinds)
+        target = rng.choice(("leader", "follower")) if mode == "cluster" else "node1"
+        detail = None
+        if kind == "kill":
+            d = rng.uniform(0.2, 2.0)          # downtime before the restart
+        elif kind == "pause":
+            d = rng.uniform(pause_min_s, 2 * pause_min_s + 1.0)
+        elif kind == "partition":
+            shape = rng.choice(PARTITION_SHAPES if nodes >= 3 else ("isolate",))
+            detail = shape
+            d = rng.uniform(1.0, 4.0)
+        elif kind == "clock":
+            # Wall clock jumps far, either way; the monotonic clock does not.
+            detail = rng.choice(("-", "+")) + str(rng.choice((30, 600, 3600, 86400)))
+            d = rng.uniform(1.5, 4.0)
+        elif kind == "disk":
+            detail = rng.choice(DISK_RULES)
+            d = rng.uniform(0.5, 2.5)
+        else:
+            raise ValueError("unknown fault kind %r" % kind)
+        if t + d > duration_s:
+            break
+        faults.append(Fault(t, d, kind, target, detail))
+        t += d + rng.uniform(1.0, 3.0)
+    return faults
