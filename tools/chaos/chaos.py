@@ -30,7 +30,8 @@ def add_run_options(p):
     p.add_argument("--duration", type=float, default=30.0, help="seconds of faults")
     p.add_argument("--faults", default=None,
                    help="comma list of %s (default: all that apply to the mode); "
-                        "'none' for a fault-free run" % ",".join(schedule.KINDS))
+                        "'none' for a fault-free run; clock-restart (single mode) restarts "
+                        "the node with its wall clock set back" % ",".join(schedule.KINDS))
     p.add_argument("--election-timeout-ms", type=int, default=300)
     p.add_argument("--heartbeat-ms", type=int, default=50)
 
@@ -61,9 +62,15 @@ def main(argv=None):
     c.add_argument("--recovery-bound-ms", type=int, default=None)
     s = sub.add_parser("schedule")
     add_run_options(s)
+    m = sub.add_parser("summarize", help="markdown tables from run directories' report.json")
+    m.add_argument("runs", nargs="+")
     a = sub.add_parser("cluster-available")
     a.add_argument("--lockd", default="build/bin/lockd")
     args = ap.parse_args(argv)
+
+    if args.cmd == "summarize":
+        print(summarize(args.runs))
+        return 0
 
     if args.cmd == "cluster-available":
         ok = cluster_mode_available(args.lockd)
@@ -80,7 +87,7 @@ def main(argv=None):
             kinds = ()
         else:
             kinds = tuple(k for k in args.faults.split(",") if k)
-            bad = [k for k in kinds if k not in schedule.KINDS]
+            bad = [k for k in kinds if k not in schedule.ALL_KINDS]
             if bad:
                 ap.error("unknown fault kind(s): %s" % ",".join(bad))
         if args.cmd == "schedule":
@@ -106,6 +113,36 @@ def main(argv=None):
     violations, report = checker.check(history, args.locks_lost_on_restart,
                                        args.recovery_bound_ms)
     return finish(violations, report, args.json, False, args.history)
+
+
+def summarize(run_dirs):
+    """One row per run, then availability per fault kind over all runs."""
+    rows = ["| run | seed | ops | grants | unknown | faults injected | violations | "
+            "first grant after heal (ms) |", "|---|---|---|---|---|---|---|---|"]
+    avail = {}
+    for d in run_dirs:
+        with open(os.path.join(d, "report.json")) as f:
+            r = json.load(f)
+        faults = ", ".join("%s %d" % kv for kv in sorted(r.get("faults", {}).items())) or "none"
+        rec = r.get("recovery_after_heal", {})
+        rows.append("| %s | %s | %d | %d | %d | %s | %d%s | %s |" % (
+            os.path.basename(d.rstrip("/")), r.get("seed"), r["ops"], r["grants"],
+            r["codes"].get("unknown", 0), faults, r["violations_total"],
+            " (expected)" if r.get("expect_violations") else "",
+            rec.get("first_grant_ms", "-")))
+        for kind, a in r.get("availability", {}).items():
+            t = avail.setdefault(kind, {"seconds": 0.0, "ops": 0, "answered": 0, "grants": 0,
+                                        "windows": 0})
+            for k in t:
+                t[k] += a.get(k) or 0
+    rows += ["", "| fault on | windows | seconds | requests | answered | grants/s |",
+             "|---|---|---|---|---|---|"]
+    for kind, t in sorted(avail.items()):
+        rows.append("| %s | %d | %.1f | %d | %s | %s |" % (
+            kind, t["windows"], t["seconds"], t["ops"],
+            "%.1f%%" % (100.0 * t["answered"] / t["ops"]) if t["ops"] else "-",
+            "%.1f" % (t["grants"] / t["seconds"]) if t["seconds"] else "-"))
+    return "\n".join(rows)
 
 
 def finish(violations, report, as_json, expect, history_path):

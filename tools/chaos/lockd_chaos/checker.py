@@ -134,6 +134,7 @@ def check_exclusion(history, locks_lost_on_restart=False, stats=None):
     for g in _grants(history):
         per_key[g.key].append(g)
     excused = 0
+    max_overlap_ms = 0.0
     for key, grants in per_key.items():
         grants.sort(key=lambda g: g.token)
         top = None          # earlier grant whose exclusion ends last
@@ -141,6 +142,7 @@ def check_exclusion(history, locks_lost_on_restart=False, stats=None):
         for g2 in grants:
             if top is not None and g2.complete_ns < ends[top.id][0]:
                 overlap_ms = (ends[top.id][0] - g2.complete_ns) / NS_PER_MS
+                max_overlap_ms = max(max_overlap_ms, overlap_ms)
                 violations.append(Violation(
                     "exclusion", "key %s: token %d granted (completed) %.1f ms before the "
                     "exclusion of token %d ended" % (key, g2.token, overlap_ms, top.token),
@@ -153,6 +155,7 @@ def check_exclusion(history, locks_lost_on_restart=False, stats=None):
                 top_raw = g2
     if stats is not None:
         stats["exclusion_excused_by_restart"] = excused
+        stats["exclusion_max_overlap_ms"] = round(max_overlap_ms, 1)
     return violations
 
 
@@ -166,6 +169,7 @@ def check_fifo(history, stats=None):
             waiters[g.key].append(g)
     for lst in list(waiters.values()) + list(grants.values()):
         lst.sort(key=lambda g: g.token)
+    waiter_tokens = {key: [w.token for w in ws] for key, ws in waiters.items()}
     max_wait_ns = max([op.wait_ms or 0 for op in history.ops] + [0]) * NS_PER_MS
     checked = 0
     flagged = set()
@@ -176,7 +180,7 @@ def check_fifo(history, stats=None):
         if not ws:
             continue
         limit = r.invoke_ns + max_wait_ns + FIFO_SCAN_SLACK_NS
-        start = bisect.bisect_right([w.token for w in ws], r.token)
+        start = bisect.bisect_right(waiter_tokens[r.key], r.token)
         queued = []
         for w in ws[start:]:
             if w.invoke_ns > limit:

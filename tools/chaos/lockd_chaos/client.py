@@ -233,5 +233,8 @@ class Workload:
                     time.sleep(self.rng.uniform(0, 0.2) * self.lease_ms / 1000)
             if paused or alive():
                 self.res.write(key, token, self.c.name, granted_ns, lease_end, value + 1, naive + 1)
+        else:
+            # The resource has seen a newer token: this lock is stale.
+            self.stop.wait(0.01)
         if paused or alive():
             self.c.call("R", key, token=token)

@@ -7,6 +7,9 @@ import time
 
 NS_PER_MS = 1_000_000
 
+# libfaketime caches its timestamp file for FAKETIME_CACHE_DURATION (1 s).
+FAKETIME_REREAD_S = 1.2
+
 
 class Nemesis:
     def __init__(self, group, net, writer, schedule, seed, election_timeout_ms, log):
@@ -83,9 +86,17 @@ class Nemesis:
             self.record("end", fault, node)
         elif fault.kind == "partition":
             self.partition(fault, node, end)
-        elif fault.kind == "clock":
-            self.record("start", fault, node, wall_offset_s=fault.detail)
-            node.set_faketime(fault.detail)
+        elif fault.kind in ("clock", "clock-restart"):
+            offset, restart = fault.detail.split()[0], "restart" in fault.detail
+            self.record("start", fault, node, wall_offset_s=offset)
+            node.set_faketime(offset)
+            if restart:
+                # libfaketime re-reads its file each second: let it, then
+                # restart the node on the moved clock.
+                self.stop.wait(FAKETIME_REREAD_S)
+                node.kill9()
+                node.start()
+                self.record("restart", fault, node, log=node.log)
             self.sleep_until(end)
             node.set_faketime(node.faketime_base)
             self.record("end", fault, node)

@@ -167,7 +167,7 @@ def run(opt):
             "schedule": [f.to_json() for f in schedule]}
     group = Group(opt.lockd, opt.mode, opt.nodes, out, octet, opt.election_timeout_ms,
                   opt.heartbeat_ms)
-    if "clock" in kinds:
+    if "clock" in kinds or "clock-restart" in kinds:
         group.enable_faketime()
     if opt.fast_clock:
         # The leader's clock matters; in single mode that is the one node.

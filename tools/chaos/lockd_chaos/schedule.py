@@ -12,6 +12,11 @@ import random
 # against one single-mode node (no network between nodes, no disk).
 KINDS = ("kill", "pause", "partition", "clock", "disk")
 SINGLE_KINDS = ("kill", "pause", "clock")
+# Opt-in only, for single mode: restart the node while its wall clock is
+# set back. Single-mode tokens start at the wall clock, so this breaks token
+# order by design (docs/safety.md shows it); runs with it expect violations.
+DEMO_KINDS = ("clock-restart",)
+ALL_KINDS = KINDS + DEMO_KINDS
 
 PARTITION_SHAPES = ("isolate", "majority-minority", "bridge", "one-way", "flapping")
 DISK_RULES = ("fdatasync delay_us=200000", "fdatasync EIO", "write ENOSPC")
@@ -47,7 +52,7 @@ def make_schedule(seed, duration_s, kinds, nodes, election_timeout_ms=300, mode=
         target = rng.choice(("leader", "follower")) if mode == "cluster" else "node1"
         detail = None
         if kind == "kill":
-            d = rng.uniform(0.2, 2.0)          # downtime before the restart
+            d = rng.uniform(0.05, 1.5)         # downtime before the restart
         elif kind == "pause":
             d = rng.uniform(pause_min_s, 2 * pause_min_s + 1.0)
         elif kind == "partition":
@@ -56,8 +61,16 @@ def make_schedule(seed, duration_s, kinds, nodes, election_timeout_ms=300, mode=
             d = rng.uniform(1.0, 4.0)
         elif kind == "clock":
             # Wall clock jumps far, either way; the monotonic clock does not.
+            # In a cluster, half the jumps also kill -9 and restart the node
+            # while its clock is off: a restarted node must not take its
+            # tokens or leases from the wall clock either.
             detail = rng.choice(("-", "+")) + str(rng.choice((30, 600, 3600, 86400)))
+            if mode == "cluster" and rng.random() < 0.5:
+                detail += " restart"
             d = rng.uniform(1.5, 4.0)
+        elif kind == "clock-restart":
+            detail = "-%d restart" % rng.choice((600, 3600, 86400))
+            d = rng.uniform(2.0, 3.0)
         elif kind == "disk":
             detail = rng.choice(DISK_RULES)
             d = rng.uniform(0.5, 2.5)
