@@ -101,6 +101,8 @@ class Client:
         if op.code == "E" and len(fields) > 1 and fields[1] == "indeterminate":
             op.unknown = True
             op.complete_ns = None
+        elif op.code == "E" and len(fields) > 1 and fields[1] == "no_leader":
+            self._drop(rotate=True)     # ask another node who leads
         elif op.code == "M" and len(fields) > 1:
             self.target = fields[1]
             self._drop(rotate=False)
