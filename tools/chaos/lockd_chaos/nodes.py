@@ -122,7 +122,10 @@ class Node:
         while time.monotonic() < deadline:
             with open(log_path) as f:
                 text = f.read()
-            if "listening" in text and self.client_addr in text:
+            # The client listener's line, not the peer transport's or the
+            # admin server's (they say `listening` too, with other ports).
+            if any("listening" in line and self.client_addr in line
+                   for line in text.splitlines()):
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError("node %d exited with %d at start; log %s:\n%s"
