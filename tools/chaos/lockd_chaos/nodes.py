@@ -8,6 +8,7 @@ restarts, so clients and peers find a restarted node where it was.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -124,8 +125,7 @@ class Node:
                 text = f.read()
             # The client listener's line, not the peer transport's or the
             # admin server's (they say `listening` too, with other ports).
-            if any("listening" in line and self.client_addr in line
-                   for line in text.splitlines()):
+            if re.search(r"listening.*(?<![\d.])%s(?!\d)" % re.escape(self.client_addr), text):
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError("node %d exited with %d at start; log %s:\n%s"
