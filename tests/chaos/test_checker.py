@@ -272,6 +272,15 @@ class LivenessTest(unittest.TestCase):
         self.assertEqual(len(v), 1)
         self.assertIn("stuck", v[0].message)
 
+    def test_silent_client_flagged(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        h.op("A", "k", 500, None, unknown=True, client="c2")   # c2 never heard from again
+        h.grant("k", 2000, 2001, 10, client="c1")
+        v = checks(h, "liveness")
+        self.assertEqual(len(v), 1)
+        self.assertIn("c2", v[0].message)
+
     def test_without_heal_not_checked(self):
         h = H()
         h.op("A", "k", 0, None, unknown=True)

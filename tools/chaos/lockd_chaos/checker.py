@@ -28,8 +28,9 @@ The checks:
              (enq_ns, see history.Op) and both granted later with tokens
              above t are served in the order they were queued
   liveness   once faults stop (the heal record), every operation invoked
-             after heal + recovery_bound_ms gets an answer, and every key
-             acquired in that window is granted at least once
+             after heal + recovery_bound_ms gets an answer, every client
+             gets at least one, and every key acquired in that window is
+             granted at least once
   resource   the fenced resource: no access made inside the client's own
              view of its lease was rejected (that would be two holders at
              once, end to end); the final counter equals the accepted
@@ -231,6 +232,15 @@ def check_liveness(history, recovery_bound_ms=None, stats=None):
             answered += 1
         if op.f == "A":
             acquired[op.key].append(op)
+    clients = {op.client for op in history.ops if op.client}
+    answering = {op.client for op in history.ops
+                 if op.invoke_ns >= start and not op.unknown and op.code in ANSWERS}
+    end_ns = max((op.invoke_ns for op in history.ops), default=0)
+    if end_ns > start:
+        for client in sorted(clients - answering):
+            violations.append(Violation(
+                "liveness", "client %s got no answer at all after heal + %d ms (stuck "
+                "connection or client)" % (client, bound_ms)))
     for key, ops in sorted(acquired.items()):
         if not any(op.code == "A" for op in ops):
             violations.append(Violation(
