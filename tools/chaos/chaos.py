@@ -48,6 +48,8 @@ def main(argv=None):
     r.add_argument("--pause-prob", type=float, default=0.02,
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
+    r.add_argument("--lockd-arg", action="append", default=[],
+                   help="one more flag for every node (repeatable)")
     r.add_argument("--faultfs", default="build/bin/liblockd_faultfs.so")
     r.add_argument("--out", default=None, help="run directory (default build/chaos/...)")
     r.add_argument("--fast-clock", type=float, default=None,
@@ -103,6 +105,7 @@ def main(argv=None):
         opt.pause_prob = args.pause_prob
         opt.election_timeout_ms, opt.heartbeat_ms = args.election_timeout_ms, args.heartbeat_ms
         opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out
+        opt.lockd_args = tuple(args.lockd_arg)
         opt.fast_clock = args.fast_clock
         opt.expect_violations = args.expect_violations
         violations, report, out = runner.run(opt)

@@ -32,7 +32,7 @@ def free_port(host):
     return port
 
 
-def cluster_mode_available(lockd):
+def cluster_mode_available(lockd, extra_args=()):
     """True unless this lockd build refuses --mode=cluster as not built yet.
 
     Starts lockd with a minimal one-member cluster config; a build without
@@ -45,7 +45,7 @@ def cluster_mode_available(lockd):
     p = subprocess.Popen(
         [lockd, "--mode=cluster", "--node-id=1",
          "--peer", "1=127.0.0.1:%d/127.0.0.1:%d" % (port, rport),
-         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport],
+         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport] + list(extra_args),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, err = p.communicate(timeout=3)

@@ -45,6 +45,7 @@ class Options:
     election_timeout_ms = 300
     heartbeat_ms = 50
     lockd = "build/bin/lockd"
+    lockd_args = ()         # extra flags for every node
     faultfs = "build/bin/liblockd_faultfs.so"
     out = None
     fast_clock = None       # e.g. 2.0: node 1's clocks all run this much fast
@@ -137,7 +138,7 @@ def recovery(history):
 
 
 def run(opt):
-    if opt.mode == "cluster" and not cluster_mode_available(opt.lockd):
+    if opt.mode == "cluster" and not cluster_mode_available(opt.lockd, opt.lockd_args):
         raise SystemExit("chaos: %s has no cluster mode yet (exits 2: not available in this "
                          "build)" % opt.lockd)
     out = opt.out or "build/chaos/%s-n%d-seed%d" % (opt.mode, opt.nodes, opt.seed)
@@ -166,7 +167,7 @@ def run(opt):
             "election_timeout_ms": opt.election_timeout_ms,
             "schedule": [f.to_json() for f in schedule]}
     group = Group(opt.lockd, opt.mode, opt.nodes, out, octet, opt.election_timeout_ms,
-                  opt.heartbeat_ms)
+                  opt.heartbeat_ms, extra_args=opt.lockd_args)
     if "clock" in kinds or "clock-restart" in kinds:
         group.enable_faketime()
     if opt.fast_clock:
