@@ -53,7 +53,9 @@ def main(argv=None):
     r.add_argument("--faultfs", default="build/bin/liblockd_faultfs.so")
     r.add_argument("--out", default=None, help="run directory (default build/chaos/...)")
     r.add_argument("--fast-clock", type=float, default=None,
-                   help="run node 1's clocks (monotonic too) this many times too fast")
+                   help="run the nodes' clocks (monotonic too) this many times too fast")
+    r.add_argument("--fast-clock-node", type=int, default=None,
+                   help="only this node's clock runs fast (default: every node's)")
     r.add_argument("--expect-violations", action="store_true",
                    help="succeed only if the checker finds violations (the fast-clock measurement)")
     r.add_argument("--json", action="store_true", help="print the whole report")
@@ -107,6 +109,7 @@ def main(argv=None):
         opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out
         opt.lockd_args = tuple(args.lockd_arg)
         opt.fast_clock = args.fast_clock
+        opt.fast_clock_node = args.fast_clock_node
         opt.expect_violations = args.expect_violations
         violations, report, out = runner.run(opt)
         return finish(violations, report, args.json, args.expect_violations,

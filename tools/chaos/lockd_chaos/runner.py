@@ -48,7 +48,8 @@ class Options:
     lockd_args = ()         # extra flags for every node
     faultfs = "build/bin/liblockd_faultfs.so"
     out = None
-    fast_clock = None       # e.g. 2.0: node 1's clocks all run this much fast
+    fast_clock = None       # e.g. 2.0: clocks (monotonic too) run this much fast
+    fast_clock_node = None  # only this node's (1-based); None: every node's
     expect_violations = False
     op_timeout_ms = 2000
     recovery_bound_ms = None
@@ -164,6 +165,7 @@ def run(opt):
             "keys": opt.keys, "lease_ms": opt.lease_ms, "waits_ms": list(opt.waits_ms),
             "locks_lost_on_restart": opt.mode == "single",
             "recovery_bound_ms": opt.recovery_bound_ms, "fast_clock": opt.fast_clock,
+            "fast_clock_node": opt.fast_clock_node,
             "election_timeout_ms": opt.election_timeout_ms,
             "schedule": [f.to_json() for f in schedule]}
     group = Group(opt.lockd, opt.mode, opt.nodes, out, octet, opt.election_timeout_ms,
@@ -171,9 +173,12 @@ def run(opt):
     if "clock" in kinds or "clock-restart" in kinds:
         group.enable_faketime()
     if opt.fast_clock:
-        # The leader's clock matters; in single mode that is the one node.
-        group.enable_faketime(nodes=[group.nodes[0]], fake_monotonic=True,
-                              base="+0 x%s" % opt.fast_clock)
+        # The leader's clock is what leases run on: in single mode that is
+        # the one node; in a cluster every node runs fast unless
+        # fast_clock_node names one (a fast follower only times out early).
+        fast = group.nodes if opt.fast_clock_node is None else \
+            [group.nodes[opt.fast_clock_node - 1]]
+        group.enable_faketime(nodes=fast, fake_monotonic=True, base="+0 x%s" % opt.fast_clock)
     if "disk" in kinds:
         if not os.path.exists(opt.faultfs):
             raise SystemExit("chaos: disk faults need %s (target lockd_faultfs)" % opt.faultfs)
