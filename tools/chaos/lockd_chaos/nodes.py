@@ -108,6 +108,11 @@ class Node:
         return a + self.extra_args
 
     def start(self):
+        """Starts the process and waits for its `listening` line."""
+        self.spawn()
+        self.wait_listening()
+
+    def spawn(self):
         self.starts += 1
         log_path = os.path.join(self.dir, "lockd.%d.log" % self.starts)
         env = dict(os.environ)
@@ -119,9 +124,11 @@ class Node:
             self.proc = subprocess.Popen(self.args(), stdout=out, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True)
         self.paused = False
+
+    def wait_listening(self):
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            with open(log_path) as f:
+            with open(self.log) as f:
                 text = f.read()
             # The client listener's line, not the peer transport's or the
             # admin server's (they say `listening` too, with other ports).
@@ -129,10 +136,10 @@ class Node:
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError("node %d exited with %d at start; log %s:\n%s"
-                                   % (self.id, self.proc.returncode, log_path, text[-2000:]))
+                                   % (self.id, self.proc.returncode, self.log, text[-2000:]))
             time.sleep(0.02)
         raise RuntimeError("node %d: no `listening ... %s` line within %ds; log %s"
-                           % (self.id, self.client_addr, START_TIMEOUT_S, log_path))
+                           % (self.id, self.client_addr, START_TIMEOUT_S, self.log))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -233,8 +240,12 @@ class Group:
             node.env["LOCKD_FAULTFS_DIR"] = node.data_dir
 
     def start(self):
+        # All processes first: a node may wait for its peers before it
+        # says `listening`.
         for node in self.nodes:
-            node.start()
+            node.spawn()
+        for node in self.nodes:
+            node.wait_listening()
 
     def client_addrs(self):
         return [n.client_addr for n in self.nodes]
