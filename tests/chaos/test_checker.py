@@ -272,6 +272,22 @@ class LivenessTest(unittest.TestCase):
         self.assertEqual(len(v), 1)
         self.assertIn("stuck", v[0].message)
 
+    def test_short_window_is_not_evidence_of_a_stuck_key(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        h.grant("k", 500, 900, 10, lease=1000)
+        h.op("A", "k", 1200, 1201, code="T", lease=1000)
+        h.op("A", "k", 1300, 1301, code="T", lease=1000)
+        self.assertEqual(checks(h, "liveness"), [])
+
+    def test_grant_completing_in_window_counts(self):
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        h.grant("k", 900, 1100, 10, wait=1500)
+        for t in range(1200, 4000, 400):
+            h.op("A", "k", t, t + 1, code="T", lease=1000)
+        self.assertEqual(checks(h, "liveness"), [])
+
     def test_silent_client_flagged(self):
         h = H(recovery_bound_ms=1000)
         h.h.heal_ns = 0

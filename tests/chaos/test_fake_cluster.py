@@ -21,7 +21,7 @@ def options(out, **kw):
     opt.out = out
     opt.clients = 6
     opt.recovery_bound_ms = 2000
-    opt.tail_s = 3
+    opt.tail_s = 6
     for k, v in kw.items():
         setattr(opt, k, v)
     return opt

@@ -29,8 +29,8 @@ The checks:
              above t are served in the order they were queued
   liveness   once faults stop (the heal record), every operation invoked
              after heal + recovery_bound_ms gets an answer, every client
-             gets at least one, and every key acquired in that window is
-             granted at least once
+             gets at least one, and every key acquired in that window for
+             longer than a lease plus a wait is granted at least once
   resource   the fenced resource: no access made inside the client's own
              view of its lease was rejected (that would be two holders at
              once, end to end); the final counter equals the accepted
@@ -233,16 +233,26 @@ def check_liveness(history, recovery_bound_ms=None, stats=None):
         if op.f == "A":
             acquired[op.key].append(op)
     clients = {op.client for op in history.ops if op.client}
+    # A client busy in a long hold when the window opens answers later, so
+    # this counts answers completed in the window, not requests sent in it.
     answering = {op.client for op in history.ops
-                 if op.invoke_ns >= start and not op.unknown and op.code in ANSWERS}
+                 if op.complete_ns is not None and op.complete_ns >= start
+                 and not op.unknown and op.code in ANSWERS}
     end_ns = max((op.invoke_ns for op in history.ops), default=0)
     if end_ns > start:
         for client in sorted(clients - answering):
             violations.append(Violation(
                 "liveness", "client %s got no answer at all after heal + %d ms (stuck "
                 "connection or client)" % (client, bound_ms)))
+    # A key is stuck if acquires kept coming for longer than a lease plus a
+    # wait (time in which a healthy server must hand it to someone) and no
+    # grant of it completed in the window.
+    granted_in_window = {op.key for op in history.ops
+                         if op.granted and op.complete_ns >= start}
     for key, ops in sorted(acquired.items()):
-        if not any(op.code == "A" for op in ops):
+        span_ns = max(op.invoke_ns for op in ops) - min(op.invoke_ns for op in ops)
+        enough_ns = max((op.lease_ms or 0) + (op.wait_ms or 0) for op in ops) * NS_PER_MS
+        if key not in granted_in_window and span_ns > enough_ns:
             violations.append(Violation(
                 "liveness", "key %s: %d acquires after heal + %d ms, none granted (stuck key)"
                 % (key, len(ops), bound_ms), ops[:3]))
