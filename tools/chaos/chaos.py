@@ -123,17 +123,19 @@ def main(argv=None):
 
 def summarize(run_dirs):
     """One row per run, then availability per fault kind over all runs."""
-    rows = ["| run | seed | ops | grants | unknown | faults injected | violations | "
-            "first grant after heal (ms) |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| run | seed | ops | grants | unknown | faults injected | kill -9s with grants on both "
+            "sides: tokens grew | violations | first grant after heal (ms) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     avail = {}
     for d in run_dirs:
         with open(os.path.join(d, "report.json")) as f:
             r = json.load(f)
         faults = ", ".join("%s %d" % kv for kv in sorted(r.get("faults", {}).items())) or "none"
         rec = r.get("recovery_after_heal", {})
-        rows.append("| %s | %s | %d | %d | %d | %s | %d%s | %s |" % (
+        rows.append("| %s | %s | %d | %d | %d | %s | %s/%s | %d%s | %s |" % (
             os.path.basename(d.rstrip("/")), r.get("seed"), r["ops"], r["grants"],
-            r["codes"].get("unknown", 0), faults, r["violations_total"],
+            r["codes"].get("unknown", 0), faults, r.get("restarts_tokens_grew", "-"),
+            r.get("restarts_with_grants_both_sides", "-"), r["violations_total"],
             " (expected)" if r.get("expect_violations") else "",
             rec.get("first_grant_ms", "-")))
         for kind, a in r.get("availability", {}).items():

@@ -94,6 +94,24 @@ def check_tokens(history):
     return violations
 
 
+def restart_token_stats(history):
+    """For each kill -9: did the grants after it carry larger tokens than
+    every grant before it? (The tokens check already flags it if not; this
+    counts the restarts that had grants on both sides, as evidence.)"""
+    grants = _grants(history)
+    kills = _kill_times(history)
+    both, grew = 0, 0
+    for i, k in enumerate(kills):
+        nxt = kills[i + 1] if i + 1 < len(kills) else None
+        before = [g.token for g in grants if g.complete_ns < k]
+        after = [g.token for g in grants if g.invoke_ns > k and (nxt is None or g.invoke_ns < nxt)]
+        if before and after:
+            both += 1
+            grew += min(after) > max(before)
+    return {"restarts": len(kills), "restarts_with_grants_both_sides": both,
+            "restarts_tokens_grew": grew}
+
+
 def _kill_times(history):
     return sorted(e["time_ns"] for e in history.nemesis
                   if e.get("fault") == "kill" and e.get("phase", "start") == "start")
@@ -325,6 +343,7 @@ def check(history, locks_lost_on_restart=None, recovery_bound_ms=None):
     violations += check_resource(history, locks_lost_on_restart, stats)
     report = summarize(history)
     report.update(stats)
+    report.update(restart_token_stats(history))
     report["grants"] = len(_grants(history))
     report["violations"] = collections.Counter(v.check for v in violations)
     report["violations_total"] = len(violations)
