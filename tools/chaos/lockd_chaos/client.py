@@ -217,6 +217,11 @@ class Workload:
             return time.monotonic_ns() < lease_end - margin
 
         paused = self.rng.random() < self.pause_prob
+        if not alive():
+            # A waiter handed the key late may find its lease (counted, to
+            # be safe, from when it asked) already nearly over.
+            self.c.call("R", key, token=token)
+            return
         ok, value, naive = self.res.read(key, token, self.c.name, granted_ns, lease_end)
         if ok:
             if paused:
@@ -238,5 +243,4 @@ class Workload:
         else:
             # The resource has seen a newer token: this lock is stale.
             self.stop.wait(0.01)
-        if paused or alive():
-            self.c.call("R", key, token=token)
+        self.c.call("R", key, token=token)
