@@ -390,6 +390,51 @@ TEST(PeerTransport, DialsFromItsOwnRaftHost) {
   ::close(accepted);
 }
 
+TEST(PeerTransport, MessagesSentWhileConnectingFollowTheHello) {
+  Harness h;
+  h.start(2);
+  ASSERT_EQ(h.t(1).peer_stats(2)->link, LinkState::kConnecting);
+  const auto msgs = testing::every_message_type(1, 2);
+  for (const auto& m : msgs) h.t(1).send(m);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  ASSERT_TRUE(h.run_until([&] { return h.node(2).received.size() >= msgs.size(); }));
+  EXPECT_EQ(h.node(2).received, msgs);
+}
+
+TEST(PeerTransport, StalledLinkIsClosedAndRedialed) {
+  Harness h;
+  // Member 2 is a raw socket that answers the handshake and then never
+  // reads: the socket buffers fill and the link stops making progress.
+  std::uint16_t port = 0;
+  const int lfd = bound_listener("127.0.0.1", port);
+  h.keep_fd(lfd);
+  PeerTransportLimits limits;
+  limits.write_stall_timeout_ns = 200 * kNsPerMs;
+  limits.max_queued_bytes_per_peer = 1u << 20;
+  h.start(1, limits, {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", port}}});
+  int conn = -1;
+  ASSERT_TRUE(h.run_until([&] {
+    if (conn < 0) conn = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return conn >= 0;
+  }));
+  std::string reply;
+  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, 2, 1, h.t(1).cluster_hash()},
+                   reply);
+  ASSERT_EQ(::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL), static_cast<ssize_t>(reply.size()));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->link == LinkState::kConnected; }));
+
+  raft::Message big = testing::every_message_type(1, 2)[8];
+  big.chunk.assign(64 * 1024, 'c');
+  ASSERT_TRUE(h.run_until([&] {
+    for (int i = 0; i < 4; ++i) h.t(1).send(big);
+    return h.t(1).peer_stats(2)->write_stalls >= 1;
+  }, 30s));
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+  EXPECT_GT(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  EXPECT_EQ(h.t(1).peer_stats(2)->queued_bytes, 0u);
+  ::close(conn);
+}
+
 class InboundAbuse : public ::testing::Test {
  protected:
   void SetUp() override {
