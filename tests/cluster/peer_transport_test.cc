@@ -339,7 +339,8 @@ TEST(PeerTransport, DropsAndCountsWhileThePeerIsDown) {
 TEST(PeerTransport, QueueIsBoundedWhenThePeerDoesNotRead) {
   Harness h;
   // Member 2 is a socket that listens but never accepts or reads: TCP
-  // connects (the kernel's backlog), the handshake is never answered.
+  // connects (the kernel's backlog), the handshake is never answered, so
+  // messages pile up in the queue behind the hello.
   std::uint16_t port = 0;
   h.keep_fd(bound_listener("127.0.0.1", port));
   PeerTransportLimits limits;
@@ -351,7 +352,7 @@ TEST(PeerTransport, QueueIsBoundedWhenThePeerDoesNotRead) {
 
   raft::Message big = testing::every_message_type(1, 2)[8];  // kSnapshot
   big.chunk.assign(64 * 1024, 'c');
-  constexpr int kMessages = 600;  // ~38 MiB: beyond any loopback socket buffers
+  constexpr int kMessages = 64;  // 4 MiB: 16 times the bound
   for (int i = 0; i < kMessages; ++i) {
     h.t(1).send(big);
     EXPECT_LE(h.t(1).peer_stats(2)->queued_bytes, limits.max_queued_bytes_per_peer);
@@ -390,7 +391,7 @@ TEST(PeerTransport, DialsFromItsOwnRaftHost) {
   ::close(accepted);
 }
 
-TEST(PeerTransport, MessagesSentWhileConnectingFollowTheHello) {
+TEST(PeerTransport, MessagesQueuedWhileConnectingGoOutOnceTheReplyChecks) {
   Harness h;
   h.start(2);
   ASSERT_EQ(h.t(1).peer_stats(2)->link, LinkState::kConnecting);
@@ -399,6 +400,7 @@ TEST(PeerTransport, MessagesSentWhileConnectingFollowTheHello) {
   EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
   ASSERT_TRUE(h.run_until([&] { return h.node(2).received.size() >= msgs.size(); }));
   EXPECT_EQ(h.node(2).received, msgs);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
 }
 
 TEST(PeerTransport, StalledLinkIsClosedAndRedialed) {
@@ -575,6 +577,9 @@ TEST(PeerTransport, MismatchedMemberListsRefuseEachOther) {
   b[1].client.port = 7999;  // node 2 was given a different --peer list
   h.add_node(1, a, fd1);
   h.add_node(2, b, fd2);
+  // Queued behind the hello: must never reach node 2, and must not turn
+  // node 2's refusal into a reset that hides its reply from node 1.
+  h.t(1).send(testing::every_message_type(1, 2)[6]);
   ASSERT_TRUE(h.run_until([&] {
     return h.t(1).stats().handshake_rejected >= 2 && h.t(2).stats().handshake_rejected >= 2;
   }));
@@ -584,7 +589,11 @@ TEST(PeerTransport, MismatchedMemberListsRefuseEachOther) {
   h.t(1).send(testing::every_message_type(1, 2)[6]);
   for (int i = 0; i < 20; ++i) h.turn();
   EXPECT_TRUE(h.node(2).received.empty());
-  EXPECT_NE(log.text().find("cluster hash"), std::string::npos) << log.text();
+  // Both sides say why: the acceptor of the hello, the dialer of the reply.
+  EXPECT_NE(log.text().find("refusing a connection from node 2: cluster hash"), std::string::npos)
+      << log.text();
+  EXPECT_NE(log.text().find("refusing the answer of node 2: cluster hash"), std::string::npos)
+      << log.text();
 }
 
 }  // namespace

@@ -19,7 +19,8 @@
 //
 // Delivery is best effort, as Raft expects: a message to a peer whose link
 // is down, or whose queue is over max_queued_bytes_per_peer, is dropped and
-// counted. Messages are queued (bounded) while the link is connecting.
+// counted. Messages are queued (bounded) while the link is connecting and
+// written once the reply checks out.
 //
 // Runs on the loop thread; not thread-safe. on_message runs inside a read
 // callback and may call send(), never the destructor.
@@ -63,7 +64,7 @@ struct PeerTransportLimits {
 // State of the link this node dialed to a peer (what it sends on).
 enum class LinkState : std::uint8_t {
   kDown = 0,        // no connection; waiting out the backoff; sends are dropped
-  kConnecting = 1,  // connecting or handshaking; sends are queued (bounded)
+  kConnecting = 1,  // connecting or handshaking; sends are queued (bounded) until the reply
   kConnected = 2,   // handshake answered; sends are queued and flushed each turn
 };
 std::string_view to_string(LinkState s);
