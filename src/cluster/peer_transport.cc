@@ -173,11 +173,9 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
   LOCKD_CHECK(found_self);
 }
 
-
 PeerTransport::~PeerTransport() {
   if (listener_ != nullptr) evconnlistener_free(listener_);
-  // Sockets before peers: a Socket's events point at nothing a Peer owns,
-  // but keep the order obvious.
+  // Dialed sockets' events carry Peer pointers: free them while the peers live.
   for (auto& p : peers_) p->link.reset();
   inbound_.clear();
   graveyard_.clear();
@@ -259,16 +257,16 @@ void PeerTransport::dial(Peer& p) {
   // Leave from our own raft host, so a link between two nodes is the pair
   // of their raft addresses (a chaos harness cuts links by address).
   if (!is_wildcard(self_raft_.host)) {
-    sockaddr_storage src{};
-    socklen_t src_len = 0;
-    net::Endpoint any_port{self_raft_.host, 0};
-    if (net::resolve(any_port, src, src_len, error) && src.ss_family == p.addr.ss_family) {
+    if (src_len_ == 0 && !net::resolve(net::Endpoint{self_raft_.host, 0}, src_, src_len_, error)) {
+      src_len_ = 0;
+    }
+    if (src_len_ != 0 && src_.ss_family == p.addr.ss_family) {
 #ifdef IP_BIND_ADDRESS_NO_PORT
       // Pick the port at connect() time, per destination, not at bind().
       const int one = 1;
       setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
 #endif
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&src), src_len) != 0) {
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&src_), src_len_) != 0) {
         spdlog::warn("peer transport: cannot bind source address {} to reach node {}: {}",
                      self_raft_.host, p.member.id, std::strerror(errno));
         ::close(fd);

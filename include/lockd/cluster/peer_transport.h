@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/socket.h>
+
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
@@ -169,6 +171,8 @@ class PeerTransport {
   PeerTransportLimits limits_;
   RandomFn random_;
   net::Endpoint self_raft_;
+  sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
+  socklen_t src_len_ = 0;   // 0: not resolved yet
   evconnlistener* listener_ = nullptr;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::unique_ptr<Socket>> inbound_;
