@@ -211,6 +211,53 @@ DecodeError decode_entry(std::string_view bytes, Entry& out) {
   return DecodeError::kOk;
 }
 
+void encode_hard_state(const HardState& hs, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(kHardStateRecordKind);
+  w.u64(hs.term);
+  w.u64(hs.vote);
+  w.u64(hs.commit);
+  finish_frame(body, out);
+}
+
+void encode_snapshot_mark(const SnapshotMark& mark, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(kSnapshotMarkRecordKind);
+  w.u64(mark.meta.index);
+  w.u64(mark.meta.term);
+  w.u64(mark.last_kept);
+  finish_frame(body, out);
+}
+
+DecodeError decode_wal_record(std::string_view bytes, WalRecord& out) {
+  std::string_view body;
+  if (DecodeError e = open_frame(bytes, body); e != DecodeError::kOk) return e;
+  Reader r(body);
+  const std::uint8_t kind = r.u8();
+  switch (kind) {
+    case kEntryRecordKind: read_entry_fields(r, out.entry); break;
+    case kHardStateRecordKind:
+      out.hard_state.term = r.u64();
+      out.hard_state.vote = r.u64();
+      out.hard_state.commit = r.u64();
+      break;
+    case kSnapshotMarkRecordKind:
+      out.mark.meta.index = r.u64();
+      out.mark.meta.term = r.u64();
+      out.mark.last_kept = r.u64();
+      break;
+    default: return DecodeError::kBadKind;
+  }
+  if (r.error() != DecodeError::kOk) return r.error();
+  if (r.remaining() != 0) return DecodeError::kTrailingBytes;
+  out.kind = kind;
+  return DecodeError::kOk;
+}
+
 std::size_t frame_size(std::string_view bytes) {
   if (bytes.size() < kFrameLengthBytes) return 0;
   Reader r(bytes.substr(0, kFrameLengthBytes));
