@@ -2,6 +2,7 @@
 #include "lockd/raft/codec.h"
 
 #include "lockd/common/byte_io.h"
+#include "lockd/common/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -9,20 +10,6 @@
 
 namespace lockd::raft {
 namespace {
-
-// CRC-32C reflected polynomial.
-constexpr std::uint32_t kCrc32cPoly = 0x82F63B78u;
-
-constexpr std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> t{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kCrc32cPoly : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
 
 using Writer = ByteWriter;
 
@@ -117,16 +104,10 @@ std::string_view to_string(DecodeError e) {
 }
 
 std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc) {
-  crc = ~crc;
-  for (std::uint8_t b : bytes) crc = kCrcTable[(crc ^ b) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
+  return lockd::crc32c(bytes.data(), bytes.size(), crc);
 }
 
-std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) {
-  crc = ~crc;
-  for (char ch : bytes) crc = kCrcTable[(crc ^ static_cast<std::uint8_t>(ch)) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
-}
+std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) { return lockd::crc32c(bytes, crc); }
 
 void encode_message(const Message& m, std::string& out) {
   std::string body;

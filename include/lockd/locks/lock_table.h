@@ -207,6 +207,11 @@ class LockTable {
   void check_invariants() const;
 
  private:
+  // The snapshot codec (lock_table_snapshot.h) reads and rebuilds every
+  // private field, deadline heap included, so a restored table behaves
+  // exactly like the original.
+  friend struct SnapshotAccess;
+
   // An entry of the deadline index. Entries are never removed in place: an
   // entry whose waiter left or whose key changed token is stale and is
   // skipped when it reaches the top (STYLE §9).

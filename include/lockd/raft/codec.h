@@ -54,7 +54,7 @@ enum class DecodeError {
 
 std::string_view to_string(DecodeError e);
 
-// CRC-32C (Castagnoli), table-driven, reflected, as used by iSCSI/ext4.
+// CRC-32C (Castagnoli); see common/crc32c.h (hardware-assisted where available).
 // `crc` lets callers chain buffers; start from 0.
 std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc = 0);
 std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc = 0);
