@@ -35,12 +35,22 @@ class FaultProcess : public ::testing::Test {
       setenv("LD_PRELOAD", LOCKD_FAULTFS_LIB, 1);
       setenv("LOCKD_FAULTFS_DIR", data_.c_str(), 1);
       setenv("LOCKD_FAULTFS_CONTROL", control_.c_str(), 1);
-      setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+      // A sanitized wal_writer would refuse a preloaded library first in line.
+      const char* asan = getenv("ASAN_OPTIONS");
+      asan_saved_ = asan != nullptr ? asan : "";
+      setenv("ASAN_OPTIONS", (asan_saved_.empty() ? "" : asan_saved_ + ":") .append("verify_asan_link_order=0").c_str(), 1);
     }
     ASSERT_TRUE(p.start({LOCKD_WAL_WRITER, data_, arg}));
     unsetenv("LD_PRELOAD");
     unsetenv("LOCKD_FAULTFS_DIR");
     unsetenv("LOCKD_FAULTFS_CONTROL");
+    if (preload) {
+      if (asan_saved_.empty()) {
+        unsetenv("ASAN_OPTIONS");
+      } else {
+        setenv("ASAN_OPTIONS", asan_saved_.c_str(), 1);
+      }
+    }
   }
 
   // The highest "acked N" the writer printed.
@@ -88,6 +98,7 @@ class FaultProcess : public ::testing::Test {
   test::TempDir dir_;
   std::string data_;
   std::string control_;
+  std::string asan_saved_;
 };
 
 TEST_F(FaultProcess, FdatasyncEioStopsWithoutAck) {
