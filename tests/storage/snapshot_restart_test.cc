@@ -183,3 +183,35 @@ TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
 
 }  // namespace
 }  // namespace lockd::storage
+
+namespace lockd::storage {
+namespace {
+
+// A leader's snapshot saved while the child wrote an older one: the older
+// one is dropped, the newer one stays the snapshot, across a restart too.
+TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
+  test::TempDir dir;
+  {
+    FileStorage st({dir.path(), 4096, false});
+    ASSERT_TRUE(st.open().ok());
+    std::vector<raft::Entry> es;
+    for (raft::Index i = 1; i <= 10; ++i) es.push_back({1, i, raft::EntryType::kCommand, "e"});
+    ASSERT_TRUE(st.save(std::nullopt, es, nullptr).ok());
+    SnapshotWriter writer(st);
+    ASSERT_TRUE(writer.start({5, 1}, [] { return std::string("mine at 5"); }).ok());
+    const raft::Snapshot leader{{20, 2}, "leader's at 20"};
+    ASSERT_TRUE(st.save(raft::HardState{2, 0, 20}, {}, &leader).ok());
+    std::optional<SnapshotWriter::Done> done;
+    while (!(done = writer.poll())) usleep(100);
+    ASSERT_TRUE(done->status.ok()) << done->status.message;
+    EXPECT_EQ(st.snapshot().meta.index, 20u);
+  }
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  EXPECT_EQ(st.snapshot(), (raft::Snapshot{{20, 2}, "leader's at 20"}));
+  EXPECT_TRUE(st.entries().empty());
+  EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", snapshot_name(20), segment_name(1)}));
+}
+
+}  // namespace
+}  // namespace lockd::storage
