@@ -74,7 +74,7 @@ class SnapshotWriter {
     std::string data;  // the bytes produce() returned, for Raft::compact
   };
 
-  explicit SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes = 4u << 20);
+  explicit SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes = 1u << 20);
   ~SnapshotWriter();  // kills and reaps a running child
   SnapshotWriter(const SnapshotWriter&) = delete;
   SnapshotWriter& operator=(const SnapshotWriter&) = delete;
