@@ -39,7 +39,7 @@ struct Machine {
     auto b = [&](int i) { return static_cast<std::uint8_t>(cmd[static_cast<std::size_t>(i)]); };
     std::vector<locks::Delivery> out;
     const std::string key = "key-" + std::to_string(b(1) % 40);
-    switch (b(0) % 6) {
+    switch (b(0) % 7) {
       case 0:
         table.acquire(now, {"owner" + std::to_string(b(5) % 3), key, 1u + b(2) % 200,
                             b(3) % 3 == 0 ? 0u : b(4) % 300u, b(5), next_waiter++});
@@ -59,6 +59,9 @@ struct Machine {
         break;
       case 5:
         if (const locks::KeyState* s = table.find(key)) table.expire(now, key, s->token, out);
+        break;
+      case 6:
+        if (const locks::KeyState* s = table.find(key)) table.keep(now, s->token, key, 1u + b(2) % 200);
         break;
     }
   }
