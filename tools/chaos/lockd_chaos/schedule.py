@@ -19,7 +19,8 @@ DEMO_KINDS = ("clock-restart",)
 ALL_KINDS = KINDS + DEMO_KINDS
 
 PARTITION_SHAPES = ("isolate", "majority-minority", "bridge", "one-way", "flapping")
-DISK_RULES = ("fdatasync delay_us=200000", "fdatasync EIO", "write ENOSPC")
+# The storage shim's rules (docs/storage.md, "Fault injection").
+DISK_RULES = ("fdatasync delay_us=200000", "fdatasync EIO", "write ENOSPC", "fsync EIO")
 
 
 class Fault:
