@@ -83,6 +83,23 @@ class Table:
         self.keys.pop(key, None)
 
 
+async def disk_loop(data_dir):
+    """Writes and syncs a file in the data dir every 50 ms, as a WAL would,
+    and stops the process on an I/O error (fail-stop), so the runner's disk
+    faults (through the faultfs shim) have something to hit."""
+    path = os.path.join(data_dir, "fake-wal")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    while True:
+        try:
+            os.write(fd, b"x" * 64)
+            os.fdatasync(fd)
+            os.fsync(fd)
+        except OSError as e:
+            print("fake lockd: disk error, stopping: %s" % e, flush=True)
+            os._exit(1)
+        await asyncio.sleep(0.05)
+
+
 async def expiry_loop(table):
     while True:
         await asyncio.sleep(0.005)
@@ -171,6 +188,7 @@ async def main():
     await asyncio.start_server(admin, ahost, int(aport), reuse_address=True)
     print("fake lockd listening on %s (mode=cluster)" % peers[me], flush=True)
     asyncio.ensure_future(expiry_loop(table))
+    asyncio.ensure_future(disk_loop(a.data_dir))
     async with server:
         await server.serve_forever()
 

@@ -40,6 +40,21 @@ class FakeClusterTest(unittest.TestCase):
             self.assertGreater(report["codes"].get("M", 0), 0)   # redirects were followed
             self.assertGreater(report["codes"].get("K", 0), 0)   # K was sent and acknowledged
 
+    def test_disk_faults_through_the_shim(self):
+        shim = os.environ.get("LOCKD_FAULTFS_LIB", "")
+        self.assertTrue(os.path.exists(shim), "set LOCKD_FAULTFS_LIB to liblockd_faultfs.so "
+                        "(ctest does)")
+        with tempfile.TemporaryDirectory() as d:
+            # Seed 23: an isolated node, `fdatasync EIO` on one node, a kill.
+            violations, report, _ = runner.run(options(
+                d, seed=23, duration_s=14, faults=("kill", "pause", "partition", "clock", "disk"),
+                faultfs=shim))
+            self.assertEqual([v.message for v in violations], [])
+            self.assertEqual(report["faults"].get("disk"), 1)
+            with open(os.path.join(d, "history.jsonl")) as f:
+                ends = [line for line in f if '"fault":"disk"' in line and '"end"' in line]
+            self.assertIn('"restarted":true', ends[0])   # the fake stopped on EIO
+
     def test_overlapping_grants_caught(self):
         with tempfile.TemporaryDirectory() as d:
             violations, report, _ = runner.run(options(

@@ -69,7 +69,8 @@ class Node:
         self.client_port = free_port(host)
         self.raft_port = free_port(host)
         self.admin_port = free_port(host)
-        self.dir = os.path.join(run_dir, "node%d" % node_id)
+        # Absolute: the faultfs shim matches /proc/self/fd paths against it.
+        self.dir = os.path.abspath(os.path.join(run_dir, "node%d" % node_id))
         self.data_dir = os.path.join(self.dir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.faketime_file = os.path.join(self.dir, "faketime")
