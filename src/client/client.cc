@@ -48,10 +48,10 @@ Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   return conn_;
 }
 
-Result<Reply> Client::call(const Request& request) {
+Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
   if (!config_error_.ok()) return config_error_;
   if (Status s = validate(request); !s.ok()) return s;
-  const auto budget_end = Clock::now() + options_.no_leader_budget;
+  const auto budget_end = std::min(Clock::now() + options_.no_leader_budget, deadline);
   auto backoff = options_.backoff_initial;
   std::size_t target = 0;
   std::size_t count = 0;
@@ -93,9 +93,9 @@ Result<Reply> Client::call(const Request& request) {
       if (++unreachable_in_a_row >= count) return last;
       continue;
     }
-    const auto deadline = Clock::now() + std::chrono::milliseconds(request.wait_ms) +
-                          options_.reply_timeout;
-    auto reply = conn.value()->wait(ticket.value(), deadline);
+    const auto reply_by = std::min(
+        Clock::now() + std::chrono::milliseconds(request.wait_ms) + options_.reply_timeout, deadline);
+    auto reply = conn.value()->wait(ticket.value(), reply_by);
     if (!reply.ok()) return reply.status();
     unreachable_in_a_row = 0;
     Reply& r = reply.value();

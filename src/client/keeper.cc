@@ -65,7 +65,21 @@ void Keeper::run(Client& client, std::uint64_t token, std::string key, std::uint
       declare_lost({Code::kNotHeld, "the lease ended before an extension was confirmed"});
       return;
     }
-    const Status s = client.keep(token, key, lease_ms);
+    Request req;
+    req.verb = Verb::kKeep;
+    req.token = token;
+    req.key = key;
+    req.lease_ms = lease_ms;
+    // No point in retrying (no_leader) or waiting for a reply past the end.
+    const auto reply = client.call(req, safe_end);
+    Status s;
+    if (!reply.ok()) {
+      s = reply.status();
+    } else if (reply->kind == ReplyKind::kNotHeld) {
+      s = {Code::kNotHeld, "the server answered N: the lease ended or the key moved on"};
+    } else if (reply->kind != ReplyKind::kKept) {
+      s = {Code::kProtocol, "unexpected reply kind to a keep"};
+    }
     if (s.ok()) {
       kept_.fetch_add(1, std::memory_order_relaxed);
       safe_end = k_sent_at + lease;

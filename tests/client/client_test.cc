@@ -462,5 +462,22 @@ TEST(ClientCluster, KeeperReportsLossOnN) {
   EXPECT_EQ(node.received()[1], "K 8 k 300");
 }
 
+TEST(ClientCluster, KeeperGivesUpAtTheLeasesEndNotAtTheRetryBudget) {
+  FakeServer node([](const std::string& line) -> std::vector<std::string> {
+    const auto f = words(line);
+    if (f[0] == "A") return {"A 8 " + f[1] + " " + f[2]};
+    if (f[0] == "R") return {"N " + f[1] + " " + f[2]};
+    return {"E no_leader " + f[1] + " " + f[2]};
+  });
+  Options o = options_for(node.address());
+  o.no_leader_budget = 30s;
+  Client client(o);
+  const auto start = Clock::now();
+  auto guard = client.lock("alice", "k", {.lease_ms = 300});
+  ASSERT_TRUE(guard.ok());
+  ASSERT_TRUE(eventually([&] { return guard->lost(); }, 5s));
+  EXPECT_LT(Clock::now() - start, 1'000ms);
+}
+
 }  // namespace
 }  // namespace lockd::client

@@ -246,7 +246,9 @@ class AsyncLock:
                 await self._declare_lost(NotHeld("the lease ended before an extension was confirmed"))
                 return
             try:
-                await self.client.keep(self.token, self.key, self.lease_ms)
+                reply = await self.client.call(Request("K", self.key, token=self.token, lease_ms=self.lease_ms),
+                                         deadline=safe_end)
+                token_outcome(reply, "K")
             except (NotHeld, Rejected, ProtocolError) as e:
                 await self._declare_lost(e)
                 return
@@ -338,12 +340,14 @@ class AsyncClient:
             self._addresses.append(address)
         return self._addresses.index(address)
 
-    async def call(self, request: Request) -> Reply:
-        """Sends any request, following redirects and retrying ``no_leader``."""
+    async def call(self, request: Request, deadline: Optional[float] = None) -> Reply:
+        """Sends any request, following redirects and retrying ``no_leader``.
+        ``deadline`` (monotonic) cuts the retry budget and reply timeout short."""
         why = request.validate()
         if why:
             raise ValueError(why)
-        budget_end = time.monotonic() + self.no_leader_budget_s
+        deadline = deadline if deadline is not None else float("inf")
+        budget_end = min(time.monotonic() + self.no_leader_budget_s, deadline)
         backoff = Backoff(self.backoff_initial_s, self.backoff_max_s, self._rng)
         target = self._current
         redirects = failures = stale = 0
@@ -362,7 +366,8 @@ class AsyncClient:
                 if stale > 3:
                     raise Unreachable(str(e)) from None
                 continue
-            reply = await conn.wait(rid, future, time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s)
+            reply_by = min(time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s, deadline)
+            reply = await conn.wait(rid, future, reply_by)
             failures = 0
             if reply.kind == "M":
                 leader = parse_address(reply.leader)

@@ -268,7 +268,9 @@ class Lock:
                 self._declare_lost(NotHeld("the lease ended before an extension was confirmed"))
                 return
             try:
-                self.client.keep(self.token, self.key, self.lease_ms)
+                reply = self.client.call(Request("K", self.key, token=self.token, lease_ms=self.lease_ms),
+                                         deadline=safe_end)
+                token_outcome(reply, "K")
             except (NotHeld, Rejected, ProtocolError, ValueError) as e:
                 self._declare_lost(e if isinstance(e, LockdError) else Rejected("invalid", str(e)))
                 return
@@ -350,13 +352,16 @@ class Client:
                 self._addresses.append(address)
             return self._addresses.index(address)
 
-    def call(self, request: Request) -> Reply:
+    def call(self, request: Request, deadline: Optional[float] = None) -> Reply:
         """Sends any request, following redirects and retrying ``no_leader``.
-        Returns the reply (``A``/``T``/``B``/``R``/``N``/``K``)."""
+        Returns the reply (``A``/``T``/``B``/``R``/``N``/``K``). ``deadline``
+        (monotonic) cuts the retry budget and the reply timeout short: the
+        keeper passes its lease's safe end."""
         why = request.validate()
         if why:
             raise ValueError(why)
-        budget_end = time.monotonic() + self.no_leader_budget_s
+        deadline = deadline if deadline is not None else float("inf")
+        budget_end = min(time.monotonic() + self.no_leader_budget_s, deadline)
         backoff = Backoff(self.backoff_initial_s, self.backoff_max_s, self._rng)
         with self._lock:
             target = self._current
@@ -380,7 +385,8 @@ class Client:
                 if stale > 3:
                     raise Unreachable(str(e)) from None
                 continue
-            reply = conn.wait(rid, future, time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s)
+            reply_by = min(time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s, deadline)
+            reply = conn.wait(rid, future, reply_by)
             failures = 0
             if reply.kind == "M":
                 leader = parse_address(reply.leader)

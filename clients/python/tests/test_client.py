@@ -319,6 +319,14 @@ class ClusterTest(unittest.TestCase):
         self.assertIsInstance(lock.lost_reason, NotHeld)
         self.assertEqual(n.received[1], "K 8 k 300")
 
+    def test_keeper_gives_up_at_the_leases_end_not_at_the_retry_budget(self):
+        n = self.node(lambda l: [f"A 8 {echo(l.split())}"] if l[0] == "A" else [f"E no_leader {echo(l.split())}"])
+        start = time.monotonic()
+        lock = self.client(n.address, no_leader_budget_s=30).lock("k", lease_ms=300)
+        self.assertTrue(lock.lost.wait(5))
+        self.assertLess(time.monotonic() - start, 1.0)
+        lock._stop_keeper()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -101,7 +101,9 @@ class Client {
   // Any request, with redirects and retries; the raw reply on success
   // (kinds A, T, B, R, N, K). Errors: kIndeterminate, kNoLeader,
   // kUnreachable, kRejected, kInvalidArgument, kInFlight, kProtocol.
-  Result<Reply> call(const Request& request);
+  // `deadline` cuts the retry budget and the reply timeout short (the
+  // Keeper passes its lease's safe end: retrying past it is pointless).
+  Result<Reply> call(const Request& request, Clock::time_point deadline = Clock::time_point::max());
 
   const Options& options() const { return options_; }
 

@@ -14,7 +14,9 @@ namespace lockd::client {
 class LockGuard {
  public:
   LockGuard(Client& client, Lock lock, std::unique_ptr<Keeper> keeper);
-  ~LockGuard();  // release(), ignoring the outcome
+  // release(), ignoring the outcome. Like any call it may block: up to the
+  // reply timeout, or the no-leader retry budget while a cluster elects.
+  ~LockGuard();
   LockGuard(LockGuard&& other) noexcept;
   LockGuard& operator=(LockGuard&& other) noexcept;
   LockGuard(const LockGuard&) = delete;
