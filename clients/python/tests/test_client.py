@@ -86,7 +86,8 @@ class AcquireReleaseKeepTest(WithLockd):
         waiter = threading.Thread(target=lambda: done.append(
             ("waiter", self.client.acquire("k", owner="bob", lease_ms=10_000, wait_ms=5_000).token)))
         waiter.start()
-        self.assertTrue(eventually(lambda: self.lockd.call("A carol k 1000") == "T carol k"))
+        # bob's acquire is on the wire, waiting for the key.
+        self.assertTrue(eventually(lambda: self.client._conn is not None and len(self.client._conn._matcher) == 1))
         # Sent after bob's acquire on the same connection, answered before it.
         other = self.client.acquire("other", owner="dave", lease_ms=10_000)
         done.append(("other", other.token))
