@@ -196,13 +196,13 @@ TEST(Client, KeeperKeepsALockThroughThreeLeases) {
   LockdProcess lockd;
   Client client(options_for(addr(lockd.port())));
   std::atomic<int> lost_calls{0};
-  auto guard = client.lock("alice", "k", {.lease_ms = 300, .on_lost = [&](const Status&) {
+  auto guard = client.lock("alice", "k", {.lease_ms = 500, .on_lost = [&](const Status&) {
                                             ++lost_calls;
                                           }});
   ASSERT_TRUE(guard.ok());
-  std::this_thread::sleep_for(1'000ms);  // more than three leases
+  std::this_thread::sleep_for(1'700ms);  // more than three leases
   EXPECT_FALSE(guard->lost()) << guard->keeper()->lost_reason().to_string();
-  EXPECT_GE(guard->keeper()->kept_count(), 6u);  // every 100 ms
+  EXPECT_GE(guard->keeper()->kept_count(), 3u);  // every ~167 ms: 10 if the machine is idle
   Client other(options_for(addr(lockd.port())));
   EXPECT_EQ(other.acquire("bob", "k", 1'000).code(), Code::kTimedOut);
   EXPECT_TRUE(guard->release().ok());

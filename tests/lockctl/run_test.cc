@@ -117,11 +117,11 @@ TEST_F(LockctlRun, WaitsForTheLockWithWait) {
 
 TEST_F(LockctlRun, KeepsTheLockWhileTheCommandRuns) {
   LockdProcess lockd;
-  // A 300 ms lease and a command that runs four of them.
-  auto run = start(lockd.port(), {"k", "--lease", "300", "--", "sh", "-c",
-                                  "touch " + path("started") + "; sleep 1.2"});
+  // A 500 ms lease and a command that runs four of them.
+  auto run = start(lockd.port(), {"k", "--lease", "500", "--", "sh", "-c",
+                                  "touch " + path("started") + "; sleep 2"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); }));
-  std::this_thread::sleep_for(700ms);
+  std::this_thread::sleep_for(1'200ms);
   EXPECT_FALSE(free_now(lockd.port(), "k"));  // still held past two leases
   EXPECT_EQ(run->wait_exit(15s), 0) << run->stderr_text();
   EXPECT_TRUE(free_now(lockd.port(), "k"));

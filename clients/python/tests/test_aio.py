@@ -72,10 +72,10 @@ class AsyncWithLockd(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(await self.free("k"))
 
     async def test_keeper_keeps_through_three_leases(self):
-        async with self.client.lock("k", lease_ms=300) as lock:
-            await asyncio.sleep(1.0)
+        async with self.client.lock("k", lease_ms=500) as lock:
+            await asyncio.sleep(1.7)  # more than three leases
             self.assertFalse(lock.lost.is_set(), lock.lost_reason)
-            self.assertGreaterEqual(lock.kept_count, 6)
+            self.assertGreaterEqual(lock.kept_count, 3)  # 10 if the machine is idle
             self.assertFalse(await self.free("k"))
         self.assertTrue(await self.free("k"))
 

