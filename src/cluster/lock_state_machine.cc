@@ -60,6 +60,10 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
       result_.changed = table_.release(now, c.token, c.key, result_.deliveries) ==
                         locks::ReleaseOutcome::kReleased;
       break;
+    case LockCommandType::kKeep:
+      result_.changed =
+          table_.keep(now, c.token, c.key, c.lease_ms) == locks::KeepOutcome::kKept;
+      break;
     case LockCommandType::kExpire:
       result_.changed = table_.expire(now, c.key, c.token, result_.deliveries);
       break;

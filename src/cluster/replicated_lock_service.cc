@@ -22,6 +22,7 @@ proto::Request acquire_echo(std::string_view owner, std::string_view key) {
   return r;
 }
 
+// `R` and `K` echo the same fields: `<token> <key>`.
 proto::Request release_echo(locks::Token token, std::string_view key) {
   proto::Request r{};
   r.verb = proto::Verb::kRelease;
@@ -70,6 +71,12 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
     p.kind = PendingKind::kAcquire;
     p.owner.assign(req.owner);
     p.wait_deadline_ns = now_ns + ms_to_ns(req.wait_ms);
+  } else if (req.verb == proto::Verb::kKeep) {
+    c.type = LockCommandType::kKeep;
+    c.token = req.token;
+    c.lease_ms = req.lease_ms;
+    p.kind = PendingKind::kKeep;
+    p.token = req.token;
   } else {
     c.type = LockCommandType::kRelease;
     c.token = req.token;
@@ -83,7 +90,7 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
       return false;
     case raft::ProposeError::kTooManyUncommitted:
       // Overload. An `A` is refused like any full cap (`B`, nothing
-      // enqueued). `R` has no busy reply in the protocol: it gets
+      // enqueued). `R` and `K` have no busy reply in the protocol: they get
       // `E indeterminate`, true as far as it goes (not proposed, so it did
       // not take effect) and what a client already retries on.
       if (req.verb == proto::Verb::kAcquire) {
@@ -155,7 +162,8 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
     } else if (p.kind == PendingKind::kAcquire && !p.client_gone) {
       // Another leader's entry replaced ours: it never happened.
       reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
-    } else if (p.kind == PendingKind::kRelease && !p.client_gone) {
+    } else if ((p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) &&
+               !p.client_gone) {
       reply_indeterminate(p.client, release_echo(p.token, p.key));
     }
   }
@@ -173,7 +181,9 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
     return;
   }
   if (!leader_ready_) return;
-  if (r.granted != 0) watch_lease(r.cmd.key);
+  if (r.granted != 0 || (r.cmd.type == LockCommandType::kKeep && r.changed)) {
+    watch_lease(r.cmd.key);  // a keep moved the deadline: the heap follows
+  }
   for (const locks::Delivery& d : r.deliveries) {
     if (d.kind == locks::DeliveryKind::kGranted) watch_lease(d.key);
   }
@@ -227,6 +237,23 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
       if (out == nullptr) return;
       if (r.changed) {
         proto::append_released(*out, p.token, p.key);
+      } else {
+        proto::append_not_released(*out, p.token, p.key);
+      }
+      replies_->reply_queued(p.client);
+      return;
+    }
+    case PendingKind::kKeep: {
+      if (p.client_gone || replies_ == nullptr) return;
+      if (r.skipped || !r.command) {
+        reply_indeterminate(p.client, release_echo(p.token, p.key));
+        return;
+      }
+      const auto kind = r.changed ? server::ReplyKind::kKept : server::ReplyKind::kNotKept;
+      std::string* out = replies_->reply_buffer(p.client, kind);
+      if (out == nullptr) return;
+      if (r.changed) {
+        proto::append_kept(*out, p.token, p.key);
       } else {
         proto::append_not_released(*out, p.token, p.key);
       }
@@ -306,7 +333,9 @@ void ReplicatedLockService::lose_leadership() {
   for (auto& [index, p] : pending_) {
     if (p.client_gone) continue;
     if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
-    if (p.kind == PendingKind::kRelease) reply_indeterminate(p.client, release_echo(p.token, p.key));
+    if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
+      reply_indeterminate(p.client, release_echo(p.token, p.key));
+    }
   }
   for (auto& [id, w] : waiters_) {
     if (w.client != 0) reply_indeterminate(w.client, acquire_echo(w.owner, w.key));

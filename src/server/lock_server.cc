@@ -91,6 +91,8 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
   if (service_ != nullptr) {
     if (req.verb == proto::Verb::kAcquire) {
       ++stats_.requests_acquire;
+    } else if (req.verb == proto::Verb::kKeep) {
+      ++stats_.requests_keep;
     } else {
       ++stats_.requests_release;
     }
@@ -117,6 +119,19 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
       case locks::AcquireOutcome::kQueued:
         client.waiting.insert(waiter);
         return false;
+    }
+    return true;
+  }
+  if (req.verb == proto::Verb::kKeep) {
+    ++stats_.requests_keep;
+    // Moving an expiry hands nothing off (the new one is at least 1 ms
+    // away); the deadline timer is re-armed after the turn as usual.
+    if (table_.keep(now, req.token, req.key, req.lease_ms) == locks::KeepOutcome::kKept) {
+      stats_.count(ReplyKind::kKept);
+      proto::append_kept(out, req.token, req.key);
+    } else {
+      stats_.count(ReplyKind::kNotKept);
+      proto::append_not_released(out, req.token, req.key);
     }
     return true;
   }

@@ -70,6 +70,10 @@ TEST(Cluster, ContractRowsOnTheLeader) {
   // Tokens start above the wall clock at formation (§10).
   EXPECT_GT(t1, 1'700'000'000'000'000'000ull);
   EXPECT_EQ(a.call("A bob k1"), "T bob k1");
+  // K through the log: the holder's token extends, any other is N.
+  EXPECT_EQ(a.call("K " + std::to_string(t1) + " k1 60000"), "K " + std::to_string(t1) + " k1");
+  EXPECT_EQ(a.call("K " + std::to_string(t1 + 1) + " k1 60000"),
+            "N " + std::to_string(t1 + 1) + " k1");
   EXPECT_EQ(a.call("R " + std::to_string(t1 + 1000) + " k1"),
             "N " + std::to_string(t1 + 1000) + " k1");
   // A waiter queued through consensus, served on release (FIFO hand-off).

@@ -120,8 +120,6 @@ TEST(LockCommandCodec, NewTypesDecodeStrictly) {
   bad.key = "k";
   EXPECT_EQ(decode_lock_command(encode_lock_command(bad), back), LockCommandError::kBadField);
   std::string bytes = encode_lock_command(ls);
-  bytes[1] = 5;  // reserved type
-  EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
   bytes[1] = 8;
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }
@@ -252,6 +250,28 @@ TEST(ReplicatedLockService, ExpiryThroughTheLogHandsTheKeyOn) {
   EXPECT_GT(std::stoull(handed.substr(2)), std::stoull(first.substr(2)));
 }
 
+// K moves the deadline the leader's expiry heap follows.
+TEST(ReplicatedLockService, KeepMovesTheExpiry) {
+  Node n;
+  n.request(7, "A alice k1 200");
+  n.settle();
+  const std::string granted = n.replies_.take(7);
+  const std::string token = granted.substr(2, granted.find(' ', 2) - 2);
+  n.request(7, "K " + token + " k1 1000");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7), "K " + token + " k1\n");
+  n.request(8, "A bob k1 60000 5000");
+  n.settle();
+  n.tick_to(n.now + 300'000'000);  // past the first lease, not the kept one
+  EXPECT_EQ(n.replies_.take(8), "");
+  ASSERT_NE(n.svc_.table().find("k1"), nullptr);
+  n.tick_to(n.now + 800'000'000);
+  EXPECT_EQ(n.replies_.take(8).substr(0, 2), "A ");
+  n.request(9, "K " + token + " k1 1000");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(9), "N " + token + " k1\n");
+}
+
 TEST(ReplicatedLockService, DisconnectCancelsQueuedWaitersWithoutReply) {
   Node n;
   n.request(7, "A alice k1 60000");
@@ -275,6 +295,7 @@ TEST(ReplicatedLockService, OverloadRefusesAcquireWithBusy) {
   }
   EXPECT_EQ(last.substr(0, 2), "B ") << last;
   EXPECT_EQ(n.request(7, "R 5 k1").substr(0, 15), "E indeterminate");
+  EXPECT_EQ(n.request(7, "K 5 k1 100"), "E indeterminate 5 k1\n");
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ enum class LockCommandType : std::uint8_t {
   kExpire = 3,        // LockTable::expire(key, token), proposed by the leader's lease heap
   kCancelWaiter = 4,  // LockTable::cancel_waiter(waiter): its client went away, or
                       // its wait ran out (the leader answers `T` once this commits)
-  // 5 is kept for kKeep (verb K).
+  kKeep = 5,          // LockTable::keep(token, key, lease_ms) (v1.1)
   kLeaderStart = 6,   // a new leader's first entry: moves every lease onto its
                       // clock (§8), drops every queued waiter (§10), and sets
                       // the token base if the cluster has none yet
@@ -41,12 +41,12 @@ struct LockCommand {
   LockCommandType type = LockCommandType::kAcquire;
   TimeNs now_ns = 0;           // the proposing leader's clock
   std::string owner;           // kAcquire
-  std::string key;             // kAcquire, kRelease, kExpire
-  std::uint64_t lease_ms = 0;  // kAcquire
+  std::string key;             // kAcquire, kRelease, kExpire, kKeep
+  std::uint64_t lease_ms = 0;  // kAcquire, kKeep
   std::uint64_t wait_ms = 0;   // kAcquire
   locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
   locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
-  locks::Token token = 0;      // kRelease, kExpire
+  locks::Token token = 0;      // kRelease, kExpire, kKeep
   std::uint64_t token_base = 0;  // kLeaderStart: wall-clock ns, the token base if none is set yet
 
   bool operator==(const LockCommand&) const = default;
@@ -85,6 +85,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
 struct ApplyOutcome {
   std::string summary;                  // a stable one-line description of the result
   locks::Token granted = 0;             // token granted to the caller, 0 if none
+  bool kept = false;                    // kKeep: the lease was moved (`K`, else `N`)
   std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
 };
 

@@ -43,7 +43,7 @@ struct EntryResult {
   bool skipped = false;  // no token base yet: changed nothing
   locks::AcquireOutcome acquire = locks::AcquireOutcome::kHeld;  // kAcquire
   locks::Token granted = 0;  // kAcquire: the token granted to the caller
-  bool changed = false;  // kRelease released, kExpire expired, kCancelWaiter cancelled
+  bool changed = false;  // kRelease released, kKeep kept, kExpire expired, kCancelWaiter cancelled
   std::size_t waiters_dropped = 0;  // kLeaderStart
   std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
 };

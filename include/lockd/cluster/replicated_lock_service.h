@@ -105,6 +105,7 @@ class ReplicatedLockService final : public server::LockService {
   enum class PendingKind : std::uint8_t {
     kAcquire,        // a client's `A`
     kRelease,        // a client's `R`
+    kKeep,           // a client's `K`
     kTimeoutCancel,  // a waiter's wait ran out: `T` if the cancel takes effect
     kInternal,       // no reply: LeaderStart, Clock, Expire, disconnect cancel
   };
@@ -113,8 +114,8 @@ class ReplicatedLockService final : public server::LockService {
     PendingKind kind = PendingKind::kInternal;
     locks::ClientId client = 0;
     std::string owner;  // kAcquire
-    std::string key;    // kAcquire, kRelease
-    locks::Token token = 0;  // kRelease
+    std::string key;    // kAcquire, kRelease, kKeep
+    locks::Token token = 0;  // kRelease, kKeep
     TimeNs wait_deadline_ns = 0;  // kAcquire: local clock
     bool client_gone = false;     // kAcquire: cancel it if it queues
   };
