@@ -24,12 +24,13 @@ ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
 ClusterNode::~ClusterNode() = default;
 
 bool ClusterNode::open(std::string& error) {
-  storage_ = config_.make_storage ? config_.make_storage() : std::make_unique<raft::MemoryStorage>();
+  storage_ = std::make_unique<storage::FileStorage>(storage::FileStorageOptions{config_.data_dir});
   const raft::StorageStatus st = storage_->open();
   if (!st.ok()) {
-    error = "data dir: " + st.message;
+    error = st.message;
     return false;
   }
+  snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
   raft::Config rc;
   rc.id = config_.self;
   for (const Member& m : config_.members) rc.voters.push_back(m.id);
@@ -48,6 +49,15 @@ bool ClusterNode::open(std::string& error) {
   for (const Member& m : config_.members) so.client_addrs[m.id] = m.client.to_string();
   so.wall_clock_ns = [] { return net::realtime_now_ns(); };
   service_ = std::make_unique<ReplicatedLockService>(*raft_, std::move(so));
+  // Restart: the state machine starts from the stored snapshot; Raft
+  // replays the committed entries after it.
+  if (const raft::Snapshot& snap = storage_->snapshot(); snap.meta.index != 0) {
+    if (!service_->install(snap, error)) {
+      error = "data dir " + config_.data_dir + ": " + error;
+      return false;
+    }
+    last_snapshot_index_ = snap.meta.index;
+  }
   transport_ = std::make_unique<PeerTransport>(
       base_, config_.self, config_.members, [this](const raft::Message& m) {
         const raft::StepError e = raft_->step(m);
@@ -83,17 +93,48 @@ void ClusterNode::after_turn() {
     service_->sync(net::monotonic_now_ns());
     if (!raft_->has_ready()) break;
     const raft::StorageStatus st = raft::drive_ready(*raft_, *this, 1);
-    if (!st.ok()) {
-      // Never advance() past a failed write: stop now (storage.h).
-      spdlog::critical("storage failed, stopping: {}", st.message);
-      spdlog::default_logger()->flush();
-      std::_Exit(1);
-    }
+    // Never advance() past a failed write: stop now (storage.h).
+    if (!st.ok()) fail_storage(st.message);
   }
   service_->sync(net::monotonic_now_ns());
-  if (raft_->has_ready()) kick_timer_.arm_after(0);
+  maybe_snapshot();
+  if (raft_->has_ready()) {
+    kick_timer_.arm_after(0);
+  } else if (snapshots_->busy()) {
+    kick_timer_.arm_after(kNsPerMs);  // read the child's file back soon
+  }
   transport_->flush();
   rearm_service_timer(net::monotonic_now_ns());
+}
+
+void ClusterNode::fail_storage(const std::string& message) {
+  spdlog::critical("storage failed, stopping: {}", message);
+  spdlog::default_logger()->flush();
+  std::_Exit(1);
+}
+
+void ClusterNode::maybe_snapshot() {
+  if (snapshots_->busy()) {
+    std::optional<storage::SnapshotWriter::Done> done = snapshots_->poll();
+    if (!done) return;
+    if (!done->status.ok()) fail_storage(done->status.message);
+    last_snapshot_index_ = done->meta.index;
+    const auto& t = snapshots_->timing();
+    spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms)",
+                 done->meta.index, t.bytes, t.fork_ms, t.child_ms);
+    // A leader's snapshot installed meanwhile may already cover more.
+    if (done->meta.index > raft_->snapshot_meta().index) {
+      raft_->compact(done->meta.index, std::move(done->data));
+    }
+    return;
+  }
+  const raft::Index applied = service_->state_machine().applied();
+  if (applied < last_snapshot_index_ + config_.snapshot_entries) return;
+  const std::optional<raft::Term> term = raft_->term_at(applied);
+  if (!term) return;  // just installed a snapshot there
+  const raft::StorageStatus st = snapshots_->start(
+      raft::SnapshotMeta{applied, *term}, [this] { return service_->snapshot(); });
+  if (!st.ok()) fail_storage(st.message);
 }
 
 void ClusterNode::rearm_service_timer(TimeNs now) {
@@ -116,11 +157,16 @@ raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
 }
 
 void ClusterNode::install(const raft::Snapshot& snapshot) {
-  // Snapshots arrive with the file storage (compaction); until then no
-  // leader ever sends one.
-  spdlog::critical("snapshot at {} received but snapshots are not supported yet",
-                   snapshot.meta.index);
-  LOCKD_CHECK(false);
+  std::string error;
+  if (!service_->install(snapshot, error)) {
+    // Raft accepted and stored it, so the state machine cannot go on
+    // without it: stop, loudly (a leader bug or a corrupt transfer).
+    spdlog::critical("snapshot at index {} cannot be installed: {}", snapshot.meta.index, error);
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }
+  last_snapshot_index_ = snapshot.meta.index;
+  spdlog::info("installed the leader's snapshot at index {}", snapshot.meta.index);
 }
 
 void ClusterNode::apply(const raft::Entry& entry) { service_->apply(entry); }

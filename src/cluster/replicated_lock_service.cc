@@ -189,6 +189,24 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
   }
 }
 
+bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string& error) {
+  if (!sm_.restore(snapshot.data, snapshot.meta.index, error)) return false;
+  // Only a follower installs a leader's snapshot; anything it had pending
+  // as a former leader was answered when it lost leadership.
+  for (auto& [index, p] : pending_) {
+    if (p.client_gone) continue;
+    if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+    if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
+      reply_indeterminate(p.client, release_echo(p.token, p.key));
+    }
+  }
+  pending_.clear();
+  waiters_.clear();
+  client_waiters_.clear();
+  if (leader_ready_) rebuild_lease_heap();
+  return true;
+}
+
 void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& r,
                                            raft::Index index) {
   switch (p.kind) {

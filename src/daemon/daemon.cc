@@ -97,6 +97,7 @@ bool Daemon::start_cluster(std::string& error) {
   cc.election_ticks =
       static_cast<int>(std::max<std::uint64_t>(2, config_.election_timeout_ms / config_.heartbeat_ms));
   cc.limits = config_.server.locks;
+  cc.snapshot_entries = config_.snapshot_entries;
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
   server::ServerConfig sc = config_.server;

@@ -12,6 +12,11 @@
 // A failed save() stops the process at once (exit 1) without advance():
 // after a failed fsync nothing the node would say can be trusted.
 //
+// Storage is the file WAL in --data-dir (storage/file_storage.h). Every
+// snapshot_entries applied entries a forked child writes a snapshot of the
+// state machine (storage/snapshot_writer.h) and the log is compacted; a
+// follower too far behind gets the snapshot from the leader.
+//
 // Runs on the loop thread. Blocking fdatasync on the loop is accepted: it
 // is the node's commit latency either way.
 #pragma once
@@ -30,6 +35,8 @@
 #include "lockd/raft/driver.h"
 #include "lockd/raft/raft.h"
 #include "lockd/raft/storage.h"
+#include "lockd/storage/file_storage.h"
+#include "lockd/storage/snapshot_writer.h"
 
 struct event_base;
 
@@ -46,8 +53,9 @@ struct ClusterNodeConfig {
   TimeNs heartbeat_ns = 50 * kNsPerMs;
   int election_ticks = 6;
   locks::Limits limits;
-  // Builds the node's storage; null: memory (tests only).
-  std::function<std::unique_ptr<raft::Storage>()> make_storage;
+  // A snapshot (and log compaction) once this many entries were applied
+  // since the last one.
+  std::uint64_t snapshot_entries = 10'000;
 };
 
 // One member as this node sees it, for /v1/status, /v1/cluster, metrics.
@@ -110,10 +118,15 @@ class ClusterNode final : private raft::ReadyHandler {
   void on_tick();
   void on_service_timer();
   void rearm_service_timer(TimeNs now);
+  // Starts a snapshot when enough was applied; finishes one in progress.
+  void maybe_snapshot();
+  [[noreturn]] void fail_storage(const std::string& message);
 
   event_base* base_;
   ClusterNodeConfig config_;
-  std::unique_ptr<raft::Storage> storage_;
+  std::unique_ptr<storage::FileStorage> storage_;
+  std::unique_ptr<storage::SnapshotWriter> snapshots_;
+  raft::Index last_snapshot_index_ = 0;
   std::unique_ptr<raft::Raft> raft_;
   std::unique_ptr<class PeerTransport> transport_;
   std::unique_ptr<ReplicatedLockService> service_;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,12 +56,21 @@ class LockStateMachine {
   // Applies the entry at applied() + 1. The result is valid until the next call.
   const EntryResult& apply(const raft::Entry& e);
 
+  // Snapshot bytes: a small header (version, applied index, token base,
+  // clock offset, floor, clock term) as the lock table snapshot's app
+  // header (locks/lock_table_snapshot.h), then the table.
+  std::string snapshot() const;
+  // Replaces everything with a snapshot taken at `index` (untrusted bytes:
+  // false with a one-line `error`, and the machine unchanged, when they do
+  // not decode).
+  bool restore(std::string_view bytes, raft::Index index, std::string& error);
+
   // The leader's clock <-> table time, with the offset of the latest
   // LeaderStart applied (only meaningful on the node that proposed it).
   TimeNs to_table_ns(TimeNs leader_now_ns) const { return leader_now_ns + offset_ns_; }
   TimeNs to_leader_ns(TimeNs table_ns) const { return table_ns - offset_ns_; }
 
-  const locks::LockTable& table() const { return table_; }
+  const locks::LockTable& table() const { return *table_; }
   raft::Index applied() const { return applied_; }
   std::uint64_t token_base() const { return token_base_; }
   TimeNs offset_ns() const { return offset_ns_; }
@@ -69,7 +79,8 @@ class LockStateMachine {
   std::uint64_t undecodable() const { return undecodable_; }
 
  private:
-  locks::LockTable table_;
+  locks::Limits limits_;
+  std::unique_ptr<locks::LockTable> table_;  // replaced whole by restore()
   raft::Index applied_ = 0;
   std::uint64_t token_base_ = 0;  // 0: no leader has started the cluster yet
   TimeNs offset_ns_ = 0;          // table time = leader clock + offset

@@ -83,6 +83,11 @@ class ReplicatedLockService final : public server::LockService {
   // Applies one committed entry (Ready cycle) and answers whoever waits for it.
   // Never proposes: Raft is between ready() and advance().
   void apply(const raft::Entry& e);
+  // Replaces the state machine with a snapshot (a follower behind the
+  // leader's log, or a restart). False with `error` when the bytes are bad.
+  bool install(const raft::Snapshot& snapshot, std::string& error);
+  // The state machine's snapshot bytes (run in SnapshotWriter's child).
+  std::string snapshot() const { return sm_.snapshot(); }
   // Outside the Ready cycle, after it: notices leadership gained or lost,
   // proposes what apply() or client_closed() deferred.
   void sync(TimeNs now_ns);
