@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -295,6 +296,40 @@ TEST(Cluster, DataDirInUseIsRefusedWithExit2) {
   ASSERT_TRUE(second.start(argv));
   EXPECT_EQ(second.wait_exit(milliseconds(10000)), 2);
   EXPECT_NE(second.stderr_text().find("lockd: "), std::string::npos) << second.stderr_text();
+}
+
+// A process that claims to be node 2 with another member list (so another
+// cluster hash) is refused by the transport and changes nothing.
+TEST(Cluster, PeerFromAnotherClusterIsRefused) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  ChildProcess stranger;
+  const std::string self = "2=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
+                           std::to_string(free_port());
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "2",
+                                "--admin", "off", "--election-timeout-ms", "150",
+                                "--heartbeat-ms", "30", "--peer", self};
+  for (int i : {1, 3}) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/127.0.0.1:" +
+                   std::to_string(c.raft_port(i)));
+  }
+  char dir[] = "/tmp/lockd-stranger-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  argv.push_back("--data-dir");
+  argv.push_back(dir);
+  ASSERT_TRUE(stranger.start(argv));
+  const int victim = leader == 1 ? 1 : (leader == 3 ? 3 : 1);
+  EXPECT_TRUE(c.process(victim).wait_for_line("refusing a connection from", std::chrono::seconds(10)))
+      << c.process(victim).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+  stranger.signal(SIGKILL);
+  stranger.wait_exit(milliseconds(5000));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cluster, FiveNodesServeWithTwoDown) {

@@ -19,8 +19,6 @@ namespace lockd::testing {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-namespace {
-
 // A port the kernel just handed out (bound and closed again): free unless
 // someone grabs it in the short window before the node binds it.
 std::uint16_t free_port() {
@@ -38,8 +36,6 @@ std::uint16_t free_port() {
   ::close(fd);
   return port;
 }
-
-}  // namespace
 
 LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags)
     : extra_flags_(std::move(extra_flags)) {

@@ -30,6 +30,7 @@ class LockdCluster {
   // 1-based node ids.
   std::uint16_t client_port(int id) const { return node(id).client_port; }
   std::uint16_t admin_port(int id) const { return node(id).admin_port; }
+  std::uint16_t raft_port(int id) const { return node(id).raft_port; }
   std::string client_addr(int id) const;
   const std::string& data_dir(int id) const { return node(id).data_dir; }
   bool running(int id) const { return node(id).proc != nullptr; }
@@ -66,6 +67,9 @@ class LockdCluster {
   std::vector<std::string> extra_flags_;
   std::string root_dir_;
 };
+
+// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
+std::uint16_t free_port();
 
 // Sends `line` on a fresh connection to `port` and returns the first reply.
 std::string call_once(std::uint16_t port, const std::string& line,
