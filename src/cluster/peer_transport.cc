@@ -118,6 +118,7 @@ struct PeerTransport::Peer {
   std::size_t out_off = 0;
   std::uint64_t out_base = 0;          // stream position of out[0]
   std::deque<std::uint64_t> frame_ends;  // stream positions where queued messages end
+  std::uint64_t hello_end = 0;  // stream position where this link's hello ends
   event* redial_ev = nullptr;
   int failures = 0;  // consecutive failed dials: the backoff exponent
   bool dialed_once = false;
@@ -172,11 +173,9 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
   LOCKD_CHECK(found_self);
 }
 
-
 PeerTransport::~PeerTransport() {
   if (listener_ != nullptr) evconnlistener_free(listener_);
-  // Sockets before peers: a Socket's events point at nothing a Peer owns,
-  // but keep the order obvious.
+  // Dialed sockets' events carry Peer pointers: free them while the peers live.
   for (auto& p : peers_) p->link.reset();
   inbound_.clear();
   graveyard_.clear();
@@ -258,16 +257,16 @@ void PeerTransport::dial(Peer& p) {
   // Leave from our own raft host, so a link between two nodes is the pair
   // of their raft addresses (a chaos harness cuts links by address).
   if (!is_wildcard(self_raft_.host)) {
-    sockaddr_storage src{};
-    socklen_t src_len = 0;
-    net::Endpoint any_port{self_raft_.host, 0};
-    if (net::resolve(any_port, src, src_len, error) && src.ss_family == p.addr.ss_family) {
+    if (src_len_ == 0 && !net::resolve(net::Endpoint{self_raft_.host, 0}, src_, src_len_, error)) {
+      src_len_ = 0;
+    }
+    if (src_len_ != 0 && src_.ss_family == p.addr.ss_family) {
 #ifdef IP_BIND_ADDRESS_NO_PORT
       // Pick the port at connect() time, per destination, not at bind().
       const int one = 1;
       setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
 #endif
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&src), src_len) != 0) {
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&src_), src_len_) != 0) {
         spdlog::warn("peer transport: cannot bind source address {} to reach node {}: {}",
                      self_raft_.host, p.member.id, std::strerror(errno));
         ::close(fd);
@@ -329,6 +328,7 @@ void PeerTransport::dial(Peer& p) {
   LOCKD_CHECK(p.unsent() == 0);
   encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kHello, self_, p.member.id, hash_},
                    p.out);
+  p.hello_end = p.out_base + p.out.size();
   event_add(s.write_ev, nullptr);
   p.write_armed = true;
   const timeval tv = to_timeval(limits_.handshake_timeout_ns);
@@ -350,22 +350,31 @@ void PeerTransport::on_dial_writable(Peer& p) {
   event_del(s.write_ev);
   p.write_armed = false;
   event_add(s.read_ev, nullptr);
-  write_link(p);  // the hello and whatever queued meanwhile: one write
+  write_link(p);  // the hello; queued messages wait for the reply
 }
 
 void PeerTransport::write_link(Peer& p) {
   Socket& s = *p.link;
-  if (p.unsent() == 0) return;
-  ssize_t n;
-  do {
-    n = ::send(s.fd, p.out.data() + p.out_off, p.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  p.stats.writes += 1;
-  stats_.writes += 1;
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-    spdlog::debug("peer transport: write to node {}: {}", p.member.id, std::strerror(errno));
-    close_link(p);
-    return;
+  const bool connected = p.stats.link == LinkState::kConnected;
+  // Until the reply checks out only the hello may go: messages wait (in
+  // the bounded queue) so nothing reaches a node that refuses us, and a
+  // refusing acceptor closes with no unread input, a clean FIN after its
+  // reply rather than a reset that could hide the reply from us.
+  const std::uint64_t limit = connected ? p.out_base + p.out.size() : p.hello_end;
+  const std::uint64_t written_before = p.out_base + p.out_off;
+  ssize_t n = 0;
+  if (limit > written_before) {
+    const auto len = static_cast<std::size_t>(limit - written_before);
+    do {
+      n = ::send(s.fd, p.out.data() + p.out_off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    p.stats.writes += 1;
+    stats_.writes += 1;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      spdlog::debug("peer transport: write to node {}: {}", p.member.id, std::strerror(errno));
+      close_link(p);
+      return;
+    }
   }
   if (n > 0) {
     p.out_off += static_cast<std::size_t>(n);
@@ -377,26 +386,26 @@ void PeerTransport::write_link(Peer& p) {
     p.out_base += p.out.size();
     p.out.clear();
     p.out_off = 0;
-    if (p.write_armed) {
-      event_del(s.write_ev);
-      p.write_armed = false;
-    }
-    if (p.stats.link == LinkState::kConnected) event_del(s.timer_ev);
-  } else {
-    if (p.out_off >= kCompactBytes) {
-      p.out_base += p.out_off;
-      p.out.erase(0, p.out_off);
-      p.out_off = 0;
-    }
-    if (!p.write_armed) {
-      event_add(s.write_ev, nullptr);
-      p.write_armed = true;
-    }
-    // Connected: (re)start the stall clock on every write that made
-    // progress, or when the socket first blocks. While handshaking, the
-    // handshake timeout is running instead.
-    if (p.stats.link == LinkState::kConnected &&
-        (n > 0 || !event_pending(s.timer_ev, EV_TIMEOUT, nullptr))) {
+  } else if (p.out_off >= kCompactBytes) {
+    p.out_base += p.out_off;
+    p.out.erase(0, p.out_off);
+    p.out_off = 0;
+  }
+  const bool blocked = p.out_base + p.out_off < limit;  // writable bytes the socket did not take
+  if (blocked && !p.write_armed) {
+    event_add(s.write_ev, nullptr);
+    p.write_armed = true;
+  } else if (!blocked && p.write_armed) {
+    event_del(s.write_ev);
+    p.write_armed = false;
+  }
+  if (connected) {
+    // The stall clock runs while the socket refuses bytes: restarted on
+    // every write that made progress, stopped when all is out. While
+    // handshaking, the handshake timeout runs instead.
+    if (!blocked) {
+      event_del(s.timer_ev);
+    } else if (n > 0 || !event_pending(s.timer_ev, EV_TIMEOUT, nullptr)) {
       const timeval tv = to_timeval(limits_.write_stall_timeout_ns);
       event_add(s.timer_ev, &tv);
     }
@@ -425,12 +434,10 @@ void PeerTransport::on_dial_readable(Peer& p) {
         p.stats.link = LinkState::kConnected;
         p.failures = 0;
         event_del(s.timer_ev);
-        if (p.unsent() > 0) {  // the stall clock takes over from the handshake timeout
-          const timeval tv = to_timeval(limits_.write_stall_timeout_ns);
-          event_add(s.timer_ev, &tv);
-        }
         spdlog::info("peer transport: connected to node {} at {}", p.member.id,
                      p.member.raft.to_string());
+        write_link(p);  // what queued while connecting: one write (arms the stall clock if blocked)
+        if (p.link == nullptr) return;  // the write failed and closed the link
         continue;
       case PeerInput::Event::kMessage:  // impossible on a dialed link: kUnexpectedFrame
       case PeerInput::Event::kError:
@@ -506,9 +513,11 @@ void PeerTransport::send(const raft::Message& m) {
 
 void PeerTransport::flush() {
   for (auto& p : peers_) {
-    // An armed write event means the socket is full (or still
-    // connecting); it writes when the socket says so.
-    if (p->link != nullptr && p->tcp_connected && !p->write_armed && p->unsent() > 0) {
+    // An armed write event means the socket is full; it writes when the
+    // socket says so. Before the handshake reply only the hello goes, and
+    // the dial path writes it.
+    if (p->link != nullptr && p->stats.link == LinkState::kConnected && !p->write_armed &&
+        p->unsent() > 0) {
       write_link(*p);
     }
   }

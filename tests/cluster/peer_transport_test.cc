@@ -339,7 +339,8 @@ TEST(PeerTransport, DropsAndCountsWhileThePeerIsDown) {
 TEST(PeerTransport, QueueIsBoundedWhenThePeerDoesNotRead) {
   Harness h;
   // Member 2 is a socket that listens but never accepts or reads: TCP
-  // connects (the kernel's backlog), the handshake is never answered.
+  // connects (the kernel's backlog), the handshake is never answered, so
+  // messages pile up in the queue behind the hello.
   std::uint16_t port = 0;
   h.keep_fd(bound_listener("127.0.0.1", port));
   PeerTransportLimits limits;
@@ -351,7 +352,7 @@ TEST(PeerTransport, QueueIsBoundedWhenThePeerDoesNotRead) {
 
   raft::Message big = testing::every_message_type(1, 2)[8];  // kSnapshot
   big.chunk.assign(64 * 1024, 'c');
-  constexpr int kMessages = 600;  // ~38 MiB: beyond any loopback socket buffers
+  constexpr int kMessages = 64;  // 4 MiB: 16 times the bound
   for (int i = 0; i < kMessages; ++i) {
     h.t(1).send(big);
     EXPECT_LE(h.t(1).peer_stats(2)->queued_bytes, limits.max_queued_bytes_per_peer);
@@ -388,6 +389,52 @@ TEST(PeerTransport, DialsFromItsOwnRaftHost) {
   inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
   EXPECT_STREQ(host, "127.0.0.2");
   ::close(accepted);
+}
+
+TEST(PeerTransport, MessagesQueuedWhileConnectingGoOutOnceTheReplyChecks) {
+  Harness h;
+  h.start(2);
+  ASSERT_EQ(h.t(1).peer_stats(2)->link, LinkState::kConnecting);
+  const auto msgs = testing::every_message_type(1, 2);
+  for (const auto& m : msgs) h.t(1).send(m);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  ASSERT_TRUE(h.run_until([&] { return h.node(2).received.size() >= msgs.size(); }));
+  EXPECT_EQ(h.node(2).received, msgs);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
+}
+
+TEST(PeerTransport, StalledLinkIsClosedAndRedialed) {
+  Harness h;
+  // Member 2 is a raw socket that answers the handshake and then never
+  // reads: the socket buffers fill and the link stops making progress.
+  std::uint16_t port = 0;
+  const int lfd = bound_listener("127.0.0.1", port);
+  h.keep_fd(lfd);
+  PeerTransportLimits limits;
+  limits.write_stall_timeout_ns = 200 * kNsPerMs;
+  limits.max_queued_bytes_per_peer = 1u << 20;
+  h.start(1, limits, {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", port}}});
+  int conn = -1;
+  ASSERT_TRUE(h.run_until([&] {
+    if (conn < 0) conn = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return conn >= 0;
+  }));
+  std::string reply;
+  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, 2, 1, h.t(1).cluster_hash()},
+                   reply);
+  ASSERT_EQ(::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL), static_cast<ssize_t>(reply.size()));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->link == LinkState::kConnected; }));
+
+  raft::Message big = testing::every_message_type(1, 2)[8];
+  big.chunk.assign(64 * 1024, 'c');
+  ASSERT_TRUE(h.run_until([&] {
+    for (int i = 0; i < 4; ++i) h.t(1).send(big);
+    return h.t(1).peer_stats(2)->write_stalls >= 1;
+  }, 30s));
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+  EXPECT_GT(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  EXPECT_EQ(h.t(1).peer_stats(2)->queued_bytes, 0u);
+  ::close(conn);
 }
 
 class InboundAbuse : public ::testing::Test {
@@ -530,6 +577,9 @@ TEST(PeerTransport, MismatchedMemberListsRefuseEachOther) {
   b[1].client.port = 7999;  // node 2 was given a different --peer list
   h.add_node(1, a, fd1);
   h.add_node(2, b, fd2);
+  // Queued behind the hello: must never reach node 2, and must not turn
+  // node 2's refusal into a reset that hides its reply from node 1.
+  h.t(1).send(testing::every_message_type(1, 2)[6]);
   ASSERT_TRUE(h.run_until([&] {
     return h.t(1).stats().handshake_rejected >= 2 && h.t(2).stats().handshake_rejected >= 2;
   }));
@@ -539,7 +589,11 @@ TEST(PeerTransport, MismatchedMemberListsRefuseEachOther) {
   h.t(1).send(testing::every_message_type(1, 2)[6]);
   for (int i = 0; i < 20; ++i) h.turn();
   EXPECT_TRUE(h.node(2).received.empty());
-  EXPECT_NE(log.text().find("cluster hash"), std::string::npos) << log.text();
+  // Both sides say why: the acceptor of the hello, the dialer of the reply.
+  EXPECT_NE(log.text().find("refusing a connection from node 2: cluster hash"), std::string::npos)
+      << log.text();
+  EXPECT_NE(log.text().find("refusing the answer of node 2: cluster hash"), std::string::npos)
+      << log.text();
 }
 
 }  // namespace

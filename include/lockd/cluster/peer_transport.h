@@ -19,7 +19,8 @@
 //
 // Delivery is best effort, as Raft expects: a message to a peer whose link
 // is down, or whose queue is over max_queued_bytes_per_peer, is dropped and
-// counted. Messages are queued (bounded) while the link is connecting.
+// counted. Messages are queued (bounded) while the link is connecting and
+// written once the reply checks out.
 //
 // Runs on the loop thread; not thread-safe. on_message runs inside a read
 // callback and may call send(), never the destructor.
@@ -33,6 +34,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <sys/socket.h>
 
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/common/time.h"
@@ -63,7 +66,7 @@ struct PeerTransportLimits {
 // State of the link this node dialed to a peer (what it sends on).
 enum class LinkState : std::uint8_t {
   kDown = 0,        // no connection; waiting out the backoff; sends are dropped
-  kConnecting = 1,  // connecting or handshaking; sends are queued (bounded)
+  kConnecting = 1,  // connecting or handshaking; sends are queued (bounded) until the reply
   kConnected = 2,   // handshake answered; sends are queued and flushed each turn
 };
 std::string_view to_string(LinkState s);
@@ -168,6 +171,8 @@ class PeerTransport {
   PeerTransportLimits limits_;
   RandomFn random_;
   net::Endpoint self_raft_;
+  sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
+  socklen_t src_len_ = 0;   // 0: not resolved yet
   evconnlistener* listener_ = nullptr;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::unique_ptr<Socket>> inbound_;
