@@ -102,7 +102,7 @@ struct SnapshotAccess {
     t.next_token_ = next_token;
     t.keys_.reserve(static_cast<std::size_t>(key_count));
     for (std::uint64_t k = 0; k < key_count; ++k) {
-      std::string key = r.bytes(kMaxField, Err::kTooLong);
+      const std::string_view key = r.bytes_view(kMaxField, Err::kTooLong);
       KeyState s;
       s.owner = r.bytes(kMaxField, Err::kTooLong);
       s.token = r.u64();
@@ -110,10 +110,10 @@ struct SnapshotAccess {
       s.lease_ms = r.u64();
       const std::uint32_t waiters = r.u32();
       if (!r.ok()) return bad("truncated key");
-      if (s.owner.empty() || s.token == 0 || s.token >= next_token) return bad("bad holder of key '" + key + "'");
+      if (s.owner.empty() || s.token == 0 || s.token >= next_token) return bad("bad holder of key '" + std::string(key) + "'");
       if (waiters > t.limits_.max_waiters_per_key) return bad("more waiters on a key than allowed");
       auto [it, inserted] = t.keys_.emplace(KeyString(key), std::move(s));
-      if (!inserted) return bad("duplicate key '" + key + "'");
+      if (!inserted) return bad("duplicate key '" + std::string(key) + "'");
       if (waiters == 0) continue;
       it->second.waiters = std::make_unique<std::list<Waiter>>();
       ++t.keys_with_waiters_;

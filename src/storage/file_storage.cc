@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,31 +41,51 @@ int write_all(int fd, std::string_view bytes) {
   return 0;
 }
 
-// Reads a whole file into `out`; 0 or an errno.
-int read_file(const std::string& path, std::string& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return err;
-  }
-  out.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
+// A read-only mapping of a whole file: segments are scanned in place, with
+// no copy and no zero-filled buffer (recovery reads every byte once).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile() { reset(); }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  // 0 or an errno.
+  int map(const std::string& path) {
+    reset();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
       ::close(fd);
       return err;
     }
-    got += static_cast<std::size_t>(n);
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        size_ = 0;
+        return err;
+      }
+      ::madvise(p, size_, MADV_SEQUENTIAL);
+      data_ = static_cast<const char*>(p);
+    }
+    ::close(fd);
+    return 0;
   }
-  ::close(fd);
-  return 0;
-}
+  void reset() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  std::string_view view() const { return {data_ == nullptr ? "" : data_, size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -165,8 +186,9 @@ StorageStatus FileStorage::open() {
   raft::SnapshotMeta meta;
   if (!snaps.empty()) {
     const std::string name = snapshot_name(snaps.back());
-    std::string bytes;
-    if (int err = read_file(path(name), bytes); err != 0) return fail_io(name, 0, "read", err);
+    MappedFile file;
+    if (int err = file.map(path(name)); err != 0) return fail_io(name, 0, "read", err);
+    const std::string_view bytes = file.view();
     std::string what;
     switch (decode_snapshot_file(bytes, snapshot_, what)) {
       case SnapshotFileError::kOk: break;
@@ -192,15 +214,16 @@ StorageStatus FileStorage::open() {
   }
 
   LogReplay replay(meta);
-  std::string bytes;
+  MappedFile mapped;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const std::string name = segment_name(seqs[i]);
     const bool last = i + 1 == seqs.size();
-    if (int err = read_file(path(name), bytes); err != 0) return fail_io(name, 0, "read", err);
+    if (int err = mapped.map(path(name)); err != 0) return fail_io(name, 0, "read", err);
+    const std::string_view bytes = mapped.view();
     Segment seg;
     seg.sequence = seqs[i];
     const SegmentScan scan =
-        scan_segment(bytes, last, [&](const raft::WalRecord& r, std::size_t, std::string& what) {
+        scan_segment(bytes, last, [&](raft::WalRecord& r, std::size_t, std::string& what) {
           if (r.kind == raft::kEntryRecordKind) seg.max_index = std::max(seg.max_index, r.entry.index);
           return replay.feed(r, what);
         });
@@ -323,14 +346,18 @@ StorageStatus FileStorage::save(const std::optional<raft::HardState>& hard_state
                         snapshot ? snapshot->data : std::string());
 }
 
-StorageStatus FileStorage::adopt_snapshot_file(const raft::SnapshotMeta& meta, const std::string& temp,
-                                               std::string data) {
+std::string FileStorage::snapshot_path(raft::Index index) const { return path(snapshot_name(index)); }
+
+StorageStatus FileStorage::adopt_snapshot_file(const raft::SnapshotMeta& meta, std::string data) {
   LOCKD_CHECK(opened_);
   if (!failed_.ok()) return failed_;
-  LOCKD_CHECK(meta.index > snapshot_.meta.index);
-  const std::string name = snapshot_name(meta.index);
-  if (::rename(temp.c_str(), path(name).c_str()) != 0) return failed_ = fail_io(name, 0, "rename", errno);
-  if (StorageStatus s = sync_dir(); !s.ok()) return failed_ = s;
+  if (meta.index <= snapshot_.meta.index) {
+    // A snapshot from the leader overtook this one while it was written.
+    // An older file is just garbage; one at the same index is the live
+    // snapshot's name (same index, same committed state): leave it.
+    if (meta.index < snapshot_.meta.index) ::unlink(snapshot_path(meta.index).c_str());
+    return StorageStatus::Ok();
+  }
   ++stats_.snapshots;
   return append_records(std::nullopt, {}, &meta, std::move(data));
 }

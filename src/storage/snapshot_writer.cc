@@ -33,10 +33,12 @@ bool write_all(int fd, std::string_view b) {
   return true;
 }
 
-// The child's whole life: build the bytes, write the file, sync it. Exit
-// codes: 0 done, 3 open, 4 write, 5 sync.
-[[noreturn]] void child_main(const std::string& temp, const raft::SnapshotMeta& meta,
-                             const SnapshotWriter::Produce& produce, bool sync) {
+// The child's whole life: build the bytes, write the file under a
+// temporary name, sync it, rename it into place, sync the directory — all
+// the slow, durable steps, off the parent's loop. Exit codes: 0 done,
+// 3 open, 4 write, 5 sync, 6 rename, 7 directory sync.
+[[noreturn]] void child_main(const std::string& temp, const std::string& final_path, const std::string& dir,
+                             const raft::SnapshotMeta& meta, const SnapshotWriter::Produce& produce, bool sync) {
   const std::string data = produce();
   std::string head;
   encode_snapshot_header(meta, data.size(), head);
@@ -47,6 +49,12 @@ bool write_all(int fd, std::string_view b) {
   if (fd < 0) ::_exit(3);
   if (!write_all(fd, head) || !write_all(fd, data) || !write_all(fd, tail)) ::_exit(4);
   if (sync && ::fdatasync(fd) != 0) ::_exit(5);
+  ::close(fd);
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) ::_exit(6);
+  if (sync) {
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || ::fsync(dfd) != 0) ::_exit(7);
+  }
   ::_exit(0);
 }
 
@@ -70,6 +78,7 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
   LOCKD_CHECK(meta.index > storage_.snapshot().meta.index);
   meta_ = meta;
   temp_ = storage_.temp_path("snap-child");
+  final_ = storage_.snapshot_path(meta.index);
   timing_ = Timing{};
   started_ms_ = now_ms();
   const pid_t pid = ::fork();
@@ -77,17 +86,22 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
     return raft::StorageStatus{raft::StorageError::kIo, "data dir " + storage_.options().dir +
                                                             ": fork for a snapshot failed: " + std::strerror(errno)};
   }
-  if (pid == 0) child_main(temp_, meta_, produce, storage_.options().sync);
+  if (pid == 0) child_main(temp_, final_, storage_.options().dir, meta_, produce, storage_.options().sync);
   timing_.fork_ms = now_ms() - started_ms_;
   pid_ = pid;
   state_ = State::kChild;
   return raft::StorageStatus::Ok();
 }
 
-SnapshotWriter::Done SnapshotWriter::finish(raft::StorageStatus status) {
+SnapshotWriter::Done SnapshotWriter::finish(raft::StorageStatus status, bool adopted) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  if (!status.ok()) ::unlink(temp_.c_str());
+  if (!status.ok() && !adopted) {
+    // No WAL mark can name it: remove it, or the next open() would take a
+    // file that failed its read-back as the newest snapshot.
+    ::unlink(temp_.c_str());
+    ::unlink(final_.c_str());
+  }
   state_ = State::kIdle;
   Done done{std::move(status), meta_, {}};
   if (done.status.ok()) done.data = std::move(data_);
@@ -98,7 +112,7 @@ SnapshotWriter::Done SnapshotWriter::finish(raft::StorageStatus status) {
 std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
   const std::string& dir = storage_.options().dir;
   auto io_error = [&](const std::string& what) {
-    return finish({raft::StorageError::kIo, "data dir " + dir + ": snap-child.tmp: " + what});
+    return finish({raft::StorageError::kIo, "data dir " + dir + ": " + snapshot_name(meta_.index) + ": " + what});
   };
   if (state_ == State::kChild) {
     int status = 0;
@@ -113,7 +127,7 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
       return finish({raft::StorageError::kIo, "data dir " + dir + ": snapshot child failed (" + why + ")"});
     }
     // Header and CRC now; the data in slices on later calls.
-    fd_ = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = ::open(final_.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
     if (fd_ < 0 || ::fstat(fd_, &st) != 0) return io_error(std::string("open failed: ") + std::strerror(errno));
     const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -158,9 +172,9 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
 
   timing_.bytes = data_bytes_ + kSnapshotHeaderBytes + 4;
   const double t1 = now_ms();
-  raft::StorageStatus st = storage_.adopt_snapshot_file(meta_, temp_, std::string());
+  raft::StorageStatus st = storage_.adopt_snapshot_file(meta_, std::string());
   timing_.adopt_ms = now_ms() - t1;
-  return finish(std::move(st));
+  return finish(std::move(st), true);
 }
 
 }  // namespace lockd::storage

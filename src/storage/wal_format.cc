@@ -173,14 +173,14 @@ SegmentScan scan_segment(std::string_view bytes, bool last, const RecordFn& on_r
 
 // --- replay ---
 
-bool LogReplay::feed(const raft::WalRecord& r, std::string& what) {
+bool LogReplay::feed(raft::WalRecord& r, std::string& what) {
   ++records_;
   switch (r.kind) {
     case raft::kHardStateRecordKind:
       hard_state_ = r.hard_state;
       return true;
     case raft::kEntryRecordKind: {
-      const raft::Entry& e = r.entry;
+      raft::Entry& e = r.entry;
       if (e.index == 0) {
         what = "entry with index 0";
         return false;
@@ -205,7 +205,7 @@ bool LogReplay::feed(const raft::WalRecord& r, std::string& what) {
         return false;
       }
       tail_.resize(e.index - snap_.index - 1);
-      tail_.push_back(e);
+      tail_.push_back(std::move(e));
       return true;
     }
     case raft::kSnapshotMarkRecordKind: {

@@ -37,7 +37,7 @@ const std::string& scratch_dir() {
 
 ScanEnd replay(std::string_view bytes, bool last, raft::SnapshotMeta snap) {
   LogReplay r(snap);
-  SegmentScan scan = scan_segment(bytes, last, [&](const raft::WalRecord& rec, std::size_t, std::string& what) {
+  SegmentScan scan = scan_segment(bytes, last, [&](raft::WalRecord& rec, std::size_t, std::string& what) {
     return r.feed(rec, what);
   });
   require(scan.valid_bytes <= bytes.size());

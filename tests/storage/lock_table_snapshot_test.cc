@@ -1,7 +1,7 @@
 // LockTable snapshots: a restored table behaves exactly like the original.
 // The command mix is the lock-table fuzz target's (tests/fuzz/
 // fuzz_lock_table.cc): acquire with and without waiting, release of seen
-// and garbage tokens, time passing, cancel, sweep, expire. Each history is
+// and garbage tokens, time passing, cancel, sweep, expire, keep. Each history is
 // cut at several points; the table is serialized there, restored into a
 // fresh one, and the rest of the history runs through both, comparing
 // every outcome, every delivery and the tables' views after each command.
@@ -49,7 +49,7 @@ class Runner {
     std::ostringstream o;
     std::vector<Delivery> out;
     const std::string key = "k" + std::to_string(c.key % 10);
-    switch (c.op % 6) {
+    switch (c.op % 7) {
       case 0: {
         const std::uint64_t lease = 1 + c.a % 50;
         const std::uint64_t wait = c.b % 3 == 0 ? 0 : c.c % 100;
@@ -79,6 +79,11 @@ class Runner {
       case 5: {
         const KeyState* s = t_.find(key);
         if (s != nullptr) o << "expire " << t_.expire(now, key, s->token, out);
+        break;
+      }
+      case 6: {  // keep (K): moves a live lease's expiry, earlier or later
+        const Token tok = tokens.empty() ? c.b : tokens[c.c % tokens.size()];
+        o << "keep " << static_cast<int>(t_.keep(now, tok, key, 1 + c.a % 60));
         break;
       }
     }

@@ -39,7 +39,7 @@ struct Machine {
     auto b = [&](int i) { return static_cast<std::uint8_t>(cmd[static_cast<std::size_t>(i)]); };
     std::vector<locks::Delivery> out;
     const std::string key = "key-" + std::to_string(b(1) % 40);
-    switch (b(0) % 6) {
+    switch (b(0) % 7) {
       case 0:
         table.acquire(now, {"owner" + std::to_string(b(5) % 3), key, 1u + b(2) % 200,
                             b(3) % 3 == 0 ? 0u : b(4) % 300u, b(5), next_waiter++});
@@ -59,6 +59,9 @@ struct Machine {
         break;
       case 5:
         if (const locks::KeyState* s = table.find(key)) table.expire(now, key, s->token, out);
+        break;
+      case 6:
+        if (const locks::KeyState* s = table.find(key)) table.keep(now, s->token, key, 1u + b(2) % 200);
         break;
     }
   }
@@ -179,6 +182,38 @@ TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
   EXPECT_NE(done->status.message.find("snapshot child failed (killed by signal 6)"), std::string::npos)
       << done->status.message;
   EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", segment_name(1)}));
+}
+
+}  // namespace
+}  // namespace lockd::storage
+
+namespace lockd::storage {
+namespace {
+
+// A leader's snapshot saved while the child wrote an older one: the older
+// one is dropped, the newer one stays the snapshot, across a restart too.
+TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
+  test::TempDir dir;
+  {
+    FileStorage st({dir.path(), 4096, false});
+    ASSERT_TRUE(st.open().ok());
+    std::vector<raft::Entry> es;
+    for (raft::Index i = 1; i <= 10; ++i) es.push_back({1, i, raft::EntryType::kCommand, "e"});
+    ASSERT_TRUE(st.save(std::nullopt, es, nullptr).ok());
+    SnapshotWriter writer(st);
+    ASSERT_TRUE(writer.start({5, 1}, [] { return std::string("mine at 5"); }).ok());
+    const raft::Snapshot leader{{20, 2}, "leader's at 20"};
+    ASSERT_TRUE(st.save(raft::HardState{2, 0, 20}, {}, &leader).ok());
+    std::optional<SnapshotWriter::Done> done;
+    while (!(done = writer.poll())) usleep(100);
+    ASSERT_TRUE(done->status.ok()) << done->status.message;
+    EXPECT_EQ(st.snapshot().meta.index, 20u);
+  }
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  EXPECT_EQ(st.snapshot(), (raft::Snapshot{{20, 2}, "leader's at 20"}));
+  EXPECT_TRUE(st.entries().empty());
+  EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", snapshot_name(20), segment_name(1)}));
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ TEST(WalFormat, ScanStopsAtGarbageOnlyInTheLastSegment) {
   const std::size_t good = seg.size();
   seg += std::string(5, '\xee');
   auto count = [](std::size_t& n) {
-    return [&n](const WalRecord&, std::size_t, std::string&) {
+    return [&n](WalRecord&, std::size_t, std::string&) {
       ++n;
       return true;
     };

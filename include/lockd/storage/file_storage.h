@@ -96,15 +96,17 @@ class FileStorage final : public raft::Storage {
                            std::span<const raft::Entry> entries,
                            const raft::Snapshot* snapshot) override;
 
-  // Adopts a snapshot file already written and synced under a temporary
-  // name in DIR (by SnapshotWriter's child, in the file format of
-  // wal_format.h): renames it into place, syncs the directory, records it
-  // in the WAL and drops covered segments — the same as save() with that
-  // snapshot, without the bytes passing through this process's memory.
-  // `data` is kept as the read-side snapshot (may be empty if the caller
-  // does not need snapshot() afterwards).
-  raft::StorageStatus adopt_snapshot_file(const raft::SnapshotMeta& meta, const std::string& temp_path,
-                                          std::string data);
+  // Adopts a snapshot file already durable in DIR under its final name
+  // (snapshot_path(meta.index): written, synced, renamed, directory synced —
+  // by SnapshotWriter's child): records it in the WAL with one fdatasync and
+  // drops the covered segments — the same as save() with that snapshot,
+  // without the bytes passing through this process. `data` becomes the
+  // read-side snapshot().data (may be left empty: the read side is only
+  // used at startup, and Raft keeps its own copy). A snapshot that is not
+  // newer than the stored one (a leader's snapshot arrived meanwhile) is
+  // dropped and the call succeeds; Raft::compact() ignores it likewise.
+  raft::StorageStatus adopt_snapshot_file(const raft::SnapshotMeta& meta, std::string data);
+  std::string snapshot_path(raft::Index index) const;
 
   const StorageStats& stats() const { return stats_; }
   const RecoveryInfo& recovery() const { return recovery_; }

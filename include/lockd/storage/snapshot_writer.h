@@ -14,8 +14,9 @@
 // Use from the daemon's loop (one snapshot at a time):
 //
 //   storage::SnapshotWriter writer(file_storage);
-//   // when applied - last snapshot >= N entries (or bytes_since_snapshot() >= B):
-//   writer.start({applied_index, term_of_applied},
+//   if (!writer.busy() && policy.due(applied, file_storage.snapshot().meta.index,
+//                                    file_storage.bytes_since_snapshot()))
+//     writer.start({applied_index, term_of_applied},
 //                [&] { return locks::serialize(table, app_header); });   // runs in the child
 //   // every loop turn / timer tick while writer.busy():
 //   if (auto done = writer.poll()) {
@@ -23,10 +24,12 @@
 //     raft.compact(done->meta.index, std::move(done->data));
 //   }
 //
+// The child does every slow durable step: serialize, write the file under a
+// temporary name, fdatasync, rename into place, fsync the directory.
 // poll() never blocks: it reaps the child (waitpid WNOHANG), then reads at
-// most `max_read_bytes` of the file per call, then adopts the file into the
-// storage (rename, directory sync, WAL mark with one fdatasync, covered
-// segments deleted — FileStorage::adopt_snapshot_file). The produce callback
+// most `max_read_bytes` of the file per call (checking its CRC as it goes),
+// then adopts it (FileStorage::adopt_snapshot_file: the WAL mark with one
+// fdatasync, covered segments deleted). The produce callback
 // runs in a forked child of a single-threaded process: it may allocate, but
 // must not touch sockets or other threads' state, and must not exit.
 //
@@ -37,6 +40,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -44,6 +48,20 @@
 #include "lockd/storage/file_storage.h"
 
 namespace lockd::storage {
+
+// When to snapshot: after `every_entries` applied entries or `every_bytes`
+// of log written since the last snapshot, whichever comes first (0 turns a
+// bound off). The daemon's flags (--snapshot-entries, --snapshot-bytes).
+struct SnapshotPolicy {
+  std::uint64_t every_entries = 100'000;
+  std::uint64_t every_bytes = 256u << 20;
+
+  bool due(raft::Index applied, raft::Index snapshot_index, std::uint64_t bytes_since_snapshot) const {
+    if (applied <= snapshot_index) return false;
+    return (every_entries > 0 && applied - snapshot_index >= every_entries) ||
+           (every_bytes > 0 && bytes_since_snapshot >= every_bytes);
+  }
+};
 
 class SnapshotWriter {
  public:
@@ -56,7 +74,7 @@ class SnapshotWriter {
     std::string data;  // the bytes produce() returned, for Raft::compact
   };
 
-  explicit SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes = 4u << 20);
+  explicit SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes = 1u << 20);
   ~SnapshotWriter();  // kills and reaps a running child
   SnapshotWriter(const SnapshotWriter&) = delete;
   SnapshotWriter& operator=(const SnapshotWriter&) = delete;
@@ -74,14 +92,14 @@ class SnapshotWriter {
     double fork_ms = 0;     // parent: the fork() call
     double child_ms = 0;    // start() to child exit observed
     double read_ms = 0;     // parent: reading the file back, summed over slices
-    double adopt_ms = 0;    // parent: rename + dir sync + WAL mark + segment drop
+    double adopt_ms = 0;    // parent: WAL mark (one fdatasync) + covered segments dropped
     std::uint64_t bytes = 0;
   };
   const Timing& timing() const { return timing_; }
 
  private:
   enum class State { kIdle, kChild, kReading };
-  Done finish(raft::StorageStatus status);
+  Done finish(raft::StorageStatus status, bool adopted = false);
 
   FileStorage& storage_;
   std::size_t max_read_bytes_;
@@ -89,6 +107,7 @@ class SnapshotWriter {
   pid_t pid_ = -1;
   int fd_ = -1;
   std::string temp_;
+  std::string final_;
   raft::SnapshotMeta meta_;
   std::string data_;  // the snapshot's data read back so far
   std::uint64_t data_bytes_ = 0;

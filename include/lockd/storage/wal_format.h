@@ -55,7 +55,8 @@ struct SegmentScan {
 // Called for each good record, in order, with its offset in the segment.
 // Returns false (and sets `what`) to refuse the record: the scan then ends
 // kCorrupt at that offset.
-using RecordFn = std::function<bool(const raft::WalRecord& record, std::size_t offset, std::string& what)>;
+// The record may be moved from.
+using RecordFn = std::function<bool(raft::WalRecord& record, std::size_t offset, std::string& what)>;
 
 // Scans a whole segment. A failed record is a torn tail only in the last
 // segment (`last`) and only when no valid record starts anywhere after it
@@ -75,7 +76,8 @@ class LogReplay {
  public:
   explicit LogReplay(raft::SnapshotMeta snapshot) : snap_(snapshot) {}
 
-  bool feed(const raft::WalRecord& record, std::string& what);
+  // Takes the record's entry (moves it).
+  bool feed(raft::WalRecord& record, std::string& what);
   // Ends the replay. When no mark for the snapshot was seen (a crash after
   // its file was renamed into place and before the WAL said so) the
   // snapshot is applied now, as save() would have.
