@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -330,6 +331,30 @@ TEST(Cluster, PeerFromAnotherClusterIsRefused) {
   stranger.signal(SIGKILL);
   stranger.wait_exit(milliseconds(5000));
   std::filesystem::remove_all(dir);
+}
+
+// A failed fsync stops the node at once (exit 1) and nothing it had not
+// made durable is acknowledged; the others go on.
+TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) {
+  char ctl_dir[] = "/tmp/lockd-faults-XXXXXX";
+  ASSERT_NE(::mkdtemp(ctl_dir), nullptr);
+  const std::string ctl = std::string(ctl_dir) + "/node";
+  LockdCluster c(3, {}, {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
+                         "LOCKD_FAULTFS_DIR={DIR}", "LOCKD_FAULTFS_CONTROL=" + ctl + "{ID}"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  {
+    std::ofstream f(ctl + std::to_string(leader));
+    f << "fdatasync EIO\n";
+  }
+  LineClient a(c.client_port(leader));
+  a.send("A alice k1 60000\n");
+  const std::string r = a.read_line(milliseconds(5000)).value_or("<closed>");
+  EXPECT_NE(r.substr(0, 2), "A ") << r;
+  EXPECT_EQ(c.process(leader).wait_exit(milliseconds(10000)), 1);
+  EXPECT_NE(c.process(leader).stderr_text().find("storage failed"), std::string::npos);
+  EXPECT_NE(c.wait_leader(milliseconds(10000), leader), 0);
+  std::filesystem::remove_all(ctl_dir);
 }
 
 TEST(Cluster, FiveNodesServeWithTwoDown) {

@@ -37,8 +37,9 @@ std::uint16_t free_port() {
   return port;
 }
 
-LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags)
-    : extra_flags_(std::move(extra_flags)) {
+LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
+                           std::vector<std::string> env_prefix)
+    : extra_flags_(std::move(extra_flags)), env_prefix_(std::move(env_prefix)) {
   char tmpl[] = "/tmp/lockd-cluster-XXXXXX";
   const char* dir = ::mkdtemp(tmpl);
   EXPECT_NE(dir, nullptr);
@@ -82,6 +83,14 @@ void LockdCluster::start(int id) {
                    "/127.0.0.1:" + std::to_string(node(i).raft_port));
   }
   argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  std::vector<std::string> prefix = env_prefix_;
+  for (std::string& p : prefix) {
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"{DIR}", nd.data_dir},
+                                   {"{ID}", std::to_string(id)}}) {
+      for (auto at = p.find(from); at != std::string::npos; at = p.find(from)) p.replace(at, from.size(), to);
+    }
+  }
+  argv.insert(argv.begin(), prefix.begin(), prefix.end());
   nd.proc = std::make_unique<ChildProcess>();
   ASSERT_TRUE(nd.proc->start(argv));
   auto line = nd.proc->wait_for_line("listening on", std::chrono::seconds(10));

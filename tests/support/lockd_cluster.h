@@ -20,8 +20,12 @@ namespace lockd::testing {
 
 class LockdCluster {
  public:
-  // Starts `n` nodes (ids 1..n) with `extra_flags` added to each.
-  explicit LockdCluster(int n, std::vector<std::string> extra_flags = {});
+  // Starts `n` nodes (ids 1..n) with `extra_flags` added to each. With
+  // `env_prefix` (e.g. {"/usr/bin/env", "LD_PRELOAD=..."}) each node runs
+  // under it; "{DIR}" in it is replaced by the node's data dir and "{ID}"
+  // by its id.
+  explicit LockdCluster(int n, std::vector<std::string> extra_flags = {},
+                        std::vector<std::string> env_prefix = {});
   ~LockdCluster();  // kills every node, removes the data dirs
   LockdCluster(const LockdCluster&) = delete;
   LockdCluster& operator=(const LockdCluster&) = delete;
@@ -65,6 +69,7 @@ class LockdCluster {
 
   std::vector<Node> nodes_;
   std::vector<std::string> extra_flags_;
+  std::vector<std::string> env_prefix_;
   std::string root_dir_;
 };
 
