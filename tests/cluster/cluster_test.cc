@@ -60,6 +60,13 @@ TEST(Cluster, ElectsOneLeaderAndFollowersRedirect) {
   const std::string st = c.status_json(leader);
   EXPECT_NE(st.find("\"mode\":\"cluster\""), std::string::npos) << st;
   EXPECT_NE(st.find("\"role\":\"leader\""), std::string::npos) << st;
+  // Exactly one node says it leads; /readyz is 200 everywhere.
+  int leaders = 0;
+  for (int i = 1; i <= 3; ++i) {
+    if (c.status_json(i).find("\"role\":\"leader\"") != std::string::npos) ++leaders;
+    EXPECT_EQ(http(c.admin_port(i), "/readyz").status, 200) << i;
+  }
+  EXPECT_EQ(leaders, 1);
 }
 
 TEST(Cluster, ContractRowsOnTheLeader) {
