@@ -375,7 +375,7 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
   if (leader_term_ != 0 && (!raft_leads || raft_.term() != leader_term_)) lose_leadership();
   if (raft_leads && leader_term_ == 0) {
     leader_term_ = raft_.term();
-    spdlog::info("became leader of term {}", leader_term_);
+    spdlog::info("node {} became leader of term {}", raft_.id(), leader_term_);
   }
   if (leader_term_ == 0) return;
   if (!leader_start_proposed_) {
