@@ -36,6 +36,7 @@ bool ClusterNode::open(std::string& error) {
   for (const Member& m : config_.members) rc.voters.push_back(m.id);
   rc.election_ticks = config_.election_ticks;
   rc.heartbeat_ticks = 1;
+  rc.max_uncommitted_entries = kMaxUncommittedProposals;
   // Elections must not run in lockstep across restarts of the same node.
   rc.rng_seed = std::random_device{}() ^ (static_cast<std::uint64_t>(net::monotonic_now_ns()) << 16) ^
                 config_.self;

@@ -45,6 +45,11 @@ namespace lockd::cluster {
 // Ready cycles per loop turn (each is one sync); more work waits a turn so
 // clients and peers are read in between.
 constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
+// Proposals beyond the commit index before requests are refused (`B` for
+// an `A`). Raft's default (4096) is a few loop turns of one pipelining
+// client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many
+// clients while still bounding the leader's memory.
+constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
 
 struct ClusterNodeConfig {
   raft::NodeId self = raft::kNoNode;
