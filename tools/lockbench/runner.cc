@@ -216,6 +216,7 @@ class Runner {
   // endpoints_[leader_].
   bool cluster_ = false;
   std::vector<Endpoint> endpoints_;
+  std::vector<std::int64_t> down_until_ns_;  // per endpoint: refused a connect, skip until
   std::size_t leader_ = 0;
   std::vector<Conn*> lost_;       // connections waiting for on_reconnect
   event* reconnect_ev_ = nullptr;
@@ -304,6 +305,10 @@ bool Runner::open_conn(Conn& c, std::size_t index, std::string& error) {
     error = "cannot connect to " + ep.to_string() + " (connection " + std::to_string(c.id) +
             "): " + std::strerror(errno);
     close(fd);
+    // Cluster: a member that refuses is down for a while; an `M` naming it
+    // (followers still believe in a dead leader until they time out) must
+    // not send every connection back to it.
+    if (index < down_until_ns_.size()) down_until_ns_[index] = now_ns() + kReconnectPauseMs * kNsPerMs;
     return false;
   }
   int one = 1;
@@ -355,6 +360,7 @@ Results Runner::run() {
   cluster_ = !cfg_.cluster.empty();
   if (cluster_) {
     endpoints_ = cfg_.cluster;
+    down_until_ns_.assign(endpoints_.size(), 0);
     if (!find_leader()) return res_;
     reconnect_ev_ = evtimer_new(base_, &Runner::on_reconnect, this);
   } else {
@@ -753,6 +759,7 @@ std::optional<std::size_t> Runner::endpoint_index(std::string_view addr) {
   }
   if (endpoints_.size() >= kMaxEndpoints) return std::nullopt;
   endpoints_.push_back(ep);
+  down_until_ns_.push_back(0);
   return endpoints_.size() - 1;
 }
 
@@ -820,38 +827,54 @@ bool Runner::find_leader() {
   return false;
 }
 
-// A leader change seen in a reply: count it and start the sequence over.
-// Returns false for every other reply.
+// A leader change seen in a reply (cluster mode): count it and start the
+// sequence over, at once or after a pause. Returns false for every other
+// reply (which also tells which node leads: the one that answered).
 bool Runner::cluster_reply(Conn& c, Slot& s, const Reply& r) {
-  switch (r.outcome) {
-    case Outcome::kMoved: {
-      ++res_.counters.moved;
-      if (const auto at = endpoint_index(r.detail)) {
-        leader_ = *at;
-        if (c.target != leader_) conn_lost(c);  // reconnect to the leader
-      } else {
-        protocol_error(c, r.detail);  // an address we cannot use
-      }
-      restart_slot(s);  // lands on the new connection once it is open
-      return true;
+  const bool leader_change = r.outcome == Outcome::kMoved || r.outcome == Outcome::kNoLeader ||
+                             r.outcome == Outcome::kIndeterminate;
+  if (!cluster_) {
+    // One address: a cluster reply means lockbench was pointed at a
+    // cluster without --cluster. Say so (a protocol error, as before).
+    if (leader_change) {
+      protocol_error(c, std::string(r.outcome == Outcome::kMoved ? "M " : "") +
+                            std::string(r.detail) + " (a cluster? use --cluster)");
     }
-    case Outcome::kNoLeader: {
-      ++res_.counters.no_leader;
-      if (stopping_) return true;
-      if (s.retry_ev == nullptr) s.retry_ev = evtimer_new(base_, &Runner::on_retry, &s);
-      s.restart_on_timer = true;
-      timeval tv{0, kNoLeaderPauseMs * 1000};
-      evtimer_add(s.retry_ev, &tv);
-      ++outstanding_;
-      return true;
-    }
-    case Outcome::kIndeterminate:
-      ++res_.counters.indeterminate;
-      restart_slot(s);
-      return true;
-    default:
-      return false;
+    return false;
   }
+  if (!leader_change) {
+    leader_ = c.target;  // it answered: it leads
+    return false;
+  }
+  bool pause = r.outcome == Outcome::kNoLeader;
+  if (r.outcome == Outcome::kNoLeader) ++res_.counters.no_leader;
+  if (r.outcome == Outcome::kIndeterminate) ++res_.counters.indeterminate;
+  if (r.outcome == Outcome::kMoved) {
+    ++res_.counters.moved;
+    const auto at = endpoint_index(r.detail);
+    if (!at) {
+      protocol_error(c, r.detail);  // an address we cannot use
+      pause = true;
+    } else if (down_until_ns_[*at] > now_ns()) {
+      // It names a member that just refused us: this follower has not yet
+      // noticed its leader died. Ask again after a pause.
+      pause = true;
+    } else {
+      leader_ = *at;
+      if (c.target != leader_) conn_lost(c);  // reconnect to the leader
+    }
+  }
+  if (!pause) {
+    restart_slot(s);  // after a move: lands on the new connection once open
+    return true;
+  }
+  if (stopping_) return true;
+  if (s.retry_ev == nullptr) s.retry_ev = evtimer_new(base_, &Runner::on_retry, &s);
+  s.restart_on_timer = true;
+  timeval tv{0, kNoLeaderPauseMs * 1000};
+  evtimer_add(s.retry_ev, &tv);
+  ++outstanding_;
+  return true;
 }
 
 void Runner::restart_slot(Slot& s) {
@@ -917,8 +940,10 @@ void Runner::reconnect(Conn& c) {
   bool open = false;
   if (!stopping_) {
     std::string error;
+    const std::int64_t now = now_ns();
     for (std::size_t k = 0; k < endpoints_.size() && !open; ++k) {
-      open = open_conn(c, (leader_ + k) % endpoints_.size(), error);
+      const std::size_t at = (leader_ + k) % endpoints_.size();
+      if (down_until_ns_[at] <= now) open = open_conn(c, at, error);
     }
     if (!open) {
       // Nobody accepts yet: try again shortly; the slots wait parked.
