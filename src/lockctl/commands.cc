@@ -199,11 +199,19 @@ namespace {
 // maps its letter to the exit status.
 int protocol_request(const Globals& g, const std::string& line, int timeout_ms) {
   net::Endpoint target = g.addr;
+  std::string redirected_by;  // the node whose `M` sent us to `target`
   for (int hop = 0;; ++hop) {
     std::string error;
     const auto reply = exchange_line(target, line, timeout_ms, error);
     if (!reply) {
-      fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+      if (redirected_by.empty()) {
+        fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+      } else {
+        // A follower that has not yet noticed its leader died points at it.
+        fail(fmt::format("cannot reach the leader {} that {} named: {} (a leader change under "
+                         "way? try again)",
+                         target.to_string(), redirected_by, error));
+      }
       return kExitUnreachable;
     }
     const char kind = reply->empty() ? '?' : (*reply)[0];
@@ -214,6 +222,7 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       std::string perr;
       if (a != std::string::npos) {
         if (auto ep = net::parse_endpoint(reply->substr(a + 1, b - a - 1), perr)) {
+          redirected_by = target.to_string();
           target = *ep;
           continue;
         }

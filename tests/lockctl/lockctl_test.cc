@@ -388,6 +388,17 @@ TEST(LockctlClusterTest, AcquireReleaseKeepFollowRedirectsToTheLeader) {
   EXPECT_EQ(leader.requests().back(), "K 77 k 9000");
 }
 
+TEST(LockctlClusterTest, RedirectToADeadLeaderSaysWhoSentUs) {
+  const std::string dead = dead_addr();
+  FakeNode follower([&](const std::string& req) { return "M " + dead + " " + echo_of(req) + "\n"; });
+  Outcome a = ctl_at(follower.addr(), {"acquire", "alice", "k"});
+  EXPECT_EQ(a.status, 3);
+  EXPECT_NE(a.err.find("cannot reach the leader " + dead + " that " + follower.addr()),
+            std::string::npos)
+      << a.err;
+  EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 1) << a.err;
+}
+
 TEST(LockctlClusterTest, GivesUpAfterThreeHops) {
   // A node that redirects to itself forever: lockctl asks it 1 + 3 times.
   std::string self;
