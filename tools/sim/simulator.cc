@@ -16,6 +16,7 @@
 #include "lockd/raft/codec.h"
 #include "lockd/raft/raft.h"
 #include "lockd/raft/storage.h"
+#include "lock_model.h"
 
 namespace lockd::sim {
 
@@ -259,6 +260,11 @@ class Simulation {
       case PlantedBug::kSkipLogUpToDate: c.faults.skip_log_up_to_date_check = true; break;
       case PlantedBug::kHeartbeatFullCommit: c.faults.heartbeat_full_commit = true; break;
       case PlantedBug::kAckBeforePersist: c.faults.ack_before_persist = true; break;
+      case PlantedBug::kExpireIgnoresLease: break;  // planted in apply_command, not in the core
+      case PlantedBug::kQuorumOfAll: c.faults.commit_needs_all_voters = true; break;
+      case PlantedBug::kLeaderNeverStepsDown: c.faults.check_quorum_counts_sends = true; break;
+      case PlantedBug::kNoLeaderStickiness: c.faults.ignore_leader_lease = true; break;
+      case PlantedBug::kAcceptStaleResponses: c.faults.accept_stale_responses = true; break;
     }
     return c;
   }
@@ -305,13 +311,19 @@ class Simulation {
   }
 
   // Applies one command to the node's table, checking the lock-level
-  // invariants; returns the outcome summary.
+  // invariants; returns the canonical outcome (LockModel::apply's format).
   std::string apply_command(Node& n, const std::string& bytes) {
     n.applied_commands.push_back(bytes);
     cluster::LockCommand c;
     if (cluster::decode_lock_command(bytes, c) != cluster::LockCommandError::kOk) return "undecodable";
     TimeNs now = std::max(c.now_ns, n.table_floor_ns);
     n.table_floor_ns = now;
+    if (opts_.bug == PlantedBug::kExpireIgnoresLease && c.type == cluster::LockCommandType::kExpire) {
+      // Planted: the expire path forgets the deadline. Every replica does
+      // the same, so they agree; only the oracle knows better.
+      const locks::KeyState* ks = n.table->find(c.key);
+      if (ks && ks->token == c.token) now = std::max(now, ks->expires_at_ns);
+    }
     cluster::ApplyOutcome out = cluster::apply_lock_command(*n.table, c, now);
     n.table->check_invariants();
     auto grant = [&](const std::string& key, locks::Token token) {
@@ -338,7 +350,73 @@ class Simulation {
     for (const locks::Delivery& d : out.deliveries) {
       if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
     }
-    return out.summary;
+    // The reply, then every reply owed to a waiter, in full (who, token).
+    std::string canonical = out.summary.substr(0, out.summary.find(" +"));
+    for (const locks::Delivery& d : out.deliveries) {
+      canonical += d.kind == locks::DeliveryKind::kGranted ? " +grant " : " +timeout ";
+      canonical += std::to_string(d.token) + "/" + d.owner + "/" + d.key + "/" + std::to_string(d.waiter) + "/" +
+                   std::to_string(d.client);
+    }
+    return canonical;
+  }
+
+  // The lock oracle (LockModel): fed each committed command once, in log
+  // order, when the first replica applies it; that replica's reply and
+  // whole table must be what the contract says.
+  void check_oracle(const Node& n, const Entry& e, const std::string& outcome) {
+    if (e.index <= oracle_index_ || !result_.passed) return;
+    if (e.index != oracle_index_ + 1) {
+      fail("lock oracle", "n" + std::to_string(n.id) + " applied " + std::to_string(e.index) +
+                              " before any replica applied " + std::to_string(oracle_index_ + 1));
+      return;
+    }
+    oracle_index_ = e.index;
+    if (e.type == EntryType::kNoop) return;
+    cluster::LockCommand c;
+    std::string want = cluster::decode_lock_command(e.data, c) == cluster::LockCommandError::kOk
+                           ? oracle_.apply(c)
+                           : "undecodable";
+    if (outcome != want) {
+      fail("lock oracle", "entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": replica says '" +
+                              outcome + "', the contract says '" + want + "'");
+      return;
+    }
+    std::string diff = oracle_diff(*n.table);
+    if (!diff.empty()) {
+      fail("lock oracle", "after entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": " + diff);
+    }
+  }
+
+  // Where `t` differs from the oracle's state ("" when it does not): keys,
+  // holders, tokens, expiries, queues in order, the next token.
+  std::string oracle_diff(const locks::LockTable& t) const {
+    if (t.next_token() != oracle_.next_token()) {
+      return "next token " + std::to_string(t.next_token()) + ", contract " + std::to_string(oracle_.next_token());
+    }
+    if (t.key_count() != oracle_.keys().size()) {
+      return std::to_string(t.key_count()) + " keys, contract " + std::to_string(oracle_.keys().size());
+    }
+    for (const auto& [key, m] : oracle_.keys()) {
+      const locks::KeyState* k = t.find(key);
+      if (!k) return "key " + key + " missing";
+      auto row = [](const std::string& owner, std::uint64_t token, TimeNs expires) {
+        return owner + " token " + std::to_string(token) + " expires " + std::to_string(expires);
+      };
+      std::string got = row(k->owner, k->token, k->expires_at_ns);
+      std::string want = row(m.owner, m.token, m.expires_ns);
+      if (k->waiters) {
+        for (const locks::Waiter& w : *k->waiters) {
+          got += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
+                 std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+        }
+      }
+      for (const LockModel::Waiter& w : m.queue) {
+        want += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
+                std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+      }
+      if (got != want) return "key " + key + " is '" + got + "', contract '" + want + "'";
+    }
+    return "";
   }
 
   // --- the node's driver loop: persist, send, apply, advance ---
@@ -376,6 +454,7 @@ class Simulation {
         std::string outcome = e.type == EntryType::kNoop ? "noop" : apply_command(n, e.data);
         n.applied = e.index;
         record_applied(n, e, outcome);
+        check_oracle(n, e, outcome);
       }
       n.raft->advance();
       if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
@@ -885,6 +964,8 @@ class Simulation {
   std::uint64_t next_waiter_ = 0;
   std::uint64_t decode_errors_ = 0;
   std::map<Index, HistoryEntry> history_;
+  LockModel oracle_;         // the lock contract, fed every committed command once
+  Index oracle_index_ = 0;   // last index fed to oracle_
   std::map<Term, NodeId> leaders_;
   // A leader of `term` to crash at `step` (if it still runs in that term).
   struct Doomed {
@@ -906,7 +987,9 @@ class Simulation {
 bool parse_planted_bug(std::string_view name, PlantedBug& out) {
   for (PlantedBug b : {PlantedBug::kNone, PlantedBug::kCommitOldTerm, PlantedBug::kVoteBeforePersist,
                        PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate,
-                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist}) {
+                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist,
+                       PlantedBug::kExpireIgnoresLease, PlantedBug::kQuorumOfAll, PlantedBug::kLeaderNeverStepsDown,
+                       PlantedBug::kNoLeaderStickiness, PlantedBug::kAcceptStaleResponses}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -924,6 +1007,11 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kSkipLogUpToDate: return "skip-log-up-to-date";
     case PlantedBug::kHeartbeatFullCommit: return "heartbeat-full-commit";
     case PlantedBug::kAckBeforePersist: return "ack-before-persist";
+    case PlantedBug::kExpireIgnoresLease: return "expire-ignores-lease";
+    case PlantedBug::kQuorumOfAll: return "quorum-of-all";
+    case PlantedBug::kLeaderNeverStepsDown: return "leader-never-steps-down";
+    case PlantedBug::kNoLeaderStickiness: return "no-leader-stickiness";
+    case PlantedBug::kAcceptStaleResponses: return "accept-stale-responses";
   }
   return "?";
 }

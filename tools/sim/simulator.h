@@ -34,6 +34,12 @@ enum class PlantedBug {
   kSkipLogUpToDate,     // grant votes to candidates with stale logs
   kHeartbeatFullCommit, // heartbeats tell followers the leader's whole commit index
   kAckBeforePersist,    // acknowledge appended entries before they are durable
+  // Caught only by the checks of issue 8 (docs/raft.md §5):
+  kExpireIgnoresLease,  // the lock layer's Expire ends a lease before its deadline (every replica alike)
+  kQuorumOfAll,         // the leader commits only what every voter holds
+  kLeaderNeverStepsDown,  // CheckQuorum counts heartbeats sent, so a deaf leader keeps leading
+  kNoLeaderStickiness,  // voters answer vote requests while they hear a leader
+  kAcceptStaleResponses,  // a leader acts on append answers from its earlier terms
 };
 
 // Parses a --bug name; false when unknown.
@@ -41,7 +47,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out);
 std::string_view to_string(PlantedBug b);
 
 struct SimOptions {
-  int nodes = 3;             // cluster size, 3 or 5 (1..9 work)
+  int nodes = 3;             // cluster size, 1..kMaxVoters (CI runs every size)
   std::uint64_t steps = 3000;  // steps per seed, liveness phase included
   PlantedBug bug = PlantedBug::kNone;
   bool verbose = false;      // print a trace of every event
