@@ -218,6 +218,7 @@ void Raft::become_leader() {
     if (v == cfg_.id) continue;
     Progress pr;
     pr.next = last_index() + 1;
+    if (cfg_.faults.assume_followers_committed) pr.match = commit_;
     pr.recent_active = true;  // a fresh leader gets a full period to hear back
     pr.last_contact_tick = ticks_;
     progress_.emplace(v, pr);
@@ -451,7 +452,8 @@ StepError Raft::step(const Message& m) {
       become_follower(m.term, from_leader ? m.from : kNoNode);
     }
   } else if (m.term < term_ &&
-             !(cfg_.faults.accept_stale_responses && m.type == MessageType::kAppendResp)) {
+             !(cfg_.faults.accept_stale_responses &&
+               (m.type == MessageType::kAppendResp || m.type == MessageType::kVoteResp))) {
     if ((cfg_.check_quorum || cfg_.pre_vote) &&
         (m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat)) {
       // A stale leader (say, back from a partition) is told our term so it

@@ -39,7 +39,8 @@ enum class PlantedBug {
   kQuorumOfAll,         // the leader commits only what every voter holds
   kLeaderNeverStepsDown,  // CheckQuorum counts heartbeats sent, so a deaf leader keeps leading
   kNoLeaderStickiness,  // voters answer vote requests while they hear a leader
-  kAcceptStaleResponses,  // a leader acts on append answers from its earlier terms
+  kAcceptStaleResponses,  // a node acts on append and vote answers from its earlier terms
+  kAssumeFollowersCommitted,  // a new leader starts every follower's match at its own commit
 };
 
 // Parses a --bug name; false when unknown.

@@ -83,7 +83,8 @@ struct FaultInjection {
   bool commit_needs_all_voters = false;  // commit only what every voter holds (no progress with one down)
   bool check_quorum_counts_sends = false;  // CheckQuorum counts heartbeats sent, not answers (never steps down)
   bool ignore_leader_lease = false;      // answer vote requests while a leader is heard (no stickiness)
-  bool accept_stale_responses = false;   // act on append answers from earlier terms
+  bool accept_stale_responses = false;   // act on append and vote answers from earlier terms
+  bool assume_followers_committed = false;  // a new leader starts every follower's match at its commit
 };
 
 // Where to find randomness: returns a uniformly random 64-bit number.
