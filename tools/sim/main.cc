@@ -1,6 +1,6 @@
 // lockd-sim: runs the deterministic cluster simulator over a range of seeds.
 //
-//   lockd-sim --nodes 3|5 --seeds N --steps M [--seed S] [--bug NAME] [-v]
+//   lockd-sim --nodes 1..9 --seeds N --steps M [--seed S] [--bug NAME] [--max-failures K] [-v]
 //
 // Runs seeds S .. S+N-1 (S defaults to 1). A failing seed prints the
 // invariant it broke and the one command that replays it. The last line is
@@ -37,13 +37,17 @@ int main(int argc, char** argv) {
   std::uint64_t seeds = 100;
   std::uint64_t first_seed = 1;
   std::string bug = "none";
-  app.add_option("--nodes", opts.nodes, "cluster size (3 or 5)")->check(CLI::Range(1, 9));
+  std::uint64_t max_failures = 0;
+  app.add_option("--nodes", opts.nodes, "cluster size (1 to 9)")->check(CLI::Range(1, 9));
   app.add_option("--seeds", seeds, "how many seeds to run");
   app.add_option("--steps", opts.steps, "steps (ticks) per seed")->check(CLI::Range(10, 100000000));
   app.add_option("--seed", first_seed, "first seed");
+  app.add_option("--max-failures", max_failures, "stop after this many failed seeds (0: run them all)");
   app.add_option("--bug", bug,
                  "plant a bug: none, commit-old-term, vote-before-persist, keep-vote-on-new-term, "
-                 "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist");
+                 "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist, expire-ignores-lease, "
+                 "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, "
+                 "assume-followers-committed");
   app.add_flag("-v,--verbose", opts.verbose, "trace every event");
   app.add_flag("--trace-messages", opts.trace_messages, "also trace every delivered message");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
       std::printf("seed %llu FAILED at step %llu: %s\n  replay: %s\n", static_cast<unsigned long long>(s),
                   static_cast<unsigned long long>(r.failed_step), r.failure.c_str(), replay.c_str());
       std::fflush(stdout);
+      if (max_failures != 0 && failed >= max_failures) break;
     }
   }
   std::printf("%llu passed, %llu failed\n", static_cast<unsigned long long>(passed),

@@ -103,6 +103,7 @@ struct Weather {
   double transfer = 0;       // per step: ask the leader to hand over
   double capsule = 0;        // per message sent: also deliver a copy 1000-2500 steps later
   std::uint64_t steady_phases = 0;  // how many steady fault phases this seed has
+  std::uint64_t max_clock_skew_ms = 0;  // spread of the nodes' clock origins
   std::uint64_t compact_every = 20;  // applied entries between snapshots
 };
 
@@ -155,6 +156,13 @@ class Simulation {
   Simulation(const SimOptions& opts, std::uint64_t seed) : opts_(opts), seed_(seed), rng_(seed) {
     draw_weather();
     int n = opts_.nodes;
+    // Every node's monotonic clock has its own origin: a fixed offset of
+    // 0 to max_clock_skew_ms (whole ticks, so leases end exactly on steps).
+    clock_offset_ns_.assign(static_cast<std::size_t>(n + 1), 0);
+    for (int i = 1; i <= n; ++i) {
+      clock_offset_ns_[static_cast<std::size_t>(i)] =
+          static_cast<TimeNs>(rng_.below(w_.max_clock_skew_ms / 10 + 1)) * kTickNs;
+    }
     for (int i = 1; i <= n; ++i) voters_.push_back(static_cast<NodeId>(i));
     nodes_.resize(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -260,6 +268,7 @@ class Simulation {
     w_.transfer = storm(0.005);
     w_.compact_every = rng_.range(3, 60);
     w_.capsule = storm(0.004);
+    w_.max_clock_skew_ms = rng_.chance(0.3) ? 0 : rng_.range(10, 500);
     w_.steady_phases = rng_.chance(0.3) ? 0 : rng_.range(1, 3);
     pre_vote_ = rng_.chance(0.8);
     check_quorum_ = rng_.chance(0.8);
@@ -749,14 +758,16 @@ class Simulation {
     for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
     Steady st;
     st.start = step_;
-    // Liveness under a cut link needs CheckQuorum (the deaf leader steps
-    // down; voters that hear a leader ignore a node that does not, thesis
-    // §9.6); a minority down or a leader cut off entirely does not.
-    bool full = check_quorum_;
+    // Liveness under a cut link needs CheckQuorum: voters that hear a
+    // leader ignore a node that does not (thesis §9.6). A deaf node also
+    // needs PreVote, or its campaigns at ever higher terms (which it never
+    // hears answered) keep unseating everyone else. A minority down or a
+    // leader cut off both ways needs neither.
     std::vector<SteadyKind> kinds{SteadyKind::kMinorityDown, SteadyKind::kIsolateLeader};
-    if (full) kinds.insert(kinds.end(), {SteadyKind::kLinkCut, SteadyKind::kDeafLeader, SteadyKind::kMuteLink});
+    if (check_quorum_) kinds.insert(kinds.end(), {SteadyKind::kLinkCut, SteadyKind::kMuteLink});
+    if (check_quorum_ && pre_vote_) kinds.push_back(SteadyKind::kDeafLeader);
     st.kind = kinds[rng_.below(kinds.size())];
-    st.check_stable = full;
+    st.check_stable = check_quorum_;
     std::size_t n = nodes_.size();
     Node* l = find_leader();
     NodeId leader = l ? l->id : static_cast<NodeId>(rng_.range(1, n));
@@ -817,7 +828,7 @@ class Simulation {
     if (l && (st.marker_index == 0 || l->raft->term() > st.marker_term)) {
       cluster::LockCommand c;
       c.type = cluster::LockCommandType::kCancelWaiter;  // harmless
-      c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+      c.now_ns = clock_ns(*l);
       auto r = l->raft->propose(cluster::encode_lock_command(c));
       if (r.error == raft::ProposeError::kOk) {
         accepted_.emplace_back(r.index, r.term);
@@ -877,6 +888,11 @@ class Simulation {
     for (auto& row : clogged_until_) std::fill(row.begin(), row.end(), 0);
   }
 
+  // What `n`'s monotonic clock reads now (a leader stamps commands with it).
+  TimeNs clock_ns(const Node& n) const {
+    return static_cast<TimeNs>(step_) * kTickNs + clock_offset_ns_[n.id];
+  }
+
   Node* find_leader() {
     Node* best = nullptr;
     for (Node& n : nodes_) {
@@ -905,7 +921,7 @@ class Simulation {
       target = &nodes_[l - 1];
     }
     cluster::LockCommand c;
-    c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+    c.now_ns = clock_ns(*target);
     std::string key = "k" + std::to_string(rng_.below(kKeys));
     const locks::KeyState* ks = target->table->find(key);
     std::uint64_t dice = rng_.below(10);
@@ -942,7 +958,7 @@ class Simulation {
     if (l && (marker_index_ == 0 || l->raft->term() > marker_term_)) {
       cluster::LockCommand c;
       c.type = cluster::LockCommandType::kCancelWaiter;  // harmless
-      c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+      c.now_ns = clock_ns(*l);
       c.waiter = 0;
       auto r = l->raft->propose(cluster::encode_lock_command(c));
       if (r.error == raft::ProposeError::kOk) {
@@ -1038,12 +1054,18 @@ class Simulation {
   // `match`, with the leader's terms. Whatever the follower's term: one
   // still behind the leader's term cannot have acked this term, so it must
   // hold all of it too; one already ahead may have had an uncommitted
-  // suffix replaced by a newer leader, but never a committed entry, so
-  // there the claim is checked up to the highest committed index.
+  // suffix replaced by a newer leader, but never an entry committed by the
+  // leader's term or earlier, so there the claim is checked up to those.
   void check_progress_sound() {
-    Index committed = history_.empty() ? 0 : history_.rbegin()->first;
     for (const Node& l : nodes_) {
       if (!l.up || !result_.passed || l.raft->role() != Role::kLeader) continue;
+      Index committed = 0;  // highest index committed in a term <= the leader's
+      for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+        if (it->second.commit_term <= l.raft->term()) {
+          committed = it->first;
+          break;
+        }
+      }
       for (const raft::PeerProgress& p : l.raft->progress()) {
         const Node& f = nodes_[p.id - 1];
         if (p.id == l.id || !f.up) continue;
@@ -1232,6 +1254,7 @@ class Simulation {
   std::size_t max_entries_ = 8;
   std::size_t chunk_bytes_ = 256;
   std::vector<NodeId> voters_;
+  std::vector<TimeNs> clock_offset_ns_;  // [id]: origin of that node's clock
   std::vector<Node> nodes_;
   std::vector<InFlight> network_;
   std::vector<std::vector<bool>> blocked_;               // blocked_[from][to]
