@@ -62,6 +62,13 @@ std::string LockModel::apply(const cluster::LockCommand& c) {
       hand_off_or_delete(c.key, now, out);
       return out;
     }
+    case cluster::LockCommandType::kKeep: {
+      // §6a: only the current token, only while its lease has not ended (an
+      // ended lease is never revived); expiry = now + lease, earlier or later.
+      if (it == keys_.end() || it->second.token != c.token || it->second.expires_ns <= now) return "not-kept";
+      it->second.expires_ns = now + ms_to_ns(c.lease_ms);
+      return "kept";
+    }
     case cluster::LockCommandType::kCancelWaiter: {
       // §9: a waiter whose connection closed leaves its queue, no reply.
       for (auto& [key, k] : keys_) {

@@ -5,7 +5,7 @@
 // the simulator checks that they agree. Agreement is not correctness: a bug
 // in LockTable or in apply_lock_command is shared by every replica, so all
 // agree and all are wrong. This model is written from
-// /work/shared/spec/protocol.md §5-§9 alone — plain maps and a deque, no
+// /work/shared/spec/protocol.md §5-§9 (and §6a, Keep) alone — plain maps and a deque, no
 // indexes, no deadline heap, nothing shared with LockTable — so it can be
 // read in one sitting and trusted. The simulator feeds it each committed
 // command once, in log order, and compares the reply, the token, who is

@@ -106,7 +106,7 @@ MUTATIONS = [
     dict(name="replica-clock-runs-back", file="src/cluster/lock_command.cc", kind="bug",
          source="replicas apply a command at its leader's clock even when an earlier command was later (clocks differ per node)",
          find="  TimeNs now = std::max(c.now_ns, floor_ns);",
-         replace="  TimeNs now = c.now_ns;"),
+         replace="  TimeNs now = c.now_ns;\n  (void)floor_ns;"),
     dict(name="release-drops-handoff-reply", file="src/cluster/lock_command.cc", kind="bug",
          source="the cluster release path drops the hand-off Delivery, so the new holder is never told",
          find="      auto r = table.release(now, c.token, c.key, out.deliveries);",

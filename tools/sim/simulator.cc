@@ -390,6 +390,11 @@ class Simulation {
         (c.type == cluster::LockCommandType::kExpire && out.summary.rfind("expired", 0) == 0)) {
       n.holders.erase(c.key);
     }
+    // A keep moves the holding's end, earlier or later (§6a).
+    if (c.type == cluster::LockCommandType::kKeep && out.kept) {
+      const locks::KeyState* ks = n.table->find(c.key);
+      if (ks) n.holders[c.key].expires_ns = ks->expires_at_ns;
+    }
     if (out.granted != 0) grant(c.key, out.granted);
     for (const locks::Delivery& d : out.deliveries) {
       if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
@@ -924,7 +929,7 @@ class Simulation {
     c.now_ns = clock_ns(*target);
     std::string key = "k" + std::to_string(rng_.below(kKeys));
     const locks::KeyState* ks = target->table->find(key);
-    std::uint64_t dice = rng_.below(10);
+    std::uint64_t dice = rng_.below(12);
     if (dice < 5 || !ks) {
       c.type = cluster::LockCommandType::kAcquire;
       c.owner = "c" + std::to_string(rng_.below(kOwners));
@@ -941,6 +946,13 @@ class Simulation {
       c.type = cluster::LockCommandType::kExpire;
       c.key = key;
       c.token = ks->token;
+    } else if (dice < 11) {
+      // A holder extends (or shortens) its lease, sometimes with a stale
+      // token, sometimes after its lease ended.
+      c.type = cluster::LockCommandType::kKeep;
+      c.key = key;
+      c.token = rng_.chance(0.9) ? ks->token : rng_.range(1, ks->token);
+      c.lease_ms = rng_.range(50, 3000);
     } else {
       c.type = cluster::LockCommandType::kCancelWaiter;
       c.waiter = next_waiter_ > 0 ? rng_.range(1, next_waiter_) : 1;
