@@ -113,8 +113,8 @@ MUTATIONS = [
          replace="      std::vector<locks::Delivery> lost;\n      auto r = table.release(now, c.token, c.key, lost);"),
     dict(name="decode-accepts-zero-lease", file="src/cluster/lock_command.cc", kind="bug",
          source="the command decoder lets a zero lease through to the lock table",
-         find="c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs",
-         replace="c.lease_ms <= kMaxLockCommandMs"),
+         find="c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs && c.wait_ms",
+         replace="c.lease_ms <= kMaxLockCommandMs && c.wait_ms"),
     # ---- src/locks: the lock table ----
     dict(name="release-ignores-token", file="src/locks/lock_table.cc", kind="bug",
          source="release checks the key but not the fencing token (a stale holder frees the new holder's lock)",
