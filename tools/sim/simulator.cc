@@ -227,6 +227,7 @@ class Simulation {
     }
     result_.committed = history_.empty() ? 0 : history_.rbegin()->first;
     result_.leaders = leaders_.size();
+    result_.steps = std::min(step_ + 1, opts_.steps);
     return result_;
   }
 

@@ -60,6 +60,7 @@ struct SeedResult {
   bool passed = true;
   std::uint64_t failed_step = 0;
   std::string failure;              // invariant name and details
+  std::uint64_t steps = 0;          // steps simulated (a seed stops early once it converged)
   std::uint64_t committed = 0;      // highest committed index observed
   std::uint64_t leaders = 0;        // distinct (term, leader) pairs observed
   std::uint64_t crashes = 0;
