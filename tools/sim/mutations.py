@@ -88,8 +88,11 @@ MUTATIONS = [
          source="a full in-flight window is never freed after a lost append (etcd's inflights had to learn this)",
          find="        pr.inflight.pop_front();\n      }\n      // Behind:",
          replace="      }\n      // Behind:"),
-    dict(name="snapshot-keeps-conflicting-suffix", file="src/raft/raft.cc", kind="bug",
+    dict(name="snapshot-keeps-conflicting-suffix", file="src/raft/raft.cc", kind="harmless",
          source="installing a snapshot keeps the log suffix without checking the term at the snapshot index (thesis §5.3)",
+         why="self-healing here: the snapshot is acked at its own index, heartbeats carry min(match, commit), and the "
+             "next append (prev = the snapshot's index and term, which now match) conflicts at its first entry and "
+             "truncates the stale suffix before anything acks, commits or applies it",
          find="  if (t && *t == meta.term) {",
          replace="  if (t) {"),
     dict(name="restart-trusts-stored-commit", file="src/raft/raft.cc", kind="harmless",
@@ -106,9 +109,10 @@ MUTATIONS = [
          source="CheckQuorum does not count the leader itself: with one follower down of three it steps down every period",
          find="  std::size_t active = 1;  // self",
          replace="  std::size_t active = 0;  // self"),
-    dict(name="stale-leader-not-told", file="src/raft/raft.cc", kind="harmless",
-         source="a node at a higher term ignores a stale leader's appends instead of answering with its term",
-         why="the new leader's own heartbeats reach the stale one and depose it; behind a one-way cut CheckQuorum does",
+    dict(name="stale-leader-not-told", file="src/raft/raft.cc", kind="bug",
+         source="a node at a higher term ignores a stale leader's appends instead of answering with its term "
+                "(I first filed this as harmless; the simulator disagreed: with PreVote on and CheckQuorum off "
+                "the stale leader's heartbeats keep the others from ever electing)",
          find="    if ((cfg_.check_quorum || cfg_.pre_vote) &&",
          replace="    if (false &&"),
     dict(name="transfer-before-caught-up", file="src/raft/raft.cc", kind="harmless",
