@@ -117,7 +117,8 @@ MUTATIONS = [
          replace="    if (false &&"),
     dict(name="transfer-before-caught-up", file="src/raft/raft.cc", kind="harmless",
          source="TimeoutNow is sent to a transfer target that is not caught up",
-         why="a stale target cannot win (voters refuse its log); the cost is one extra election",
+         why="a stale target cannot win (voters refuse its log); the cost is one extra election (the "
+             "leadership_transfer scenario transcript still notices the changed behaviour)",
          find="  if (pr.match == last_index()) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;",
          replace="  if (true) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;"),
     # ---- src/cluster: the replicated lock command ----
