@@ -208,9 +208,12 @@ void AdminServer::handle(evhttp_request* req) {
       send(req, 200, kText, "ok");
       return;
     case Route::kReady:
-      // Single mode can always serve A/R, until a graceful stop begins.
+      // Single mode can always serve A/R, until a graceful stop begins;
+      // a cluster node when it leads or knows the leader.
       if (draining_) {
         send(req, 503, kText, "stopping");
+      } else if (!node_ready(node_, now)) {
+        send(req, 503, kText, "no leader");
       } else {
         send(req, 200, kText, "ok");
       }

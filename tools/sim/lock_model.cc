@@ -69,6 +69,11 @@ std::string LockModel::apply(const cluster::LockCommand& c) {
       it->second.expires_ns = now + ms_to_ns(c.lease_ms);
       return "kept";
     }
+    case cluster::LockCommandType::kLeaderStart:
+    case cluster::LockCommandType::kClock:
+      // Not modelled yet (and not proposed by the simulator): cluster
+      // mode's LockStateMachine handles them, the table is unchanged.
+      return "noop";
     case cluster::LockCommandType::kCancelWaiter: {
       // §9: a waiter whose connection closed leaves its queue, no reply.
       for (auto& [key, k] : keys_) {

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,13 +42,43 @@ constexpr std::size_t kMaxTopLimit = 100;
 // --max-waiters-per-key, which an operator may set very high).
 constexpr std::size_t kMaxWaitersListed = 10'000;
 
+// One cluster member as a node sees it (for /v1/cluster).
+struct ClusterMember {
+  std::uint64_t id = 0;
+  std::string client_addr;
+  std::string raft_addr;
+  std::string role;                            // "leader" for the leader, else "follower"
+  std::optional<std::uint64_t> match_index;    // known on the leader only
+  std::optional<std::int64_t> last_contact_ms; // known on the leader only
+};
+
+// A cluster node's Raft state, read fresh for every request (the seam
+// between the admin API and the cluster node).
+struct ClusterStatus {
+  std::uint64_t node_id = 0;
+  std::string role;           // leader | follower | candidate (a pre-candidate too)
+  std::uint64_t term = 0;
+  std::uint64_t leader_id = 0;  // 0: unknown
+  std::string leader_addr;    // the leader's client host:port; empty: unknown
+  std::uint64_t commit_index = 0;
+  std::uint64_t applied_index = 0;
+  bool serving = false;       // leader whose first entry of the term is applied
+  std::vector<ClusterMember> members;
+};
+
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
   std::string version;       // LOCKD_VERSION
-  std::string mode;          // "single" (cluster fills the rest later)
+  std::string mode;          // "single" or "cluster"
   std::string listen;        // client address, host:port
   TimeNs started_ns = 0;     // monotonic, for uptime
+  // Cluster mode: the node's Raft state now. Empty in single mode.
+  std::function<ClusterStatus(TimeNs now_ns)> cluster;
 };
+
+// `/readyz`: single mode always; cluster mode when this node can serve or
+// redirect A/R: the leader serving, or a follower that knows a leader.
+bool node_ready(const NodeInfo& node, TimeNs now_ns);
 
 // Milliseconds from `now` to `at`, rounded toward -infinity so a lease that
 // ran out even 1 ns ago is negative.

@@ -2,11 +2,11 @@
 // deterministic state machine.
 //
 // The table takes commands (acquire, release, keep, expire, cancel a
-// waiter, advance time, sweep) with `now` passed in, and answers with values: the
-// outcome for the caller plus Deliveries, the replies owed to *other*
-// waiting clients (a hand-off, a wait that ran out). It reads no clock,
-// owns no socket and arms no timer: it only says, through next_deadline(),
-// when it next wants advance() to be called.
+// waiter, advance time, sweep) with `now` passed in, and answers with
+// values: the outcome for the caller plus Deliveries, the replies owed to
+// *other* waiting clients (a hand-off, a wait that ran out). It reads no
+// clock, owns no socket and arms no timer: it only says, through
+// next_deadline(), when it next wants advance() to be called.
 //
 // Single mode drives it straight from the reactor. Cluster mode applies the
 // very same commands from the Raft log on every replica, which is why every
@@ -129,9 +129,10 @@ struct KeyState {
   Token token = 0;
   TimeNs expires_at_ns = 0;
   // The span from the grant to expires_at_ns: the acquire's lease, then
-  // whatever each keep made it. Kept whole so that the grant time
-  // (expires_at_ns - lease_ms) stays exact for the admin views without a
-  // field of its own (8 bytes would cost every key 16 in its hash node).
+  // whatever each keep made it (so it can exceed the max lease of one
+  // request). Kept whole so that the grant time (expires_at_ns - lease_ms)
+  // stays exact for the admin views without a field of its own (8 bytes
+  // would cost every key 16 in its hash node).
   std::uint64_t lease_ms = 0;
   // FIFO of waiters, allocated only while the key has any: most keys never
   // do, and an empty std::list would cost every key its size.
@@ -176,6 +177,17 @@ class LockTable {
   // Removes a waiter without a reply (its connection closed). Returns false
   // if it is not waiting (already served or timed out).
   bool cancel_waiter(WaiterId id);
+
+  // Cluster mode: the token of the next grant. Each replicated entry sets
+  // it to (token base + entry index) before it applies, so every replica
+  // grants the same tokens. Tokens only grow: `next` below the current
+  // next token is our bug (checked).
+  void set_next_token(Token next);
+
+  // Cluster mode: drops every queued waiter without a reply (a new leader's
+  // first entry: the waiters' connections were on the old leader). Returns
+  // how many.
+  std::size_t cancel_all_waiters();
 
   // Single-mode clock: answers every wait that has run out (`T`) and hands
   // every expired key with waiters to its front waiter.
@@ -228,6 +240,11 @@ class LockTable {
   void check_invariants() const;
 
  private:
+  // The snapshot codec (lock_table_snapshot.h) reads and rebuilds every
+  // private field, deadline heap included, so a restored table behaves
+  // exactly like the original.
+  friend struct SnapshotAccess;
+
   // An entry of the deadline index. Entries are never removed in place: an
   // entry whose waiter left, whose key changed token, or whose key's
   // expiry was moved by a keep is stale and is skipped when it reaches the
