@@ -632,7 +632,6 @@ class Simulation {
       if (raft::decode_message(c.bytes, m) != raft::DecodeError::kOk) continue;
       trace("time capsule %s n%llu->n%llu term %llu", std::string(raft::to_string(m.type)).c_str(), ull(c.from),
             ull(c.to), ull(m.term));
-      ++capsules_delivered_;
       to.raft->step(m);
       process(to);
     }
@@ -866,7 +865,9 @@ class Simulation {
         trace("steady phase: marker %llu committed after %llu steps", ull(st.marker_index), ull(step_ - st.start));
       } else if (step_ > st.start + steady_budget_steps()) {
         fail("progress with " + what, "no proposal committed within " + std::to_string(step_ - st.start) +
-                                          " steps while the fault stayed" + cluster_summary());
+                                          " steps while the fault stayed (phase marker " +
+                                          std::to_string(st.marker_index) + "@" + std::to_string(st.marker_term) +
+                                          ")" + cluster_summary());
       }
       return;
     }
@@ -1285,7 +1286,6 @@ class Simulation {
   std::optional<Steady> steady_;           // the steady fault phase under way
   std::uint64_t next_steady_step_ = UINT64_MAX;
   std::vector<InFlight> capsules_;         // messages that arrive very late
-  std::uint64_t capsules_delivered_ = 0;
   std::uint64_t next_waiter_ = 0;
   std::uint64_t decode_errors_ = 0;
   std::map<Index, HistoryEntry> history_;

@@ -11,12 +11,18 @@
 // reordering, bit flips (caught by the codec's CRC), symmetric and one-way
 // partitions, clogged links (held, then released), crashes at any point —
 // including in the middle of persisting a Ready, losing its unpersisted
-// tail — and restarts from what was persisted. Clients propose lock
-// commands; leaders are asked to transfer leadership now and then.
+// tail — and restarts from what was persisted; time capsules (a message
+// delivered 1000+ steps late, some waiting for the worst moment); steady
+// phases where one fault stays (a minority down, a cut link, one-way cuts)
+// while progress is still required; per-node clock origins. Clients
+// propose lock commands; leaders are asked to transfer leadership now and
+// then.
 //
-// After every step it checks the invariants listed in docs/raft.md; after
-// the faults stop it checks that the cluster elects a leader and commits a
-// new proposal on every node within kLivenessBudgetSteps.
+// After every step it checks the invariants listed in docs/raft.md — Raft
+// safety, progress soundness whatever the follower's term, and the lock
+// oracle (LockModel, lock_model.h) against every first apply; after the
+// faults stop it checks that the cluster elects a leader and commits a new
+// proposal on every node within kLivenessBudgetSteps.
 #pragma once
 
 #include <cstdint>
