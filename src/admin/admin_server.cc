@@ -254,7 +254,11 @@ void AdminServer::handle(evhttp_request* req) {
       return;
     }
     case Route::kCluster:
-      send_error(req, 404, "not_found", "single mode: there is no cluster");
+      if (!node_.cluster) {
+        send_error(req, 404, "not_found", "single mode: there is no cluster");
+        return;
+      }
+      send_json(req, 200, cluster_json(node_.cluster(now)));
       return;
     case Route::kMetrics:
       send(req, 200, kPromText, render_metrics(server_, node_, now));

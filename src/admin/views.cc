@@ -75,6 +75,31 @@ std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& 
   return exact ? count_holders(table, now_ns) : table.key_count();
 }
 
+json cluster_json(const ClusterStatus& c) {
+  json members = json::array();
+  for (const ClusterMember& m : c.members) {
+    members.push_back(json{
+        {"id", m.id},
+        {"client_addr", m.client_addr},
+        {"raft_addr", m.raft_addr},
+        {"role", m.role},
+        {"match_index", m.match_index ? json(*m.match_index) : json(nullptr)},
+        {"last_contact_ms", m.last_contact_ms ? json(*m.last_contact_ms) : json(nullptr)},
+    });
+  }
+  return json{
+      {"node_id", c.node_id},
+      {"leader_id", c.leader_id == 0 ? json(nullptr) : json(c.leader_id)},
+      {"term", c.term},
+      {"commit_index", c.commit_index},
+      {"members", std::move(members)},
+      // Beyond the spec's fields: what this node itself is and has applied.
+      {"role", c.role},
+      {"leader", c.leader_addr.empty() ? json(nullptr) : json(c.leader_addr)},
+      {"applied_index", c.applied_index},
+  };
+}
+
 json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns,
                  std::optional<std::size_t> exact_holders) {
   const locks::LockTable& table = server.table();

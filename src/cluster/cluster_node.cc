@@ -98,6 +98,10 @@ void ClusterNode::after_turn() {
     if (!st.ok()) fail_storage(st.message);
   }
   service_->sync(net::monotonic_now_ns());
+  if (raft_->leader() != last_leader_) {
+    last_leader_ = raft_->leader();
+    ++leader_changes_;
+  }
   maybe_snapshot();
   if (raft_->has_ready()) {
     kick_timer_.arm_after(0);
@@ -154,7 +158,14 @@ void ClusterNode::send(std::vector<raft::Message>& messages) {
 }
 
 raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
-  return raft::persist_ready(*storage_, rd);
+  raft::StorageStatus st = raft::persist_ready(*storage_, rd);
+  if (raft_->role() == raft::Role::kLeader) {
+    const TimeNs now = net::monotonic_now_ns();
+    for (const raft::Entry& e : rd.entries) commit_latency_.written(e.index, now);
+  } else {
+    commit_latency_.clear();
+  }
+  return st;
 }
 
 void ClusterNode::install(const raft::Snapshot& snapshot) {
@@ -170,7 +181,12 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
   spdlog::info("installed the leader's snapshot at index {}", snapshot.meta.index);
 }
 
-void ClusterNode::apply(const raft::Entry& entry) { service_->apply(entry); }
+void ClusterNode::apply(const raft::Entry& entry) {
+  service_->apply(entry);
+  if (commit_latency_.inflight() > 0) commit_latency_.applied(entry.index, net::monotonic_now_ns());
+}
+
+std::vector<PeerStats> ClusterNode::peer_stats() const { return transport_->peer_stats(); }
 
 bool ClusterNode::transfer_leadership() {
   if (raft_->role() != raft::Role::kLeader) return false;

@@ -7,6 +7,7 @@
 
 #include "lockd/admin/admin_server.h"
 #include "lockd/cluster/cluster_node.h"
+#include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
@@ -73,7 +74,7 @@ bool Daemon::start(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
         admin::NodeInfo{LOCKD_VERSION, "single", server_->bound().to_string(),
-                        net::monotonic_now_ns(), {}});
+                        net::monotonic_now_ns(), {}, {}});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
@@ -107,7 +108,7 @@ bool Daemon::start_cluster(std::string& error) {
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{LOCKD_VERSION, "cluster", server_->bound().to_string(),
-                         net::monotonic_now_ns(), {}};
+                         net::monotonic_now_ns(), {}, {}};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
       const cluster::NodeStatusView v = node->status(now);
@@ -126,6 +127,46 @@ bool Daemon::start_cluster(std::string& error) {
                                                  m.last_contact_ms});
       }
       return c;
+    };
+    info.cluster_metrics = [node](TimeNs now) {
+      admin::ClusterMetrics m;
+      const raft::RaftStats& r = node->raft_stats();
+      m.elections = r.elections_started;
+      m.pre_votes = r.pre_votes_started;
+      m.leaderships = r.leaderships;
+      m.leader_changes = node->leader_changes();
+      m.step_downs_check_quorum = r.step_downs_check_quorum;
+      m.snapshots_sent = r.snapshots_sent;
+      m.snapshots_installed = r.snapshots_installed;
+      const cluster::ReplicatedServiceStats& s = node->service_stats();
+      m.proposals = s.proposals;
+      m.proposals_refused = s.proposals_refused;
+      m.indeterminate = s.indeterminate;
+      m.commit_latency = node->commit_latency();
+      const storage::StorageStats& w = node->storage_stats();
+      m.wal_saves = w.saves;
+      m.wal_syncs = w.syncs;
+      m.wal_entries = w.entries;
+      m.wal_bytes = w.bytes;
+      m.snapshots_written = w.snapshots;
+      m.sync_latency = w.sync_latency;
+      for (const cluster::PeerStats& p : node->peer_stats()) {
+        admin::PeerLinkMetrics pm;
+        pm.id = p.id;
+        pm.link = std::string(cluster::to_string(p.link));
+        pm.inbound_connected = p.inbound_connected;
+        pm.bytes_sent = p.bytes_sent;
+        pm.bytes_received = p.bytes_received;
+        pm.messages_sent = p.messages_sent;
+        pm.messages_received = p.messages_received;
+        pm.messages_dropped = p.messages_dropped;
+        pm.reconnects = p.reconnects;
+        if (p.last_contact_ns != 0) {
+          pm.last_contact_seconds = static_cast<double>(now - p.last_contact_ns) / 1e9;
+        }
+        m.peers.push_back(std::move(pm));
+      }
+      return m;
     };
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
     if (!admin_->listen(*config_.admin, error)) return false;

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "lockd/cluster/commit_latency.h"
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/replicated_lock_service.h"
 #include "lockd/common/time.h"
@@ -41,6 +42,8 @@
 struct event_base;
 
 namespace lockd::cluster {
+
+struct PeerStats;  // peer_transport.h
 
 // Ready cycles per loop turn (each is one sync); more work waits a turn so
 // clients and peers are read in between.
@@ -113,6 +116,15 @@ class ClusterNode final : private raft::ReadyHandler {
   // Stops taking requests (they get `E no_leader`).
   void stop_accepting() { service_->stop_accepting(); }
 
+  // Counters for /metrics (admin reads them at scrape time).
+  const raft::RaftStats& raft_stats() const { return raft_->stats(); }
+  const storage::StorageStats& storage_stats() const { return storage_->stats(); }
+  const ReplicatedServiceStats& service_stats() const { return service_->stats(); }
+  std::vector<PeerStats> peer_stats() const;
+  const LatencyHistogram& commit_latency() const { return commit_latency_.histogram(); }
+  // Times the leader this node knows changed (to another node or to none).
+  std::uint64_t leader_changes() const { return leader_changes_; }
+
  private:
   // raft::ReadyHandler
   void send(std::vector<raft::Message>& messages) override;
@@ -139,6 +151,9 @@ class ClusterNode final : private raft::ReadyHandler {
   net::Timer service_timer_;  // the service's next expiry / wait / clock deadline
   net::Timer kick_timer_;     // another Ready cycle next turn when one is left over
   std::optional<TimeNs> armed_service_ns_;
+  CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
+  raft::NodeId last_leader_ = raft::kNoNode;
+  std::uint64_t leader_changes_ = 0;
 };
 
 }  // namespace lockd::cluster
