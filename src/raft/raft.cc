@@ -218,6 +218,7 @@ void Raft::become_leader() {
     if (v == cfg_.id) continue;
     Progress pr;
     pr.next = last_index() + 1;
+    if (cfg_.faults.assume_followers_committed) pr.match = commit_;
     pr.recent_active = true;  // a fresh leader gets a full period to hear back
     pr.last_contact_tick = ticks_;
     progress_.emplace(v, pr);
@@ -291,7 +292,9 @@ void Raft::tick_election() {
 
 bool Raft::quorum_active() const {
   std::size_t active = 1;  // self
-  for (const auto& [id, pr] : progress_) active += pr.recent_active ? 1 : 0;
+  for (const auto& [id, pr] : progress_) {
+    active += pr.recent_active || cfg_.faults.check_quorum_counts_sends ? 1 : 0;
+  }
   return active >= quorum();
 }
 
@@ -436,7 +439,7 @@ StepError Raft::step(const Message& m) {
       // from a disruptive node (rejoining after a partition): ignore it.
       // A transfer's campaign is the leader's own wish and passes.
       bool in_lease = cfg_.check_quorum && leader_ != kNoNode &&
-                      election_elapsed_ticks_ < cfg_.election_ticks;
+                      election_elapsed_ticks_ < cfg_.election_ticks && !cfg_.faults.ignore_leader_lease;
       if (in_lease && !m.transfer) return StepError::kOk;
     }
     if (m.type == MessageType::kPreVote) {
@@ -448,7 +451,9 @@ StepError Raft::step(const Message& m) {
                          m.type == MessageType::kSnapshot;
       become_follower(m.term, from_leader ? m.from : kNoNode);
     }
-  } else if (m.term < term_) {
+  } else if (m.term < term_ &&
+             !(cfg_.faults.accept_stale_responses &&
+               (m.type == MessageType::kAppendResp || m.type == MessageType::kVoteResp))) {
     if ((cfg_.check_quorum || cfg_.pre_vote) &&
         (m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat)) {
       // A stale leader (say, back from a partition) is told our term so it
@@ -825,7 +830,7 @@ bool Raft::maybe_commit() {
   matches.push_back(self_match());
   for (const auto& [id, pr] : progress_) matches.push_back(pr.match);
   std::sort(matches.begin(), matches.end(), std::greater<>());
-  Index q = matches[quorum() - 1];
+  Index q = matches[cfg_.faults.commit_needs_all_voters ? matches.size() - 1 : quorum() - 1];
   if (q <= commit_) return false;
   // Figure 8: an entry from an older term may sit on a majority and still
   // be overwritten; only counting replicas of our own term is safe.

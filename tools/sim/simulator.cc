@@ -17,6 +17,7 @@
 #include "lockd/raft/driver.h"
 #include "lockd/raft/raft.h"
 #include "lockd/raft/storage.h"
+#include "lock_model.h"
 
 namespace lockd::sim {
 
@@ -40,6 +41,16 @@ constexpr std::size_t kMaxReadyRoundsPerVisit = 4;       // Ready/advance cycles
 constexpr std::size_t kMaxUncommittedInSim = 256; // leader back-pressure in the sim
 constexpr int kKeys = 4;                          // lock keys clients fight over
 constexpr int kOwners = 5;                        // distinct lock owners
+// Steady fault phases (docs/raft.md §5): a fault that stays while progress
+// is still required.
+constexpr std::uint64_t kSteadyProgressSteps = 300;  // a marker must commit within this (+ snapshot time)
+constexpr std::uint64_t kSteadySettleSteps = 40;     // then old traffic drains (2 election periods)
+constexpr std::uint64_t kSteadyStableSteps = 100;    // then the leader must keep leading this long
+constexpr std::uint64_t kSteadyMinSeedSteps = 1200;  // shorter seeds have no steady phases
+// Time capsules: a copy of a message delivered this many steps late.
+constexpr std::uint64_t kCapsuleMinSteps = 1000;
+constexpr std::uint64_t kCapsuleMaxSteps = 2500;
+constexpr std::size_t kMaxCapsules = 2000;
 
 // xoshiro256** seeded by splitmix64: fast, good, and ours (no global RNG).
 class Prng {
@@ -90,6 +101,9 @@ struct Weather {
   double crash_new_leader = 0;  // per election: crash the winner within a few steps (Figure 8's recipe)
   double propose = 0;        // per step: a client sends a command
   double transfer = 0;       // per step: ask the leader to hand over
+  double capsule = 0;        // per message sent: also deliver a copy 1000-2500 steps later
+  std::uint64_t steady_phases = 0;  // how many steady fault phases this seed has
+  std::uint64_t max_clock_skew_ms = 0;  // spread of the nodes' clock origins
   std::uint64_t compact_every = 20;  // applied entries between snapshots
 };
 
@@ -99,6 +113,10 @@ struct InFlight {
   NodeId from;
   NodeId to;
   std::string bytes;
+  Term term = 0;             // capsules: the message's term
+  bool ambush = false;       // capsules: wait until `to` leads a later term
+  Index acked = 0;           // capsules: an append ack's index (0 for other messages)
+  bool vote = false;         // capsules: a vote grant
 };
 
 // What every node must agree on about one log index.
@@ -138,6 +156,13 @@ class Simulation {
   Simulation(const SimOptions& opts, std::uint64_t seed) : opts_(opts), seed_(seed), rng_(seed) {
     draw_weather();
     int n = opts_.nodes;
+    // Every node's monotonic clock has its own origin: a fixed offset of
+    // 0 to max_clock_skew_ms (whole ticks, so leases end exactly on steps).
+    clock_offset_ns_.assign(static_cast<std::size_t>(n + 1), 0);
+    for (int i = 1; i <= n; ++i) {
+      clock_offset_ns_[static_cast<std::size_t>(i)] =
+          static_cast<TimeNs>(rng_.below(w_.max_clock_skew_ms / 10 + 1)) * kTickNs;
+    }
     for (int i = 1; i <= n; ++i) voters_.push_back(static_cast<NodeId>(i));
     nodes_.resize(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -151,26 +176,34 @@ class Simulation {
   SeedResult run() {
     std::uint64_t quiet = std::min<std::uint64_t>(kLivenessBudgetSteps, opts_.steps / 2);
     faults_end_ = opts_.steps - quiet;
+    if (w_.steady_phases > 0 && opts_.nodes >= 3 && opts_.steps >= kSteadyMinSeedSteps) {
+      next_steady_step_ = rng_.range(100, faults_end_ / 2);
+    }
     for (step_ = 0; step_ < opts_.steps && result_.passed; ++step_) {
       if (step_ < faults_end_) {
-        inject_faults();
+        if (!steady_ && step_ == next_steady_step_) start_steady();
+        if (!steady_) inject_faults();
       } else if (step_ == faults_end_) {
+        if (steady_) end_steady();  // the liveness phase takes over
         calm_down();
       }
       restart_due_nodes();
       if (step_ < faults_end_) {
         if (rng_.chance(w_.propose)) client_propose();
-        if (rng_.chance(w_.transfer)) transfer();
+        if (!steady_ && rng_.chance(w_.transfer)) transfer();
+        if (steady_) steady_probe();
       } else {
         liveness_probe();
       }
       deliver_due();
+      deliver_capsules();
       for (Node& n : nodes_) {
         if (!n.up) continue;
         n.raft->tick();
         process(n);
       }
       check_invariants();
+      if (steady_ && result_.passed) check_steady();
       if (result_.passed && step_ >= faults_end_ && liveness_done_) {
         check_replicas_converged();
         if (converged_) check_pending_committed();
@@ -194,6 +227,7 @@ class Simulation {
     }
     result_.committed = history_.empty() ? 0 : history_.rbegin()->first;
     result_.leaders = leaders_.size();
+    result_.steps = std::min(step_ + 1, opts_.steps);
     return result_;
   }
 
@@ -201,12 +235,19 @@ class Simulation {
   // Faults stopped at faults_end_; by this step the cluster must have
   // committed a marker everywhere. A lagging node may need the whole
   // snapshot, so its size (in round trips of chunk windows) is added.
-  std::uint64_t liveness_deadline() const {
+  std::uint64_t liveness_deadline() const { return faults_end_ + kLivenessBudgetSteps + snapshot_steps(); }
+
+  // Steps to stream the largest snapshot, one chunk window per round trip.
+  std::uint64_t snapshot_steps() const {
     std::size_t biggest = 0;
     for (const Node& n : nodes_) biggest = std::max(biggest, n.disk.snapshot().data.size());
     std::uint64_t windows = biggest / (chunk_bytes_ * raft::kDefaultMaxSnapshotChunksInflight) + 1;
-    return faults_end_ + kLivenessBudgetSteps + windows * 2 * (w_.max_delay_steps + 1);
+    return windows * 2 * (w_.max_delay_steps + 1);
   }
+
+  // Transient faults (loss, crashes, partitions that come and go) happen
+  // now: before the liveness phase and outside steady phases.
+  bool storming() const { return step_ < faults_end_ && !steady_; }
 
   // --- setup ---
 
@@ -227,6 +268,9 @@ class Simulation {
     w_.propose = 0.05 + rng_.unit() * 0.35;
     w_.transfer = storm(0.005);
     w_.compact_every = rng_.range(3, 60);
+    w_.capsule = storm(0.004);
+    w_.max_clock_skew_ms = rng_.chance(0.3) ? 0 : rng_.range(10, 500);
+    w_.steady_phases = rng_.chance(0.3) ? 0 : rng_.range(1, 3);
     pre_vote_ = rng_.chance(0.8);
     check_quorum_ = rng_.chance(0.8);
     heartbeat_ticks_ = static_cast<int>(rng_.range(1, 3));
@@ -260,6 +304,12 @@ class Simulation {
       case PlantedBug::kSkipLogUpToDate: c.faults.skip_log_up_to_date_check = true; break;
       case PlantedBug::kHeartbeatFullCommit: c.faults.heartbeat_full_commit = true; break;
       case PlantedBug::kAckBeforePersist: c.faults.ack_before_persist = true; break;
+      case PlantedBug::kExpireIgnoresLease: break;  // planted in apply_command, not in the core
+      case PlantedBug::kQuorumOfAll: c.faults.commit_needs_all_voters = true; break;
+      case PlantedBug::kLeaderNeverStepsDown: c.faults.check_quorum_counts_sends = true; break;
+      case PlantedBug::kNoLeaderStickiness: c.faults.ignore_leader_lease = true; break;
+      case PlantedBug::kAcceptStaleResponses: c.faults.accept_stale_responses = true; break;
+      case PlantedBug::kAssumeFollowersCommitted: c.faults.assume_followers_committed = true; break;
     }
     return c;
   }
@@ -306,13 +356,19 @@ class Simulation {
   }
 
   // Applies one command to the node's table, checking the lock-level
-  // invariants; returns the outcome summary.
+  // invariants; returns the canonical outcome (LockModel::apply's format).
   std::string apply_command(Node& n, const std::string& bytes) {
     n.applied_commands.push_back(bytes);
     cluster::LockCommand c;
     if (cluster::decode_lock_command(bytes, c) != cluster::LockCommandError::kOk) return "undecodable";
     TimeNs now = std::max(c.now_ns, n.table_floor_ns);
     n.table_floor_ns = now;
+    if (opts_.bug == PlantedBug::kExpireIgnoresLease && c.type == cluster::LockCommandType::kExpire) {
+      // Planted: the expire path forgets the deadline. Every replica does
+      // the same, so they agree; only the oracle knows better.
+      const locks::KeyState* ks = n.table->find(c.key);
+      if (ks && ks->token == c.token) now = std::max(now, ks->expires_at_ns);
+    }
     cluster::ApplyOutcome out = cluster::apply_lock_command(*n.table, c, now);
     n.table->check_invariants();
     auto grant = [&](const std::string& key, locks::Token token) {
@@ -335,11 +391,82 @@ class Simulation {
         (c.type == cluster::LockCommandType::kExpire && out.summary.rfind("expired", 0) == 0)) {
       n.holders.erase(c.key);
     }
+    // A keep moves the holding's end, earlier or later (§6a).
+    if (c.type == cluster::LockCommandType::kKeep && out.kept) {
+      const locks::KeyState* ks = n.table->find(c.key);
+      if (ks) n.holders[c.key].expires_ns = ks->expires_at_ns;
+    }
     if (out.granted != 0) grant(c.key, out.granted);
     for (const locks::Delivery& d : out.deliveries) {
       if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
     }
-    return out.summary;
+    // The reply, then every reply owed to a waiter, in full (who, token).
+    std::string canonical = out.summary.substr(0, out.summary.find(" +"));
+    for (const locks::Delivery& d : out.deliveries) {
+      canonical += d.kind == locks::DeliveryKind::kGranted ? " +grant " : " +timeout ";
+      canonical += std::to_string(d.token) + "/" + d.owner + "/" + d.key + "/" + std::to_string(d.waiter) + "/" +
+                   std::to_string(d.client);
+    }
+    return canonical;
+  }
+
+  // The lock oracle (LockModel): fed each committed command once, in log
+  // order, when the first replica applies it; that replica's reply and
+  // whole table must be what the contract says.
+  void check_oracle(const Node& n, const Entry& e, const std::string& outcome) {
+    if (e.index <= oracle_index_ || !result_.passed) return;
+    if (e.index != oracle_index_ + 1) {
+      fail("lock oracle", "n" + std::to_string(n.id) + " applied " + std::to_string(e.index) +
+                              " before any replica applied " + std::to_string(oracle_index_ + 1));
+      return;
+    }
+    oracle_index_ = e.index;
+    if (e.type == EntryType::kNoop) return;
+    cluster::LockCommand c;
+    std::string want = cluster::decode_lock_command(e.data, c) == cluster::LockCommandError::kOk
+                           ? oracle_.apply(c)
+                           : "undecodable";
+    if (outcome != want) {
+      fail("lock oracle", "entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": replica says '" +
+                              outcome + "', the contract says '" + want + "'");
+      return;
+    }
+    std::string diff = oracle_diff(*n.table);
+    if (!diff.empty()) {
+      fail("lock oracle", "after entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": " + diff);
+    }
+  }
+
+  // Where `t` differs from the oracle's state ("" when it does not): keys,
+  // holders, tokens, expiries, queues in order, the next token.
+  std::string oracle_diff(const locks::LockTable& t) const {
+    if (t.next_token() != oracle_.next_token()) {
+      return "next token " + std::to_string(t.next_token()) + ", contract " + std::to_string(oracle_.next_token());
+    }
+    if (t.key_count() != oracle_.keys().size()) {
+      return std::to_string(t.key_count()) + " keys, contract " + std::to_string(oracle_.keys().size());
+    }
+    for (const auto& [key, m] : oracle_.keys()) {
+      const locks::KeyState* k = t.find(key);
+      if (!k) return "key " + key + " missing";
+      auto row = [](const std::string& owner, std::uint64_t token, TimeNs expires) {
+        return owner + " token " + std::to_string(token) + " expires " + std::to_string(expires);
+      };
+      std::string got = row(k->owner, k->token, k->expires_at_ns);
+      std::string want = row(m.owner, m.token, m.expires_ns);
+      if (k->waiters) {
+        for (const locks::Waiter& w : *k->waiters) {
+          got += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
+                 std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+        }
+      }
+      for (const LockModel::Waiter& w : m.queue) {
+        want += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
+                std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+      }
+      if (got != want) return "key " + key + " is '" + got + "', contract '" + want + "'";
+    }
+    return "";
   }
 
   // --- the node's driver loop: raft::drive_ready with a disk that can tear ---
@@ -354,7 +481,7 @@ class Simulation {
       for (const Message& m : messages) sim_.send(m);
     }
     raft::StorageStatus persist(const Ready& rd) override {
-      if (sim_.step_ < sim_.faults_end_ && sim_.rng_.chance(sim_.w_.crash_in_io)) {
+      if (sim_.storming() && sim_.rng_.chance(sim_.w_.crash_in_io)) {
         // The machine dies half way through writing this Ready: a random
         // prefix of (snapshot, entries..., hard state) reaches the disk.
         std::size_t ops = (rd.snapshot ? 1 : 0) + rd.entries.size() + (rd.hard_state ? 1 : 0);
@@ -384,6 +511,7 @@ class Simulation {
       std::string outcome = e.type == EntryType::kNoop ? "noop" : sim_.apply_command(n_, e.data);
       n_.applied = e.index;
       sim_.record_applied(n_, e, outcome);
+      sim_.check_oracle(n_, e, outcome);
     }
 
    private:
@@ -457,7 +585,56 @@ class Simulation {
     std::string bytes;
     raft::encode_message(m, bytes);
     std::uint64_t due = step_ + rng_.range(0, w_.max_delay_steps);
+    // Append acks and vote grants are the capsules that can mislead: more of them.
+    bool ack = m.type == raft::MessageType::kAppendResp && !m.reject;
+    bool vote = m.type == raft::MessageType::kVoteResp && !m.reject;
+    double capsule = ack || vote ? w_.capsule * 10 : w_.capsule;
+    if (storming() && capsules_.size() < kMaxCapsules && rng_.chance(capsule)) {
+      // Half of them ambush: they wait (up to kCapsuleMaxSteps more) until
+      // the recipient leads a later term, when an old answer does harm.
+      capsules_.push_back(InFlight{step_ + rng_.range(kCapsuleMinSteps, kCapsuleMaxSteps), m.from, m.to, bytes,
+                                   m.term, rng_.chance(0.5), ack ? m.index : 0, vote});
+    }
     network_.push_back(InFlight{due, m.from, m.to, std::move(bytes)});
+  }
+
+  // An ambushing capsule's moment: its recipient campaigns (a vote grant)
+  // or leads (anything else) in a later term, and an append ack no longer
+  // tells the truth (the sender's log changed).
+  bool worst_moment(const InFlight& f) const {
+    const Node& to = nodes_[f.to - 1];
+    if (!to.up || to.raft->term() <= f.term) return false;
+    if (f.vote) return to.raft->role() == Role::kCandidate;
+    if (to.raft->role() != Role::kLeader) return false;
+    if (f.acked == 0) return true;
+    const Node& from = nodes_[f.from - 1];
+    return from.up && from.raft->snapshot_meta().index < f.acked &&
+           from.raft->term_at(f.acked) != to.raft->term_at(f.acked);
+  }
+
+  // Time capsules: a message from long ago (older terms, older logs)
+  // arrives, whatever the partitions say. A capsule to a down node waits
+  // for it; an ambushing one for its recipient to lead a later term. Held during steady phases, whose checks assume old traffic has
+  // drained.
+  void deliver_capsules() {
+    if (steady_) return;
+    for (std::size_t i = 0; i < capsules_.size();) {
+      InFlight& f = capsules_[i];
+      Node& to = nodes_[f.to - 1];
+      bool ambushing = f.ambush && f.due_step + kCapsuleMaxSteps > step_ && !worst_moment(f);
+      if (f.due_step > step_ || !to.up || ambushing) {
+        ++i;
+        continue;
+      }
+      InFlight c = std::move(f);
+      capsules_.erase(capsules_.begin() + static_cast<std::ptrdiff_t>(i));
+      Message m;
+      if (raft::decode_message(c.bytes, m) != raft::DecodeError::kOk) continue;
+      trace("time capsule %s n%llu->n%llu term %llu", std::string(raft::to_string(m.type)).c_str(), ull(c.from),
+            ull(c.to), ull(m.term));
+      to.raft->step(m);
+      process(to);
+    }
   }
 
   void deliver_due() {
@@ -475,7 +652,7 @@ class Simulation {
         network_.push_back(std::move(f));
         continue;
       }
-      if (step_ < faults_end_) {
+      if (storming()) {
         if (rng_.chance(w_.loss)) continue;
         if (rng_.chance(w_.duplicate)) {
           network_.push_back(InFlight{step_ + rng_.range(1, 5), f.from, f.to, f.bytes});
@@ -547,10 +724,188 @@ class Simulation {
     }
   }
 
+  // --- steady fault phases ---
+
+  // Which fault stays for the whole phase.
+  enum class SteadyKind {
+    kMinorityDown,   // (n-1)/2 nodes crashed (the leader among them half the time)
+    kIsolateLeader,  // the leader cut off both ways
+    kLinkCut,        // one link leader<->follower cut both ways
+    kDeafLeader,     // one-way: nobody reaches the leader, it reaches everybody
+    kMuteLink,       // one-way: the leader cannot reach one follower, which reaches it
+  };
+  static const char* steady_name(SteadyKind k) {
+    switch (k) {
+      case SteadyKind::kMinorityDown: return "minority down";
+      case SteadyKind::kIsolateLeader: return "leader isolated";
+      case SteadyKind::kLinkCut: return "link cut";
+      case SteadyKind::kDeafLeader: return "one-way cut to the leader";
+      case SteadyKind::kMuteLink: return "one-way cut from the leader";
+    }
+    return "?";
+  }
+  struct Steady {
+    SteadyKind kind = SteadyKind::kMinorityDown;
+    std::uint64_t start = 0;
+    std::vector<NodeId> down;      // kept down for the whole phase
+    Index marker_index = 0;        // the probe proposed during the phase
+    Term marker_term = 0;
+    std::uint64_t committed_step = 0;  // when the probe committed (0: not yet)
+    bool check_stable = false;     // leader stability is required (CheckQuorum on)
+    NodeId stable_leader = raft::kNoNode;
+    Term stable_term = 0;
+  };
+
+  // Heals every transient fault, then sets one that stays: from now on
+  // the cluster must still commit within kSteadyProgressSteps.
+  void start_steady() {
+    calm_down();
+    for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
+    Steady st;
+    st.start = step_;
+    // Liveness under a cut link needs CheckQuorum: voters that hear a
+    // leader ignore a node that does not (thesis §9.6). A deaf node also
+    // needs PreVote, or its campaigns at ever higher terms (which it never
+    // hears answered) keep unseating everyone else. A minority down or a
+    // leader cut off both ways needs neither.
+    std::vector<SteadyKind> kinds{SteadyKind::kMinorityDown, SteadyKind::kIsolateLeader};
+    if (check_quorum_) kinds.insert(kinds.end(), {SteadyKind::kLinkCut, SteadyKind::kMuteLink});
+    if (check_quorum_ && pre_vote_) kinds.push_back(SteadyKind::kDeafLeader);
+    st.kind = kinds[rng_.below(kinds.size())];
+    st.check_stable = check_quorum_;
+    std::size_t n = nodes_.size();
+    Node* l = find_leader();
+    NodeId leader = l ? l->id : static_cast<NodeId>(rng_.range(1, n));
+    NodeId other = static_cast<NodeId>(rng_.range(1, n - 1));
+    if (other >= leader) ++other;
+    doomed_.clear();
+    for (Node& x : nodes_) {
+      if (!x.up) x.restart_step = step_;  // everyone else is back
+    }
+    switch (st.kind) {
+      case SteadyKind::kMinorityDown: {
+        std::vector<NodeId> ids = voters_;
+        for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng_.below(i)]);
+        if (rng_.chance(0.5)) std::iter_swap(ids.begin(), std::find(ids.begin(), ids.end(), leader));
+        st.down.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>((n - 1) / 2));
+        for (NodeId id : st.down) {
+          Node& v = nodes_[id - 1];
+          if (v.up) crash(v, "steady phase");
+          v.restart_step = UINT64_MAX;
+        }
+        break;
+      }
+      case SteadyKind::kIsolateLeader:
+        for (std::size_t x = 1; x <= n; ++x) {
+          if (x != leader) blocked_[x][leader] = blocked_[leader][x] = true;
+        }
+        break;
+      case SteadyKind::kLinkCut: blocked_[leader][other] = blocked_[other][leader] = true; break;
+      case SteadyKind::kDeafLeader:
+        for (std::size_t x = 1; x <= n; ++x) {
+          if (x != leader) blocked_[x][leader] = true;
+        }
+        break;
+      case SteadyKind::kMuteLink: blocked_[leader][other] = true; break;
+    }
+    trace("steady phase: %s (leader n%llu, other n%llu)", steady_name(st.kind), ull(leader), ull(other));
+    steady_ = st;
+  }
+
+  // The progress bound of a steady phase. Without PreVote every timed-out
+  // node bumps the term, and with a bare majority up the one electable node
+  // must win a round before anyone else times out (with 5 of 9 up, ~1 in 5
+  // rounds): the same liveness, more rounds, so three times the budget.
+  std::uint64_t steady_budget_steps() const {
+    return kSteadyProgressSteps * (pre_vote_ ? 1 : 3) + snapshot_steps();
+  }
+
+  void end_steady() {
+    trace("steady phase ends");
+    for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
+    for (NodeId id : steady_->down) nodes_[id - 1].restart_step = step_;
+    steady_.reset();
+    if (--w_.steady_phases > 0) {
+      std::uint64_t next = step_ + rng_.range(100, 600);
+      if (next + steady_budget_steps() + kSteadySettleSteps + kSteadyStableSteps + 200 < faults_end_) {
+        next_steady_step_ = next;
+      }
+    }
+  }
+
+  // Proposes a marker to the newest leader until one commits.
+  void steady_probe() {
+    Steady& st = *steady_;
+    if (st.committed_step != 0) return;
+    Node* l = find_leader();
+    if (l && (st.marker_index == 0 || l->raft->term() > st.marker_term)) {
+      cluster::LockCommand c;
+      c.type = cluster::LockCommandType::kCancelWaiter;  // harmless
+      c.now_ns = clock_ns(*l);
+      auto r = l->raft->propose(cluster::encode_lock_command(c));
+      if (r.error == raft::ProposeError::kOk) {
+        accepted_.emplace_back(r.index, r.term);
+        st.marker_index = r.index;
+        st.marker_term = r.term;
+        process(*l);
+      }
+    }
+  }
+
+  // While the fault stays: the marker commits within the bound; then
+  // (with PreVote + CheckQuorum) the leader keeps leading; then the phase
+  // ends and the fault heals.
+  void check_steady() {
+    Steady& st = *steady_;
+    std::string what = steady_name(st.kind);
+    if (st.committed_step == 0) {
+      auto it = history_.find(st.marker_index);
+      if (st.marker_index != 0 && it != history_.end() && it->second.term == st.marker_term) {
+        st.committed_step = step_;
+        trace("steady phase: marker %llu committed after %llu steps", ull(st.marker_index), ull(step_ - st.start));
+      } else if (step_ > st.start + steady_budget_steps()) {
+        fail("progress with " + what, "no proposal committed within " + std::to_string(step_ - st.start) +
+                                          " steps while the fault stayed (phase marker " +
+                                          std::to_string(st.marker_index) + "@" + std::to_string(st.marker_term) +
+                                          ")" + cluster_summary());
+      }
+      return;
+    }
+    std::uint64_t since = step_ - st.committed_step;
+    if (!st.check_stable) {
+      if (since >= kSteadySettleSteps) end_steady();
+      return;
+    }
+    if (since == kSteadySettleSteps) {
+      Node* l = find_leader();
+      if (!l) {
+        fail("leader stable under " + what, "no leader " + std::to_string(since) + " steps after a commit" +
+                                                cluster_summary());
+        return;
+      }
+      st.stable_leader = l->id;
+      st.stable_term = l->raft->term();
+    } else if (since > kSteadySettleSteps) {
+      const Node& l = nodes_[st.stable_leader - 1];
+      if (!l.up || l.raft->role() != Role::kLeader || l.raft->term() != st.stable_term) {
+        fail("leader stable under " + what, "n" + std::to_string(st.stable_leader) + " led term " +
+                                                std::to_string(st.stable_term) + " and lost it with nothing else failing" +
+                                                cluster_summary());
+        return;
+      }
+      if (since >= kSteadySettleSteps + kSteadyStableSteps) end_steady();
+    }
+  }
+
   void calm_down() {
     trace("faults stop");
     for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
     for (auto& row : clogged_until_) std::fill(row.begin(), row.end(), 0);
+  }
+
+  // What `n`'s monotonic clock reads now (a leader stamps commands with it).
+  TimeNs clock_ns(const Node& n) const {
+    return static_cast<TimeNs>(step_) * kTickNs + clock_offset_ns_[n.id];
   }
 
   Node* find_leader() {
@@ -581,10 +936,10 @@ class Simulation {
       target = &nodes_[l - 1];
     }
     cluster::LockCommand c;
-    c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+    c.now_ns = clock_ns(*target);
     std::string key = "k" + std::to_string(rng_.below(kKeys));
     const locks::KeyState* ks = target->table->find(key);
-    std::uint64_t dice = rng_.below(10);
+    std::uint64_t dice = rng_.below(12);
     if (dice < 5 || !ks) {
       c.type = cluster::LockCommandType::kAcquire;
       c.owner = "c" + std::to_string(rng_.below(kOwners));
@@ -601,6 +956,13 @@ class Simulation {
       c.type = cluster::LockCommandType::kExpire;
       c.key = key;
       c.token = ks->token;
+    } else if (dice < 11) {
+      // A holder extends (or shortens) its lease, sometimes with a stale
+      // token, sometimes after its lease ended.
+      c.type = cluster::LockCommandType::kKeep;
+      c.key = key;
+      c.token = rng_.chance(0.9) ? ks->token : rng_.range(1, ks->token);
+      c.lease_ms = rng_.range(50, 3000);
     } else {
       c.type = cluster::LockCommandType::kCancelWaiter;
       c.waiter = next_waiter_ > 0 ? rng_.range(1, next_waiter_) : 1;
@@ -618,7 +980,7 @@ class Simulation {
     if (l && (marker_index_ == 0 || l->raft->term() > marker_term_)) {
       cluster::LockCommand c;
       c.type = cluster::LockCommandType::kCancelWaiter;  // harmless
-      c.now_ns = static_cast<TimeNs>(step_) * kTickNs;
+      c.now_ns = clock_ns(*l);
       c.waiter = 0;
       auto r = l->raft->propose(cluster::encode_lock_command(c));
       if (r.error == raft::ProposeError::kOk) {
@@ -678,7 +1040,7 @@ class Simulation {
         if (fresh) {
           trace("n%llu leads term %llu (last %llu commit %llu)", ull(n.id), ull(r.term()),
                 ull(r.last_index()), ull(r.commit()));
-          if (step_ < faults_end_ && rng_.chance(w_.crash_new_leader)) {
+          if (storming() && rng_.chance(w_.crash_new_leader)) {
             doomed_.push_back({step_ + rng_.range(0, 3), n.id, r.term()});
           }
         }
@@ -709,23 +1071,40 @@ class Simulation {
     check_progress_sound();
   }
 
-  // What a leader believes about a follower in its own term must be true:
-  // the follower holds (durably, since acks wait for persistence) every
-  // entry up to `match`, with the leader's terms.
+  // What a leader believes about a follower must be true: the follower
+  // holds (durably, since acks wait for persistence) every entry up to
+  // `match`, with the leader's terms. Whatever the follower's term: one
+  // still behind the leader's term cannot have acked this term, so it must
+  // hold all of it too; one already ahead may have had an uncommitted
+  // suffix replaced by a newer leader, but never an entry committed by the
+  // leader's term or earlier, so there the claim is checked up to those.
   void check_progress_sound() {
     for (const Node& l : nodes_) {
       if (!l.up || !result_.passed || l.raft->role() != Role::kLeader) continue;
+      Index committed = 0;  // highest index committed in a term <= the leader's
+      for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+        if (it->second.commit_term <= l.raft->term()) {
+          committed = it->first;
+          break;
+        }
+      }
       for (const raft::PeerProgress& p : l.raft->progress()) {
         const Node& f = nodes_[p.id - 1];
-        if (p.id == l.id || !f.up || f.raft->term() != l.raft->term()) continue;
-        bool ok = p.match <= f.raft->last_index();
-        if (ok && p.match > std::max(f.raft->snapshot_meta().index, l.raft->snapshot_meta().index)) {
-          ok = f.raft->term_at(p.match) == l.raft->term_at(p.match);
+        if (p.id == l.id || !f.up) continue;
+        bool ahead = f.raft->term() > l.raft->term();
+        Index claim = ahead ? std::min(p.match, committed) : p.match;
+        bool ok = claim <= f.raft->last_index();
+        if (ok && claim > std::max(f.raft->snapshot_meta().index, l.raft->snapshot_meta().index)) {
+          ok = f.raft->term_at(claim) == l.raft->term_at(claim);
         }
         if (!ok) {
-          fail("progress soundness", "leader n" + std::to_string(l.id) + " believes n" + std::to_string(f.id) +
-                                         " matches through " + std::to_string(p.match) + " but it has last " +
-                                         std::to_string(f.raft->last_index()));
+          auto t = f.raft->term_at(claim);
+          std::string name = f.raft->term() == l.raft->term() ? "progress soundness" : "progress soundness (any term)";
+          fail(name, "leader n" + std::to_string(l.id) + " of term " + std::to_string(l.raft->term()) +
+                         " believes n" + std::to_string(f.id) + " (term " + std::to_string(f.raft->term()) +
+                         ") matches through " + std::to_string(claim) + " but it has last " +
+                         std::to_string(f.raft->last_index()) + ", term there " +
+                         (t ? std::to_string(*t) : std::string("none")));
           return;
         }
       }
@@ -897,15 +1276,21 @@ class Simulation {
   std::size_t max_entries_ = 8;
   std::size_t chunk_bytes_ = 256;
   std::vector<NodeId> voters_;
+  std::vector<TimeNs> clock_offset_ns_;  // [id]: origin of that node's clock
   std::vector<Node> nodes_;
   std::vector<InFlight> network_;
   std::vector<std::vector<bool>> blocked_;               // blocked_[from][to]
   std::vector<std::vector<std::uint64_t>> clogged_until_;  // [from][to] step
   std::uint64_t step_ = 0;
   std::uint64_t faults_end_ = 0;
+  std::optional<Steady> steady_;           // the steady fault phase under way
+  std::uint64_t next_steady_step_ = UINT64_MAX;
+  std::vector<InFlight> capsules_;         // messages that arrive very late
   std::uint64_t next_waiter_ = 0;
   std::uint64_t decode_errors_ = 0;
   std::map<Index, HistoryEntry> history_;
+  LockModel oracle_;         // the lock contract, fed every committed command once
+  Index oracle_index_ = 0;   // last index fed to oracle_
   std::map<Term, NodeId> leaders_;
   // A leader of `term` to crash at `step` (if it still runs in that term).
   struct Doomed {
@@ -927,7 +1312,10 @@ class Simulation {
 bool parse_planted_bug(std::string_view name, PlantedBug& out) {
   for (PlantedBug b : {PlantedBug::kNone, PlantedBug::kCommitOldTerm, PlantedBug::kVoteBeforePersist,
                        PlantedBug::kKeepVoteOnNewTerm, PlantedBug::kSkipLogUpToDate,
-                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist}) {
+                       PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist,
+                       PlantedBug::kExpireIgnoresLease, PlantedBug::kQuorumOfAll, PlantedBug::kLeaderNeverStepsDown,
+                       PlantedBug::kNoLeaderStickiness, PlantedBug::kAcceptStaleResponses,
+                       PlantedBug::kAssumeFollowersCommitted}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -945,6 +1333,12 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kSkipLogUpToDate: return "skip-log-up-to-date";
     case PlantedBug::kHeartbeatFullCommit: return "heartbeat-full-commit";
     case PlantedBug::kAckBeforePersist: return "ack-before-persist";
+    case PlantedBug::kExpireIgnoresLease: return "expire-ignores-lease";
+    case PlantedBug::kQuorumOfAll: return "quorum-of-all";
+    case PlantedBug::kLeaderNeverStepsDown: return "leader-never-steps-down";
+    case PlantedBug::kNoLeaderStickiness: return "no-leader-stickiness";
+    case PlantedBug::kAcceptStaleResponses: return "accept-stale-responses";
+    case PlantedBug::kAssumeFollowersCommitted: return "assume-followers-committed";
   }
   return "?";
 }

@@ -11,12 +11,18 @@
 // reordering, bit flips (caught by the codec's CRC), symmetric and one-way
 // partitions, clogged links (held, then released), crashes at any point —
 // including in the middle of persisting a Ready, losing its unpersisted
-// tail — and restarts from what was persisted. Clients propose lock
-// commands; leaders are asked to transfer leadership now and then.
+// tail — and restarts from what was persisted; time capsules (a message
+// delivered 1000+ steps late, some waiting for the worst moment); steady
+// phases where one fault stays (a minority down, a cut link, one-way cuts)
+// while progress is still required; per-node clock origins. Clients
+// propose lock commands; leaders are asked to transfer leadership now and
+// then.
 //
-// After every step it checks the invariants listed in docs/raft.md; after
-// the faults stop it checks that the cluster elects a leader and commits a
-// new proposal on every node within kLivenessBudgetSteps.
+// After every step it checks the invariants listed in docs/raft.md — Raft
+// safety, progress soundness whatever the follower's term, and the lock
+// oracle (LockModel, lock_model.h) against every first apply; after the
+// faults stop it checks that the cluster elects a leader and commits a new
+// proposal on every node within kLivenessBudgetSteps.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +40,13 @@ enum class PlantedBug {
   kSkipLogUpToDate,     // grant votes to candidates with stale logs
   kHeartbeatFullCommit, // heartbeats tell followers the leader's whole commit index
   kAckBeforePersist,    // acknowledge appended entries before they are durable
+  // Caught only by the checks of issue 8 (docs/raft.md §5):
+  kExpireIgnoresLease,  // the lock layer's Expire ends a lease before its deadline (every replica alike)
+  kQuorumOfAll,         // the leader commits only what every voter holds
+  kLeaderNeverStepsDown,  // CheckQuorum counts heartbeats sent, so a deaf leader keeps leading
+  kNoLeaderStickiness,  // voters answer vote requests while they hear a leader
+  kAcceptStaleResponses,  // a node acts on append and vote answers from its earlier terms
+  kAssumeFollowersCommitted,  // a new leader starts every follower's match at its own commit
 };
 
 // Parses a --bug name; false when unknown.
@@ -41,7 +54,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out);
 std::string_view to_string(PlantedBug b);
 
 struct SimOptions {
-  int nodes = 3;             // cluster size, 3 or 5 (1..9 work)
+  int nodes = 3;             // cluster size, 1..kMaxVoters (CI runs every size)
   std::uint64_t steps = 3000;  // steps per seed, liveness phase included
   PlantedBug bug = PlantedBug::kNone;
   bool verbose = false;      // print a trace of every event
@@ -53,6 +66,7 @@ struct SeedResult {
   bool passed = true;
   std::uint64_t failed_step = 0;
   std::string failure;              // invariant name and details
+  std::uint64_t steps = 0;          // steps simulated (a seed stops early once it converged)
   std::uint64_t committed = 0;      // highest committed index observed
   std::uint64_t leaders = 0;        // distinct (term, leader) pairs observed
   std::uint64_t crashes = 0;

@@ -82,6 +82,11 @@ struct FaultInjection {
   bool skip_log_up_to_date_check = false;  // grant votes to candidates with stale logs
   bool heartbeat_full_commit = false;    // heartbeats carry the leader's commit, not min(match, commit)
   bool ack_before_persist = false;       // acknowledge appends before the entries are durable
+  bool commit_needs_all_voters = false;  // commit only what every voter holds (no progress with one down)
+  bool check_quorum_counts_sends = false;  // CheckQuorum counts heartbeats sent, not answers (never steps down)
+  bool ignore_leader_lease = false;      // answer vote requests while a leader is heard (no stickiness)
+  bool accept_stale_responses = false;   // act on append and vote answers from earlier terms
+  bool assume_followers_committed = false;  // a new leader starts every follower's match at its commit
 };
 
 // Where to find randomness: returns a uniformly random 64-bit number.
