@@ -9,6 +9,7 @@
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
+#include "lockd/version/version.h"
 
 namespace lockd::daemon {
 
@@ -61,11 +62,11 @@ bool Daemon::start(std::string& error) {
   if (config_.admin) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
-        admin::NodeInfo{LOCKD_VERSION, "single", server_->bound().to_string(),
+        admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
                         net::monotonic_now_ns()});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
-  spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
+  spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
                server_->bound().to_string());
   // After the client line: a reader taking the first `listening` line gets
   // the client port.

@@ -42,7 +42,7 @@ constexpr std::size_t kMaxWaitersListed = 10'000;
 
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
-  std::string version;       // LOCKD_VERSION
+  std::string version;       // version::full(): "0.1.0+g9c497a1"
   std::string mode;          // "single" (cluster fills the rest later)
   std::string listen;        // client address, host:port
   TimeNs started_ns = 0;     // monotonic, for uptime
