@@ -8,9 +8,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
+#include "eventually.h"
+#include "http_get.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -24,6 +27,22 @@ std::uint64_t token_of(const std::string& reply) {
   EXPECT_EQ(f.size(), 4u) << reply;
   EXPECT_EQ(f.empty() ? "" : f[0], "A") << reply;
   return f.size() == 4 ? std::stoull(f[1]) : 0;
+}
+
+// `/v1/status` of a lockd started with `--admin 127.0.0.1:0`: how a test
+// sees that the server finished something no client is told about.
+nlohmann::json status(LockdProcess& lockd) {
+  const HttpReply r = http(lockd.admin_port(), "/v1/status");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return nlohmann::json::parse(r.body, nullptr, false);
+}
+
+// Polls `/v1/status` until `field` equals `want`.
+bool status_becomes(LockdProcess& lockd, const char* field, int want) {
+  return eventually([&] {
+    const nlohmann::json s = status(lockd);
+    return s.is_object() && s.value(field, -1) == want;
+  });
 }
 
 // Sends a waiting acquire on `w` for the held `key` and returns once the
@@ -140,7 +159,7 @@ TEST(ProtocolTest, HandOffOnReleaseIsFifo) {
 }
 
 TEST(ProtocolTest, DisconnectCancelsWaitersButKeepsHeldLocks) {
-  LockdProcess lockd;
+  LockdProcess lockd({"--admin", "127.0.0.1:0"});
   LineClient holder(lockd.port()), next(lockd.port());
   const auto t = token_of(holder.call("A h k"));
   {
@@ -149,7 +168,9 @@ TEST(ProtocolTest, DisconnectCancelsWaitersButKeepsHeldLocks) {
     // `gone` also holds a lock of its own, which survives its disconnect.
     EXPECT_GT(token_of(gone.call("A gone other 60000")), 0u);
   }
-  std::this_thread::sleep_for(100ms);  // let the server see `gone` close
+  // The server has seen `gone` close once its waiter is gone.
+  ASSERT_TRUE(status_becomes(lockd, "waiters", 0));
+  EXPECT_EQ(status(lockd)["connections"], 2);
   enqueue(next, "A next k 10000 20000", "k");
   holder.call("R " + std::to_string(t) + " k");
   auto r = next.read_line();
@@ -201,10 +222,12 @@ TEST(ProtocolTest, ExpiredKeyIsTakenOverAndReleasableUntilSwept) {
 }
 
 TEST(ProtocolTest, SweepDeletesExpiredKeys) {
-  LockdProcess lockd({"--sweep-interval-ms", "100"});
+  LockdProcess lockd({"--sweep-interval-ms", "100", "--admin", "127.0.0.1:0"});
   LineClient c(lockd.port());
   const auto t = token_of(c.call("A a k 20"));
-  std::this_thread::sleep_for(400ms);
+  // A release would still match an expired key the sweep has not reached
+  // (see above), so wait for the sweep itself: the key count drops to 0.
+  ASSERT_TRUE(status_becomes(lockd, "keys", 0));
   EXPECT_EQ(c.call("R " + std::to_string(t) + " k"), "N " + std::to_string(t) + " k");
 }
 
@@ -232,14 +255,14 @@ TEST(ProtocolTest, TotalWaitersCapAnswersBusy) {
 }
 
 TEST(ProtocolTest, MaxConnectionsClosesTheExtraOne) {
-  LockdProcess lockd({"--max-connections", "2"});
+  LockdProcess lockd({"--max-connections", "2", "--admin", "127.0.0.1:0"});
   LineClient a(lockd.port()), b(lockd.port());
   EXPECT_EQ(a.call("A o k1").substr(0, 2), "A ");
   EXPECT_EQ(b.call("A o k2").substr(0, 2), "A ");
   LineClient c(lockd.port());
   EXPECT_TRUE(c.wait_closed(2s));
   a.close();
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(status_becomes(lockd, "connections", 1));  // the server saw `a` close
   LineClient d(lockd.port());
   EXPECT_EQ(d.call("A o k3").substr(0, 2), "A ");
 }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "lockd_process.h"
 
@@ -139,18 +140,23 @@ TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
   LineClient holder(f.lockd.port());
   const auto h = fields(holder.call("A alice k 60000"));
   ASSERT_EQ(h.size(), 4u);
+  // Releases only once lockctl's acquire is queued (the admin API shows
+  // the waiter), so the grant can only be a hand-off.
+  bool queued = false;
   std::thread releaser([&] {
-    std::this_thread::sleep_for(500ms);
+    queued = eventually([&] {
+      const HttpReply r = http(f.lockd.admin_port(), "/v1/locks/k");
+      const json j = json::parse(r.body, nullptr, false);
+      return r.status == 200 && j.is_object() && j["waiters"].size() == 1;
+    });
     holder.call("R " + h[1] + " k");
   });
-  const auto t0 = std::chrono::steady_clock::now();
-  Outcome w = f.ctl({"acquire", "bob", "k", "--wait", "10000"});
-  const auto took = std::chrono::steady_clock::now() - t0;
+  Outcome w = f.ctl({"acquire", "bob", "k", "--wait", "30000"}, 40s);
   releaser.join();
+  EXPECT_TRUE(queued) << "lockctl's acquire never showed as a waiter";
   EXPECT_EQ(w.status, 0) << w.err;
   EXPECT_TRUE(w.out.starts_with("A ")) << w.out;
   EXPECT_NE(w.out.find(" bob k"), std::string::npos) << w.out;
-  EXPECT_GE(took, 450ms);
 
   // A wait that runs out is `T`, exit 1.
   Outcome to = f.ctl({"acquire", "carol", "k", "--lease", "1000", "--wait", "200"});
@@ -303,7 +309,7 @@ TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
   ASSERT_EQ(tmux.sh("new-session -d -s top -x 120 -y 40 '" + cmd + "'"), 0);
 
   std::string screen;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto deadline = std::chrono::steady_clock::now() + kEventuallyTimeout;
   while (std::chrono::steady_clock::now() < deadline) {
     screen = tmux.capture();
     if (screen.find("hot/key") != std::string::npos &&
@@ -322,10 +328,7 @@ TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
 
   tmux.sh("send-keys -t top q");
   std::string status;
-  for (int i = 0; i < 50 && status.empty(); ++i) {
-    std::this_thread::sleep_for(100ms);
-    status = slurp(status_file);
-  }
+  eventually([&] { return !(status = slurp(status_file)).empty(); });
   EXPECT_EQ(status, "0\n") << "top did not quit on q; screen:\n" << tmux.capture();
 }
 
@@ -341,17 +344,13 @@ TEST(LockctlTopTest, CtrlCQuitsAndRestoresTheTerminal) {
                           std::to_string(f.lockd.admin_port()) + " top; stty -a > " + out_file;
   ASSERT_EQ(tmux.sh("new-session -d -s top -x 100 -y 30 '" + cmd + "'"), 0);
   std::string screen;
-  for (int i = 0; i < 50 && screen.find("OLDEST HOLDERS") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    screen = tmux.capture();
-  }
+  eventually(
+      [&] { return (screen = tmux.capture()).find("OLDEST HOLDERS") != std::string::npos; },
+      kEventuallyTimeout, 100ms);
   ASSERT_NE(screen.find("OLDEST HOLDERS"), std::string::npos) << screen;
   tmux.sh("send-keys -t top C-c");
   std::string stty;
-  for (int i = 0; i < 50 && stty.empty(); ++i) {
-    std::this_thread::sleep_for(100ms);
-    stty = slurp(out_file);
-  }
+  eventually([&] { return !(stty = slurp(out_file)).empty(); });
   ASSERT_FALSE(stty.empty()) << "top did not exit on Ctrl-C";
   EXPECT_EQ(stty.find("-icanon"), std::string::npos) << stty;
   EXPECT_EQ(stty.find("-echo "), std::string::npos) << stty;
