@@ -4,17 +4,31 @@
 
 namespace lockd::raft {
 
-StorageError MemoryStorage::set_hard_state(const HardState& hs) {
-  hard_state_ = hs;
-  return StorageError::kOk;
+std::string_view to_string(StorageError e) {
+  switch (e) {
+    case StorageError::kOk: return "ok";
+    case StorageError::kIo: return "io";
+    case StorageError::kCorrupt: return "corrupt";
+    case StorageError::kVersion: return "version";
+    case StorageError::kLocked: return "locked";
+  }
+  return "unknown";
 }
 
 Index MemoryStorage::last_index() const {
   return entries_.empty() ? snapshot_.meta.index : entries_.back().index;
 }
 
-StorageError MemoryStorage::append(std::span<const Entry> entries) {
-  if (entries.empty()) return StorageError::kOk;
+StorageStatus MemoryStorage::save(const std::optional<HardState>& hard_state,
+                                  std::span<const Entry> entries, const Snapshot* snapshot) {
+  if (snapshot != nullptr) save_snapshot(*snapshot);
+  append(entries);
+  if (hard_state) set_hard_state(*hard_state);
+  return StorageStatus::Ok();
+}
+
+void MemoryStorage::append(std::span<const Entry> entries) {
+  if (entries.empty()) return;
   Index first = entries.front().index;
   // The core never re-sends compacted entries, and never leaves a gap.
   LOCKD_CHECK(first > snapshot_.meta.index);
@@ -24,11 +38,10 @@ StorageError MemoryStorage::append(std::span<const Entry> entries) {
     LOCKD_CHECK(e.index == last_index() + 1);
     entries_.push_back(e);
   }
-  return StorageError::kOk;
 }
 
-StorageError MemoryStorage::save_snapshot(const Snapshot& snap) {
-  if (snap.meta.index <= snapshot_.meta.index) return StorageError::kOk;
+void MemoryStorage::save_snapshot(const Snapshot& snap) {
+  if (snap.meta.index <= snapshot_.meta.index) return;
   std::vector<Entry> kept;
   bool matches = false;
   for (const Entry& e : entries_) {
@@ -41,7 +54,6 @@ StorageError MemoryStorage::save_snapshot(const Snapshot& snap) {
   }
   entries_ = std::move(kept);
   snapshot_ = snap;
-  return StorageError::kOk;
 }
 
 }  // namespace lockd::raft

@@ -2,8 +2,10 @@
 #include "scenario_harness.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "lockd/common/check.h"
+#include "lockd/raft/driver.h"
 
 namespace lockd::raft::testing {
 namespace {
@@ -98,30 +100,48 @@ std::string ScenarioCluster::describe(const Message& m) {
   return o.str();
 }
 
+namespace {
+
+// The scenario's side of the Ready cycle: messages go to the shared queue,
+// applied commands to the node's list and to the transcript.
+class ScenarioReadyHandler final : public ReadyHandler {
+ public:
+  ScenarioReadyHandler(NodeId id, MemoryStorage& disk, std::vector<std::string>& applied,
+                       std::vector<Message>& queue, std::ostringstream& out)
+      : id_(id), disk_(disk), applied_(applied), queue_(queue), out_(out) {}
+
+  void send(std::vector<Message>& messages) override {
+    for (Message& m : messages) queue_.push_back(std::move(m));
+  }
+  StorageStatus persist(const Ready& rd) override { return persist_ready(disk_, rd); }
+  void install(const Snapshot& snapshot) override {
+    // The snapshot payload is the applied commands joined by ','.
+    applied_.clear();
+    std::istringstream in(snapshot.data);
+    for (std::string c; std::getline(in, c, ',');) applied_.push_back(c);
+  }
+  void apply(const Entry& e) override {
+    if (e.type != EntryType::kCommand) return;
+    applied_.push_back(e.data);
+    out_ << "n" << id_ << " applies " << e.index << "@" << e.term << " " << e.data << "\n";
+  }
+
+ private:
+  NodeId id_;
+  MemoryStorage& disk_;
+  std::vector<std::string>& applied_;
+  std::vector<Message>& queue_;
+  std::ostringstream& out_;
+};
+
+}  // namespace
+
 std::string ScenarioCluster::process_ready(NodeId id) {
   Node& n = nodes_.at(id);
   if (!n.raft) return "";
   std::ostringstream o;
-  while (n.raft->has_ready()) {
-    Ready rd = n.raft->ready();
-    for (Message& m : rd.messages) queue_.push_back(std::move(m));
-    if (rd.snapshot) {
-      n.disk.save_snapshot(*rd.snapshot);
-      // The snapshot payload is the applied commands joined by ','.
-      n.applied.clear();
-      std::istringstream in(rd.snapshot->data);
-      for (std::string c; std::getline(in, c, ',');) n.applied.push_back(c);
-    }
-    n.disk.append(rd.entries);
-    if (rd.hard_state) n.disk.set_hard_state(*rd.hard_state);
-    for (const Entry& e : rd.committed) {
-      if (e.type == EntryType::kCommand) {
-        n.applied.push_back(e.data);
-        o << "n" << id << " applies " << e.index << "@" << e.term << " " << e.data << "\n";
-      }
-    }
-    n.raft->advance();
-  }
+  ScenarioReadyHandler handler(id, n.disk, n.applied, queue_, o);
+  LOCKD_CHECK(drive_ready(*n.raft, handler, SIZE_MAX).ok());
   return o.str();
 }
 

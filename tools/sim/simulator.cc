@@ -14,6 +14,7 @@
 #include "lockd/common/check.h"
 #include "lockd/locks/lock_table.h"
 #include "lockd/raft/codec.h"
+#include "lockd/raft/driver.h"
 #include "lockd/raft/raft.h"
 #include "lockd/raft/storage.h"
 
@@ -35,7 +36,7 @@ constexpr TimeNs kTickNs = 10 * kNsPerMs;         // virtual time per step
 constexpr int kElectionTicks = 10;                // every node's election base
 constexpr std::uint64_t kLivenessBudgetSteps = 400;  // after faults stop: leader + commit within this
 constexpr std::size_t kMaxNetworkMessages = 20000;   // the network's buffer; beyond it, drop
-constexpr int kMaxReadyRoundsPerVisit = 4;        // Ready/advance cycles per node visit
+constexpr std::size_t kMaxReadyRoundsPerVisit = 4;       // Ready/advance cycles per node visit
 constexpr std::size_t kMaxUncommittedInSim = 256; // leader back-pressure in the sim
 constexpr int kKeys = 4;                          // lock keys clients fight over
 constexpr int kOwners = 5;                        // distinct lock owners
@@ -341,50 +342,70 @@ class Simulation {
     return out.summary;
   }
 
-  // --- the node's driver loop: persist, send, apply, advance ---
+  // --- the node's driver loop: raft::drive_ready with a disk that can tear ---
 
-  void process(Node& n) {
-    for (int round = 0; round < kMaxReadyRoundsPerVisit && n.up && n.raft->has_ready(); ++round) {
-      Ready rd = n.raft->ready();
-      for (const Message& m : rd.messages) send(m);
-      if (step_ < faults_end_ && rng_.chance(w_.crash_in_io)) {
+  // The simulator's side of the Ready cycle for one node.
+  class SimReadyHandler final : public raft::ReadyHandler {
+   public:
+    SimReadyHandler(Simulation& sim, Node& n) : sim_(sim), n_(n) {}
+    bool crashed() const { return crashed_; }
+
+    void send(std::vector<Message>& messages) override {
+      for (const Message& m : messages) sim_.send(m);
+    }
+    raft::StorageStatus persist(const Ready& rd) override {
+      if (sim_.step_ < sim_.faults_end_ && sim_.rng_.chance(sim_.w_.crash_in_io)) {
         // The machine dies half way through writing this Ready: a random
         // prefix of (snapshot, entries..., hard state) reaches the disk.
         std::size_t ops = (rd.snapshot ? 1 : 0) + rd.entries.size() + (rd.hard_state ? 1 : 0);
-        std::size_t keep = rng_.below(ops + 1);
-        persist(n, rd, keep);
-        crash(n, "during persist");
+        sim_.persist(n_, rd, sim_.rng_.below(ops + 1));
+        crashed_ = true;
+        return {raft::StorageError::kIo, "simulated crash during persist"};
+      }
+      sim_.persist(n_, rd, SIZE_MAX);
+      return raft::StorageStatus::Ok();
+    }
+    void install(const raft::Snapshot& snapshot) override {
+      n_.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
+      n_.table_floor_ns = 0;
+      n_.max_token = 0;
+      n_.holders.clear();
+      n_.applied_commands.clear();
+      sim_.restore_table(n_, snapshot.data);
+      n_.applied = snapshot.meta.index;
+      sim_.trace("n%llu installed snapshot @%llu", ull(n_.id), ull(n_.applied));
+    }
+    void apply(const Entry& e) override {
+      if (e.index != n_.applied + 1) {
+        sim_.fail("apply order", "node " + std::to_string(n_.id) + " applied " + std::to_string(e.index) +
+                                     " after " + std::to_string(n_.applied));
         return;
       }
-      persist(n, rd, SIZE_MAX);
-      if (rd.snapshot) {
-        n.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
-        n.table_floor_ns = 0;
-        n.max_token = 0;
-        n.holders.clear();
-        n.applied_commands.clear();
-        restore_table(n, rd.snapshot->data);
-        n.applied = rd.snapshot->meta.index;
-        trace("n%llu installed snapshot @%llu", ull(n.id), ull(n.applied));
-      }
-      for (const Entry& e : rd.committed) {
-        if (e.index != n.applied + 1) {
-          fail("apply order", "node " + std::to_string(n.id) + " applied " + std::to_string(e.index) +
-                                  " after " + std::to_string(n.applied));
-          return;
-        }
-        std::string outcome = e.type == EntryType::kNoop ? "noop" : apply_command(n, e.data);
-        n.applied = e.index;
-        record_applied(n, e, outcome);
-      }
-      n.raft->advance();
-      if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
-        raft::Snapshot snap;
-        snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied)};
-        snap.data = encode_snapshot(n.applied_commands);
-        n.disk.save_snapshot(snap);
-        n.raft->compact(n.applied, std::move(snap.data));
-      }
+      std::string outcome = e.type == EntryType::kNoop ? "noop" : sim_.apply_command(n_, e.data);
+      n_.applied = e.index;
+      sim_.record_applied(n_, e, outcome);
+    }
+
+   private:
+    Simulation& sim_;
+    Node& n_;
+    bool crashed_ = false;
+  };
+
+  void process(Node& n) {
+    if (!n.up) return;
+    SimReadyHandler handler(*this, n);
+    raft::drive_ready(*n.raft, handler, kMaxReadyRoundsPerVisit);
+    if (handler.crashed()) {
+      crash(n, "during persist");
+      return;
+    }
+    if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
+      raft::Snapshot snap;
+      snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied)};
+      snap.data = encode_snapshot(n.applied_commands);
+      n.disk.save_snapshot(snap);
+      n.raft->compact(n.applied, std::move(snap.data));
     }
   }
 

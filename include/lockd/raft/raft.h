@@ -10,6 +10,8 @@
 //   install(rd.snapshot); apply(rd.committed);
 //   raft.advance();                          // "persisted up to here"
 //
+// raft::drive_ready() (driver.h) is that cycle, shared by every driver.
+//
 // The persistence rule lives in the core, not in the driver: a message that
 // depends on state not yet durable (a vote grant, an append ack, any answer
 // given while term/vote/entries are dirty) is held back and only appears in

@@ -1,0 +1,53 @@
+// The Ready cycle: the one loop that turns the Raft core's outputs into
+// effects, shared by the daemon, lockd-sim and the scenario harness so that
+// all three exercise the same order of operations.
+//
+// One cycle, for each Ready the core has:
+//
+//   send     rd.messages           (safe first: the core holds back every
+//                                   message that depends on state not yet
+//                                   durable, so sending before the sync lets
+//                                   followers write while the leader writes)
+//   persist  snapshot, entries, hard state — one group commit, one sync
+//   install  rd.snapshot           (restore the state machine from it)
+//   apply    rd.committed, in order
+//   advance                        ("all of that is durable and applied")
+//
+// A failed persist stops the cycle before advance(): the node must stop
+// (see storage.h). Runs on the node's loop thread.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "lockd/raft/raft.h"
+#include "lockd/raft/storage.h"
+
+namespace lockd::raft {
+
+// The application's side of the cycle.
+class ReadyHandler {
+ public:
+  virtual ~ReadyHandler() = default;
+  // Hands messages to the transport. May move out of `messages`.
+  virtual void send(std::vector<Message>& messages) = 0;
+  // Makes the Ready's snapshot, entries and hard state durable. The usual
+  // body is `return persist_ready(storage, rd);`; the simulator overrides it
+  // to tear writes.
+  virtual StorageStatus persist(const Ready& rd) = 0;
+  // Replaces the state machine with the snapshot's contents.
+  virtual void install(const Snapshot& snapshot) = 0;
+  // Applies one committed entry (no-ops included, so the handler can track
+  // the applied index).
+  virtual void apply(const Entry& entry) = 0;
+};
+
+// storage.save() for everything `rd` asks to persist.
+StorageStatus persist_ready(Storage& storage, const Ready& rd);
+
+// Runs Ready cycles while the core has one, at most `max_rounds` (a bound
+// so one busy node cannot starve a loop turn). Returns the first failed
+// persist (advance() was not called: stop the node), or ok.
+StorageStatus drive_ready(Raft& raft, ReadyHandler& handler, std::size_t max_rounds);
+
+}  // namespace lockd::raft

@@ -1,0 +1,24 @@
+// The Ready cycle shared by the daemon, the simulator and the scenario tests.
+#include "lockd/raft/driver.h"
+
+namespace lockd::raft {
+
+StorageStatus persist_ready(Storage& storage, const Ready& rd) {
+  if (!rd.snapshot && rd.entries.empty() && !rd.hard_state) return StorageStatus::Ok();
+  return storage.save(rd.hard_state, rd.entries, rd.snapshot ? &*rd.snapshot : nullptr);
+}
+
+StorageStatus drive_ready(Raft& raft, ReadyHandler& handler, std::size_t max_rounds) {
+  for (std::size_t round = 0; round < max_rounds && raft.has_ready(); ++round) {
+    Ready rd = raft.ready();
+    handler.send(rd.messages);
+    StorageStatus st = handler.persist(rd);
+    if (!st.ok()) return st;
+    if (rd.snapshot) handler.install(*rd.snapshot);
+    for (const Entry& e : rd.committed) handler.apply(e);
+    raft.advance();
+  }
+  return StorageStatus::Ok();
+}
+
+}  // namespace lockd::raft
