@@ -185,12 +185,14 @@ TEST(ProtocolTest, WaitRunsOutWithT) {
   token_of(holder.call("A h k 60000"));
   const auto start = steady_clock::now();
   c.send("A w k 1000 300\n");
-  auto r = c.read_line(5s);
+  auto r = c.read_line(20s);
   const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
   ASSERT_TRUE(r);
   EXPECT_EQ(*r, "T w k");
   EXPECT_GE(took.count(), 290);
-  EXPECT_LT(took.count(), 1500);
+  // Its own timer, not the sweep (every 5 s by default), ended the wait;
+  // the slack is for a loaded sanitizer run.
+  EXPECT_LT(took.count(), 4000);
 }
 
 TEST(ProtocolTest, ExpiryHandsKeyToWaiterLongBeforeTheSweep) {
@@ -199,11 +201,11 @@ TEST(ProtocolTest, ExpiryHandsKeyToWaiterLongBeforeTheSweep) {
   const auto t = token_of(holder.call("A h k 200"));
   const auto start = steady_clock::now();
   c.send("A w k 5000 10000\n");
-  auto r = c.read_line(5s);
+  auto r = c.read_line(20s);
   const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
   ASSERT_TRUE(r);
   EXPECT_GT(token_of(*r), t);
-  EXPECT_LT(took.count(), 1500);
+  EXPECT_LT(took.count(), 10'000);  // the sweep would take 60 s
   // The old holder's token no longer releases.
   EXPECT_EQ(holder.call("R " + std::to_string(t) + " k"), "N " + std::to_string(t) + " k");
 }
@@ -260,7 +262,7 @@ TEST(ProtocolTest, MaxConnectionsClosesTheExtraOne) {
   EXPECT_EQ(a.call("A o k1").substr(0, 2), "A ");
   EXPECT_EQ(b.call("A o k2").substr(0, 2), "A ");
   LineClient c(lockd.port());
-  EXPECT_TRUE(c.wait_closed(2s));
+  EXPECT_TRUE(c.wait_closed(kEventuallyTimeout));
   a.close();
   ASSERT_TRUE(status_becomes(lockd, "connections", 1));  // the server saw `a` close
   LineClient d(lockd.port());
@@ -275,7 +277,7 @@ TEST(ProtocolTest, LineTooLongAnswersThenCloses) {
   ASSERT_TRUE(r1);
   EXPECT_EQ(fields(*r1)[3], "before");
   EXPECT_EQ(c.read_line(), "E line_too_long");
-  EXPECT_TRUE(c.wait_closed(2s));
+  EXPECT_TRUE(c.wait_closed(kEventuallyTimeout));
   EXPECT_EQ(c.read_line(100ms), std::nullopt);  // `after` was never processed
 }
 
@@ -366,7 +368,7 @@ TEST(ProtocolTest, ConnectionOverItsOutputCapIsClosed) {
     ASSERT_TRUE(r) << i;
     ASSERT_EQ(r->substr(0, 2), "R ");
   }
-  EXPECT_TRUE(lockd.process().wait_for_line("unsent output over", 3s).has_value());
+  EXPECT_TRUE(lockd.process().wait_for_line("unsent output over", kEventuallyTimeout).has_value());
   EXPECT_EQ(holder.call("A h fresh").substr(0, 2), "A ");  // the server is fine
 }
 
@@ -375,8 +377,8 @@ TEST(ProtocolTest, SigtermExitsZeroAfterFlushingDecidedReplies) {
   LineClient c(lockd.port());
   EXPECT_EQ(c.call("A o k").substr(0, 2), "A ");
   lockd.process().signal(SIGTERM);
-  EXPECT_EQ(lockd.process().wait_exit(5s), 0);
-  EXPECT_TRUE(c.wait_closed(1s));
+  EXPECT_EQ(lockd.process().wait_exit(kEventuallyTimeout), 0);
+  EXPECT_TRUE(c.wait_closed(kEventuallyTimeout));
 }
 
 TEST(ProtocolTest, TokensKeepGrowingAcrossAKill9Restart) {
@@ -386,7 +388,7 @@ TEST(ProtocolTest, TokensKeepGrowingAcrossAKill9Restart) {
     LineClient c(lockd.port());
     for (int i = 0; i < 100; ++i) before = token_of(c.call("A o k" + std::to_string(i)));
     lockd.process().signal(SIGKILL);
-    lockd.process().wait_exit(5s);
+    lockd.process().wait_exit(kEventuallyTimeout);
   }
   LockdProcess again;
   LineClient c(again.port());

@@ -99,7 +99,7 @@ std::string dead_addr() {
   LockdProcess l;
   const std::string a = "127.0.0.1:" + std::to_string(l.port());
   l.process().signal(SIGKILL);
-  l.process().wait_exit(5s);
+  l.process().wait_exit(20s);
   return a;
 }
 
