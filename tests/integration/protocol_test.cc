@@ -329,6 +329,11 @@ TEST(ProtocolTest, ClientThatNeverReadsDoesNotGrowTheServer) {
 TEST(ProtocolTest, ConnectionOverItsOutputCapIsClosed) {
   LockdProcess lockd({"--max-output-bytes", "1048576"});
   LineClient holder(lockd.port()), slow(lockd.port());
+  // A small receive buffer on `slow` keeps what the kernel absorbs of
+  // lockd's replies small and fixed (otherwise it grows with autotuning),
+  // so few requests fill the path and the hand-offs below must overflow.
+  const int rcvbuf_bytes = 4096;
+  ASSERT_EQ(::setsockopt(slow.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf_bytes, sizeof rcvbuf_bytes), 0);
   // `slow` waits on 40,000 keys: their hand-offs are ~1.4 MB of replies.
   constexpr int kKeys = 40'000;
   std::string batch;
@@ -344,21 +349,26 @@ TEST(ProtocolTest, ConnectionOverItsOutputCapIsClosed) {
   for (int i = 0; i < kKeys; ++i) batch += "A slow k" + std::to_string(i) + " 1000 60000\n";
   batch.pop_back();  // enqueue() adds the newline
   enqueue(slow, batch, "k0");
-  // Fill every buffer between lockd and `slow` until lockd stops reading.
+  // Fill every buffer between lockd and `slow` until lockd stops reading:
+  // once it pauses it never resumes (`slow` never reads), so sending has
+  // then failed for a whole second. A merely slow server (ASan, a loaded
+  // machine) still reads something within a second.
   const int flags = fcntl(slow.fd(), F_GETFL);
   fcntl(slow.fd(), F_SETFL, flags | O_NONBLOCK);
   std::string chunk;
   for (int i = 0; i < 1000; ++i) chunk += "A slow k0\n";
-  const auto deadline = steady_clock::now() + 5s;
-  int stalls = 0;
-  while (steady_clock::now() < deadline && stalls < 20) {
-    if (::send(slow.fd(), chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) {
-      ++stalls;
-      std::this_thread::sleep_for(10ms);
+  const auto deadline = steady_clock::now() + 20s;
+  auto stalled_since = steady_clock::now();
+  bool paused = false;
+  while (!paused && steady_clock::now() < deadline) {
+    if (::send(slow.fd(), chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+      stalled_since = steady_clock::now();
     } else {
-      stalls = 0;
+      std::this_thread::sleep_for(10ms);
+      paused = steady_clock::now() - stalled_since >= 1s;
     }
   }
+  ASSERT_TRUE(paused) << "lockd kept reading from a client that never reads";
   EXPECT_TRUE(lockd.process().stderr_text().find("unsent output") == std::string::npos)
       << "requests alone must not trip the cap: reading pauses first";
   // The hand-offs add replies that `slow` will not read: over the cap.
