@@ -161,7 +161,7 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            std::uint64_t{1});
 
   w.family("lockd_requests_total", "counter",
-           "Requests answered, by verb (A, R, or invalid for malformed lines) and result "
+           "Requests answered, by verb (A, R, K, or invalid for malformed lines) and result "
            "(the reply's letter). A waiting acquire counts when it is answered.");
   w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "A"}}, reply(ReplyKind::kAcquired));
   w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "T"}}, reply(ReplyKind::kHeld));
@@ -169,6 +169,8 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.sample("lockd_requests_total", {{"verb", "R"}, {"result", "R"}}, reply(ReplyKind::kReleased));
   w.sample("lockd_requests_total", {{"verb", "R"}, {"result", "N"}},
            reply(ReplyKind::kNotReleased));
+  w.sample("lockd_requests_total", {{"verb", "K"}, {"result", "K"}}, reply(ReplyKind::kKept));
+  w.sample("lockd_requests_total", {{"verb", "K"}, {"result", "N"}}, reply(ReplyKind::kNotKept));
   w.sample("lockd_requests_total", {{"verb", "invalid"}, {"result", "E"}},
            reply(ReplyKind::kError));
 
@@ -176,6 +178,7 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Request lines received, by verb (invalid: malformed or too long).");
   w.sample("lockd_requests_received_total", {{"verb", "A"}}, st.requests_acquire);
   w.sample("lockd_requests_received_total", {{"verb", "R"}}, st.requests_release);
+  w.sample("lockd_requests_received_total", {{"verb", "K"}}, st.requests_keep);
   w.sample("lockd_requests_received_total", {{"verb", "invalid"}},
            st.requests_malformed + st.lines_too_long);
 
@@ -215,6 +218,10 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_takeovers_total", "counter",
            "Expired keys taken over on the spot by a new acquire.",
            ls.takeovers);
+  w.single("lockd_keeps_total", "counter",
+           "Leases moved by a keep (K answered K); the lock table's count, which in "
+           "cluster mode includes keeps applied from the log.",
+           ls.keeps);
   w.single("lockd_expirations_total", "counter",
            "Leases that ended because they ran out.",
            ls.expirations);

@@ -23,6 +23,7 @@ json requests_json(const server::ServerStats& st) {
   return json{
       {"A", st.requests_acquire},
       {"R", st.requests_release},
+      {"K", st.requests_keep},
       {"invalid", st.requests_malformed + st.lines_too_long},
   };
 }
@@ -32,7 +33,8 @@ json replies_json(const server::ServerStats& st) {
   const auto r = [&st](ReplyKind k) { return st.replies[static_cast<std::size_t>(k)]; };
   return json{{"A", r(ReplyKind::kAcquired)},   {"T", r(ReplyKind::kHeld)},
               {"B", r(ReplyKind::kBusy)},       {"R", r(ReplyKind::kReleased)},
-              {"N", r(ReplyKind::kNotReleased)}, {"E", r(ReplyKind::kError)},
+              {"N", r(ReplyKind::kNotReleased) + r(ReplyKind::kNotKept)},
+              {"K", r(ReplyKind::kKept)},       {"E", r(ReplyKind::kError)},
               {"M", r(ReplyKind::kMoved)}};
 }
 

@@ -24,6 +24,8 @@ bool fields_valid(const LockCommand& c) {
     case LockCommandType::kRelease:
     case LockCommandType::kExpire:
       return key_ok;
+    case LockCommandType::kKeep:
+      return key_ok && c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs;
     case LockCommandType::kCancelWaiter:
       return true;
   }
@@ -55,7 +57,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   }
   std::uint8_t t = r.u8();
   if (r.error() != LockCommandError::kOk) return r.error();
-  if (t < 1 || t > 4) return LockCommandError::kBadType;
+  if (t < 1 || t > 5) return LockCommandError::kBadType;
   LockCommand c;
   c.type = static_cast<LockCommandType>(t);
   c.now_ns = static_cast<TimeNs>(r.u64());
@@ -104,6 +106,10 @@ ApplyOutcome apply_lock_command(locks::LockTable& table, const LockCommand& c, T
     }
     case LockCommandType::kExpire:
       out.summary = table.expire(now, c.key, c.token, out.deliveries) ? "expired" : "not-expired";
+      break;
+    case LockCommandType::kKeep:
+      out.kept = table.keep(now, c.token, c.key, c.lease_ms) == locks::KeepOutcome::kKept;
+      out.summary = out.kept ? "kept" : "not-kept";
       break;
     case LockCommandType::kCancelWaiter:
       out.summary = table.cancel_waiter(c.waiter) ? "cancelled" : "not-waiting";

@@ -232,7 +232,8 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
         f.push_back(reply->substr(i, sp - i));
         i = sp + 1;
       }
-      if ((kind == 'A' && f.size() == 4) || ((kind == 'R' || kind == 'N') && f.size() == 3)) {
+      const bool token_key = (kind == 'R' || kind == 'N' || kind == 'K') && f.size() == 3;
+      if ((kind == 'A' && f.size() == 4) || token_key) {
         std::uint64_t token = 0;
         std::from_chars(f[1].data(), f[1].data() + f[1].size(), token);
         j["token"] = token;
@@ -243,7 +244,7 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       } else if ((kind == 'T' || kind == 'B') && f.size() == 3) {
         j["owner"] = f[1];
         j["key"] = f[2];
-      } else if ((kind == 'R' || kind == 'N') && f.size() == 3) {
+      } else if (token_key) {
         j["key"] = f[2];
       } else if (kind == 'E' && f.size() >= 2) {
         j["error"] = f[1];
@@ -255,6 +256,7 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
     switch (kind) {
       case 'A':
       case 'R':
+      case 'K':
         return kExitOk;
       case 'E':
         return reply->starts_with("E no_leader") || reply->starts_with("E indeterminate")
@@ -297,6 +299,15 @@ int cmd_release(const Globals& g, const std::string& token, const std::string& k
     return kExitUsage;
   }
   return protocol_request(g, fmt::format("R {} {}", token, key), kRequestTimeoutMs);
+}
+
+int cmd_keep(const Globals& g, const std::string& token, const std::string& key,
+             std::uint64_t lease_ms) {
+  if (!visible_ascii(token) || !visible_ascii(key)) {
+    fail("TOKEN and KEY must be non-empty visible ASCII without spaces");
+    return kExitUsage;
+  }
+  return protocol_request(g, fmt::format("K {} {} {}", token, key, lease_ms), kRequestTimeoutMs);
 }
 
 }  // namespace lockd::lockctl

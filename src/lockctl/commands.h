@@ -12,7 +12,7 @@ namespace lockd::lockctl {
 
 // Exit statuses (spec interfaces.md).
 enum ExitCode : int {
-  kExitOk = 0,           // A, R, or a query answered
+  kExitOk = 0,           // A, R, K, or a query answered
   kExitNegative = 1,     // T, B, N, a 404, or another refusal
   kExitUsage = 2,        // bad flags or arguments (also `E` from the server)
   kExitUnreachable = 3,  // the server cannot be reached
@@ -33,6 +33,9 @@ int cmd_cluster(const Globals& g);
 int cmd_acquire(const Globals& g, const std::string& owner, const std::string& key,
                 std::optional<std::uint64_t> lease_ms, std::optional<std::uint64_t> wait_ms);
 int cmd_release(const Globals& g, const std::string& token, const std::string& key);
+// `K TOKEN KEY MS` (protocol v1.1): extends the lease; 0 for `K`, 1 for `N`.
+int cmd_keep(const Globals& g, const std::string& token, const std::string& key,
+             std::uint64_t lease_ms);
 
 // `lockctl top`: the live view.
 struct TopOptions {

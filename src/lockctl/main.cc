@@ -74,6 +74,12 @@ int main(int argc, char** argv) {
   release->add_option("TOKEN", token, "fencing token from acquire")->required();
   release->add_option("KEY", key, "the key")->required();
 
+  auto* keep = app.add_subcommand("keep", "extend a held lease over the text protocol (v1.1)");
+  std::uint64_t keep_lease_ms = 0;
+  keep->add_option("TOKEN", token, "fencing token of the lease")->required();
+  keep->add_option("KEY", key, "the key")->required();
+  keep->add_option("--lease", keep_lease_ms, "new lease in ms, counted from now")->required();
+
   auto* top = app.add_subcommand("top", "live view of the busiest keys (q to quit)");
   lockd::lockctl::TopOptions top_opt;
   top->add_option("--interval-ms", top_opt.interval_ms, "refresh period (default 1000)")
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
   if (*cluster) return cmd_cluster(g);
   if (*acquire) return cmd_acquire(g, owner, key, lease_ms, wait_ms);
   if (*release) return cmd_release(g, token, key);
+  if (*keep) return cmd_keep(g, token, key, keep_lease_ms);
   if (*top) return cmd_top(g, top_opt);
   return kExitUsage;
 }

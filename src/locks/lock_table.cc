@@ -1,6 +1,7 @@
 #include "lockd/locks/lock_table.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "lockd/common/check.h"
@@ -82,6 +83,34 @@ ReleaseOutcome LockTable::release(TimeNs now, Token token, std::string_view key,
   return ReleaseOutcome::kReleased;
 }
 
+KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
+                           std::uint64_t lease_ms) {
+  LOCKD_CHECK(lease_ms > 0);
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.token != token) return KeepOutcome::kNotKept;
+  KeyState& state = it->second;
+  // An ended lease stays ended: between its end and the sweep (or a
+  // takeover) someone may already have acted on it being free.
+  if (state.expires_at_ns <= now) return KeepOutcome::kNotKept;
+  const TimeNs granted_at_ns = state.expires_at_ns - ms_to_ns(state.lease_ms);
+  const TimeNs span_ns = now + ms_to_ns(lease_ms) - granted_at_ns;
+  // Rounded up to whole milliseconds; at least 1 ms even if a caller's
+  // clock went back past the grant.
+  const TimeNs total_ms = std::max<TimeNs>(1, (span_ns + kNsPerMs - 1) / kNsPerMs);
+  const TimeNs old_expiry_ns = state.expires_at_ns;
+  state.lease_ms = static_cast<std::uint64_t>(total_ms);
+  state.expires_at_ns = granted_at_ns + ms_to_ns(state.lease_ms);
+  ++stats_.keeps;
+  // With waiters, the hand-off must follow the new expiry, earlier or
+  // later: the entry armed for the old one turns stale (its time no longer
+  // matches) and this one takes over. Same expiry: the entry already in
+  // the heap stays live, and pushing another would only add a duplicate.
+  if (state.waiter_count() > 0 && state.expires_at_ns != old_expiry_ns) {
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
+  }
+  return KeepOutcome::kKept;
+}
+
 bool LockTable::expire(TimeNs now, std::string_view key, Token token,
                        std::vector<Delivery>& out) {
   auto it = keys_.find(key);
@@ -147,7 +176,10 @@ bool LockTable::deadline_is_live(const Deadline& d) const {
   switch (d.kind) {
     case Deadline::Kind::kLease: {
       auto it = keys_.find(d.key);
-      return it != keys_.end() && it->second.token == d.id && it->second.waiter_count() > 0;
+      // The token alone is not enough: a keep moves the expiry of the same
+      // token, leaving its earlier entries behind.
+      return it != keys_.end() && it->second.token == d.id && it->second.waiter_count() > 0 &&
+             it->second.expires_at_ns == d.at_ns;
     }
     case Deadline::Kind::kWait: {
       auto it = waiter_index_.find(d.id);
@@ -160,7 +192,15 @@ bool LockTable::deadline_is_live(const Deadline& d) const {
 void LockTable::compact_deadlines_if_needed() {
   const std::size_t live = waiter_index_.size() + keys_with_waiters_;
   if (deadlines_.size() <= kDeadlineSlackFactor * live + kDeadlineSlackFloor) return;
-  std::erase_if(deadlines_, [this](const Deadline& d) { return !deadline_is_live(d); });
+  // Stale entries go, and so do copies of a live lease entry (a key whose
+  // queue emptied and refilled under the same holder, or whose keeps moved
+  // its expiry back to an earlier value, can have several identical live
+  // entries), so a compaction leaves at most `live` entries.
+  std::unordered_set<std::string_view> armed;  // views into keys_, which stay put
+  std::erase_if(deadlines_, [this, &armed](const Deadline& d) {
+    if (!deadline_is_live(d)) return true;
+    return d.kind == Deadline::Kind::kLease && !armed.insert(keys_.find(d.key)->first.view()).second;
+  });
   std::make_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});
 }
 
@@ -173,8 +213,8 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
     switch (d.kind) {
       case Deadline::Kind::kLease: {
         auto it = keys_.find(d.key);
-        // A live lease entry means the key exists, has waiters and this
-        // token; leases are never renewed, so it has run out.
+        // A live lease entry means the key exists, has waiters, this token
+        // and this very expiry, so the lease has run out.
         LOCKD_CHECK(it != keys_.end() && it->second.expires_at_ns <= now);
         ++stats_.expirations;
         hand_off_or_delete(it, now, HandoffCause::kExpiry, out);
@@ -260,6 +300,13 @@ void LockTable::check_invariants() const {
   }
   LOCKD_CHECK(waiters == waiter_index_.size());
   LOCKD_CHECK(with_waiters == keys_with_waiters_);
+  // Every key with waiters has a live lease entry at its current expiry:
+  // otherwise its hand-off would wait for a later entry, or never come.
+  std::unordered_set<std::string_view> armed;
+  for (const Deadline& d : deadlines_) {
+    if (d.kind == Deadline::Kind::kLease && deadline_is_live(d)) armed.insert(d.key);
+  }
+  LOCKD_CHECK(armed.size() == keys_with_waiters_);
 }
 
 }  // namespace lockd::locks

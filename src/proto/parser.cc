@@ -101,6 +101,20 @@ ParseResult parse_line(std::string_view line, const ParseLimits& limits) {
     req.key = f[2];
     return req;
   }
+  if (f[0] == "K") {
+    // Exactly token, key, lease, checked in that order (§7): unlike `A`,
+    // the lease has no default, since a keep that silently picked the
+    // server's default could shorten a long lease by surprise.
+    if (n != 4) return ParseError::kBadArity;
+    req.verb = Verb::kKeep;
+    if (!parse_u64(f[1], req.token) || req.token == 0) return ParseError::kBadToken;
+    if (!visible_ascii(f[2], kMaxKeyBytes)) return ParseError::kBadKey;
+    req.key = f[2];
+    if (!parse_u64(f[3], req.lease_ms) || req.lease_ms == 0 || req.lease_ms > limits.max_lease_ms) {
+      return ParseError::kBadLease;
+    }
+    return req;
+  }
   return ParseError::kUnknownCommand;
 }
 

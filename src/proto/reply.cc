@@ -12,7 +12,7 @@ void append_u64(std::string& out, std::uint64_t v) {
   out.append(buf, static_cast<std::size_t>(end - buf));
 }
 
-// `<owner> <key>` for A, `<token> <key>` for R.
+// `<owner> <key>` for A, `<token> <key>` for R and K.
 void append_echo(std::string& out, const Request& req) {
   if (req.verb == Verb::kAcquire) {
     out.append(req.owner);
@@ -64,6 +64,10 @@ void append_busy(std::string& out, std::string_view owner, std::string_view key)
 
 void append_released(std::string& out, std::uint64_t token, std::string_view key) {
   append_token_key(out, 'R', token, key);
+}
+
+void append_kept(std::string& out, std::uint64_t token, std::string_view key) {
+  append_token_key(out, 'K', token, key);
 }
 
 void append_not_released(std::string& out, std::uint64_t token, std::string_view key) {

@@ -105,6 +105,19 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     }
     return true;
   }
+  if (req.verb == proto::Verb::kKeep) {
+    ++stats_.requests_keep;
+    // Moving an expiry hands nothing off (the new one is at least 1 ms
+    // away); the deadline timer is re-armed after the turn as usual.
+    if (table_.keep(now, req.token, req.key, req.lease_ms) == locks::KeepOutcome::kKept) {
+      stats_.count(ReplyKind::kKept);
+      proto::append_kept(out, req.token, req.key);
+    } else {
+      stats_.count(ReplyKind::kNotKept);
+      proto::append_not_released(out, req.token, req.key);
+    }
+    return true;
+  }
   ++stats_.requests_release;
   deliveries_.clear();
   const auto outcome = table_.release(now, req.token, req.key, deliveries_);

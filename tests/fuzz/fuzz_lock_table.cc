@@ -1,6 +1,8 @@
 // libFuzzer target: a random command sequence against the lock table, with
 // every internal invariant checked after each command, plus the protocol's
-// own: tokens only grow, a granted key has exactly that holder.
+// own: tokens only grow, a granted key has exactly that holder, a keep
+// (§6a) moves only a live lease and never its token, and after advance()
+// no key with waiters is left past its (possibly kept) expiry.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -48,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     tokens.push_back(t);
   };
   while (!in.done()) {
-    const std::uint8_t op = in.next() % 6;
+    const std::uint8_t op = in.next() % 7;
     const std::string key = "k" + std::to_string(in.next() % 10);
     out.clear();
     switch (op) {
@@ -71,9 +73,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         table.release(now, t, key, out);
         break;
       }
-      case 2:  // time passes
-        now += static_cast<TimeNs>(in.next()) * kNsPerMs;
+      case 2:  // time passes, sometimes by less than a millisecond
+        now += static_cast<TimeNs>(in.next()) * kNsPerMs + static_cast<TimeNs>(in.next() % 4) * 250'000;
         table.advance(now, out);
+        // Every hand-off that is due has happened: a keep that shortened a
+        // lease moved the deadline with it.
+        table.for_each([&](std::string_view, const KeyState& s) {
+          require(s.waiter_count() == 0 || s.expires_at_ns > now);
+        });
         break;
       case 3:
         if (!waiters.empty()) table.cancel_waiter(waiters[in.next() % waiters.size()]);
@@ -84,6 +91,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 5: {
         const KeyState* s = table.find(key);
         if (s != nullptr) table.expire(now, key, s->token, out);
+        break;
+      }
+      case 6: {  // keep with the key's token, a token seen before, or garbage
+        const KeyState* s = table.find(key);
+        const std::uint8_t pick = in.next() % 4;
+        const Token t = s != nullptr && pick < 2 ? s->token
+                        : tokens.empty() || pick == 3 ? in.next()
+                                                      : tokens[in.next() % tokens.size()];
+        const std::uint64_t lease = 1 + in.next() % 50;
+        const bool live = s != nullptr && s->token == t && s->expires_at_ns > now;
+        const Token before_token = s != nullptr ? s->token : 0;
+        const TimeNs before_expiry = s != nullptr ? s->expires_at_ns : 0;
+        const auto r = table.keep(now, t, key, lease);
+        require((r == KeepOutcome::kKept) == live);
+        const KeyState* after = table.find(key);
+        require((after != nullptr) == (s != nullptr));
+        if (after != nullptr) {
+          require(after->token == before_token);
+          if (live) {
+            require(after->expires_at_ns >= now + ms_to_ns(lease));
+            require(after->expires_at_ns < now + ms_to_ns(lease) + kNsPerMs);
+          } else {
+            require(after->expires_at_ns == before_expiry);
+          }
+        }
         break;
       }
     }

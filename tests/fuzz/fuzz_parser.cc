@@ -53,6 +53,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           require(req->lease_ms >= 1 && req->lease_ms <= limits.max_lease_ms);
           require(req->wait_ms <= limits.max_wait_ms);
           append_acquired(out, 1, req->owner, req->key);
+        } else if (req->verb == Verb::kKeep) {
+          require(req->token >= 1);
+          require(req->lease_ms >= 1 && req->lease_ms <= limits.max_lease_ms);
+          append_kept(out, req->token, req->key);
         } else {
           require(req->token >= 1);
           append_released(out, req->token, req->key);

@@ -135,6 +135,40 @@ TEST(LockctlTest, AcquireReleaseAndTheirExitStatuses) {
   EXPECT_TRUE(jj["token"].is_number_unsigned());
 }
 
+TEST(LockctlTest, KeepExtendsTheLeaseAndMapsRepliesToExitStatuses) {
+  Fixture f;
+  Outcome a = f.ctl({"acquire", "alice", "orders/42", "--lease", "1000"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  const auto fa = fields(a.out.substr(0, a.out.find('\n')));
+  ASSERT_EQ(fa.size(), 4u) << a.out;
+  const std::string token = fa[1];
+
+  Outcome k = f.ctl({"keep", token, "orders/42", "--lease", "600000"});
+  EXPECT_EQ(k.status, 0) << k.err;
+  EXPECT_EQ(k.out, "K " + token + " orders/42\n");
+  // The admin view shows the new expiry, not the acquire's 1 s.
+  Outcome l = f.ctl({"--json", "lock", "orders/42"});
+  ASSERT_EQ(l.status, 0) << l.err;
+  EXPECT_GT(json::parse(l.out)["expires_in_ms"].get<std::int64_t>(), 590'000) << l.out;
+
+  Outcome j = f.ctl({"--json", "keep", token, "orders/42", "--lease", "600000"});
+  EXPECT_EQ(j.status, 0) << j.err;
+  const json jj = json::parse(j.out);
+  EXPECT_EQ(jj["reply"], "K");
+  EXPECT_EQ(jj["token"].get<std::uint64_t>(), std::stoull(token));
+  EXPECT_EQ(jj["key"], "orders/42");
+
+  Outcome n = f.ctl({"keep", "12345", "orders/42", "--lease", "1000"});
+  EXPECT_EQ(n.status, 1);
+  EXPECT_EQ(n.out, "N 12345 orders/42\n");
+  Outcome e = f.ctl({"keep", token, "orders/42", "--lease", "0"});
+  EXPECT_EQ(e.status, 2);
+  EXPECT_EQ(e.out, "E bad_lease\n");
+  EXPECT_EQ(f.ctl({"keep", token, "orders/42"}).status, 2);  // --lease is required
+  EXPECT_EQ(f.ctl({"keep", token, "--lease", "1000"}).status, 2);
+  EXPECT_EQ(f.ctl({"keep", token, "orders/42", "--lease", "x"}).status, 2);
+}
+
 TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
   Fixture f;
   LineClient holder(f.lockd.port());
@@ -255,6 +289,7 @@ TEST(LockctlTest, NoServerExitsThreeWithOneLine) {
                                              {"cluster"},
                                              {"acquire", "a", "k"},
                                              {"release", "1", "k"},
+                                             {"keep", "1", "k", "--lease", "1000"},
                                              {"top", "--iterations", "1"}}) {
     std::vector<std::string> argv{lockctl_binary(), "--addr", dead, "--admin", dead};
     argv.insert(argv.end(), cmd.begin(), cmd.end());

@@ -265,7 +265,7 @@ TEST(LockCommand, EveryDecodedCommandApplies) {
   std::size_t applied = 0;
   for (int i = 0; i < 20000; ++i) {
     cluster::LockCommand c;
-    c.type = static_cast<cluster::LockCommandType>(1 + rng() % 4);
+    c.type = static_cast<cluster::LockCommandType>(1 + rng() % 5);
     c.now_ns = pick(clocks);
     c.key = std::string(pick(key_sizes), static_cast<char>('a' + rng() % 3));
     c.owner = std::string(pick(owner_sizes), 'o');

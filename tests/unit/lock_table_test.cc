@@ -1,4 +1,4 @@
-// The lock table against every row of protocol.md §5, §6, §8 and §9.
+// The lock table against every row of protocol.md §5, §6, §6a, §8 and §9.
 #include "lockd/locks/lock_table.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +26,11 @@ class LockTableTest : public ::testing::Test {
   }
   ReleaseOutcome release(Token t, std::string_view key) {
     auto r = table_.release(now_, t, key, out_);
+    table_.check_invariants();
+    return r;
+  }
+  KeepOutcome keep(Token t, std::string_view key, std::uint64_t lease_ms) {
+    auto r = table_.keep(now_, t, key, lease_ms);
     table_.check_invariants();
     return r;
   }
@@ -257,14 +262,203 @@ TEST_F(LockTableTest, ExpireCommandChecksTokenAndDeadline) {
 
 TEST_F(LockTableTest, DeadlineIndexStaysBoundedUnderWaiterChurn) {
   acquire("holder", "k", 3'600'000);
-  for (int i = 0; i < 100'000; ++i) {
-    acquire("w", "k", 1000, 60'000);
-    ASSERT_TRUE(table_.cancel_waiter(last_waiter_));
+  // Straight on the table: check_invariants() walks the index, so calling
+  // it 100,000 times would make this test slow, not stronger.
+  for (WaiterId w = 1'000'000; w < 1'100'000; ++w) {
+    ASSERT_EQ(table_.acquire(now_, {"w", "k", 1000, 60'000, 1, w}).outcome,
+              AcquireOutcome::kQueued);
+    // Every refill of the queue arms the same lease end again.
+    ASSERT_LE(table_.deadline_count(), 2'000u);
+    ASSERT_TRUE(table_.cancel_waiter(w));
   }
+  table_.check_invariants();
   EXPECT_EQ(table_.waiter_count(), 0u);
   // The stale entries were compacted away; nothing is due for an hour.
   advance_to(now_ + 60'001 * kMs);
   EXPECT_TRUE(take().empty());
+}
+
+// --- §6a keep ---
+
+TEST_F(LockTableTest, KeepLiveLeaseMovesExpiryKeepsTokenOwnerAndQueue) {
+  auto r = acquire("alice", "k", 1000);
+  now_ += 400 * kMs;
+  EXPECT_EQ(keep(r.token, "k", 5000), KeepOutcome::kKept);
+  const KeyState* s = table_.find("k");
+  EXPECT_EQ(s->token, r.token);
+  EXPECT_EQ(s->owner, "alice");
+  EXPECT_EQ(s->expires_at_ns, now_ + 5000 * kMs);
+  // The lease counts from the grant, so the grant time stays derivable.
+  EXPECT_EQ(s->lease_ms, 5400u);
+  EXPECT_EQ(table_.stats().keeps, 1u);
+  EXPECT_EQ(table_.stats().grants, 1u);  // no new token
+}
+
+TEST_F(LockTableTest, KeepRoundsUpToAWholeMillisecondAfterTheGrant) {
+  auto r = acquire("alice", "k", 1000);
+  const TimeNs granted = now_;
+  now_ += 400 * kMs + 1;  // 1 ns past a whole millisecond
+  ASSERT_EQ(keep(r.token, "k", 1000), KeepOutcome::kKept);
+  const KeyState* s = table_.find("k");
+  EXPECT_EQ(s->expires_at_ns, granted + 1401 * kMs);  // under 1 ms more than asked
+  EXPECT_GE(s->expires_at_ns, now_ + 1000 * kMs);
+  EXPECT_EQ(s->expires_at_ns - ms_to_ns(s->lease_ms), granted);
+}
+
+TEST_F(LockTableTest, KeepEndedLeaseIsNEvenBeforeSweepOrTakeover) {
+  auto r = acquire("alice", "k", 100);
+  now_ += 100 * kMs;  // at expires_at the lease is over
+  EXPECT_EQ(keep(r.token, "k", 5000), KeepOutcome::kNotKept);
+  const KeyState* s = table_.find("k");
+  ASSERT_NE(s, nullptr);  // still registered: not swept
+  EXPECT_EQ(s->expires_at_ns, now_);  // not revived
+  now_ += 50 * kMs;
+  EXPECT_EQ(keep(r.token, "k", 5000), KeepOutcome::kNotKept);
+  EXPECT_EQ(acquire("bob", "k", 1000).outcome, AcquireOutcome::kGranted);  // takeover still works
+  EXPECT_EQ(table_.stats().keeps, 0u);
+}
+
+TEST_F(LockTableTest, KeepWrongTokenIsNAndChangesNothing) {
+  auto r = acquire("alice", "k", 1000);
+  const TimeNs expiry = table_.find("k")->expires_at_ns;
+  EXPECT_EQ(keep(r.token + 1, "k", 5000), KeepOutcome::kNotKept);
+  EXPECT_EQ(keep(r.token - 1, "k", 5000), KeepOutcome::kNotKept);
+  EXPECT_EQ(table_.find("k")->expires_at_ns, expiry);
+  EXPECT_EQ(table_.find("k")->token, r.token);
+}
+
+TEST_F(LockTableTest, KeepUnregisteredKeyIsN) {
+  EXPECT_EQ(keep(kFirst, "nope", 1000), KeepOutcome::kNotKept);
+  auto r = acquire("alice", "k", 1000);
+  EXPECT_EQ(keep(r.token, "other", 1000), KeepOutcome::kNotKept);
+  ASSERT_EQ(release(r.token, "k"), ReleaseOutcome::kReleased);
+  EXPECT_EQ(keep(r.token, "k", 1000), KeepOutcome::kNotKept);  // released: gone
+  EXPECT_EQ(table_.key_count(), 0u);
+}
+
+TEST_F(LockTableTest, KeepCanShortenAndSweepAndTakeoverFollowIt) {
+  auto r = acquire("alice", "k", 10'000);
+  now_ += 100 * kMs;
+  ASSERT_EQ(keep(r.token, "k", 200), KeepOutcome::kKept);
+  EXPECT_EQ(table_.find("k")->expires_at_ns, now_ + 200 * kMs);
+  EXPECT_EQ(acquire("bob", "k", 1000).outcome, AcquireOutcome::kHeld);
+  now_ += 200 * kMs;  // the shortened lease is over, the first would not be
+  EXPECT_EQ(table_.sweep(now_), 1u);
+  EXPECT_EQ(table_.find("k"), nullptr);
+
+  auto r2 = acquire("alice", "k2", 10'000);
+  ASSERT_EQ(keep(r2.token, "k2", 200), KeepOutcome::kKept);
+  now_ += 200 * kMs;
+  auto taken = acquire("bob", "k2", 1000);  // lazy takeover at the new expiry
+  EXPECT_EQ(taken.outcome, AcquireOutcome::kGranted);
+  EXPECT_GT(taken.token, r2.token);
+}
+
+TEST_F(LockTableTest, KeepExtendsPastFirstLeaseForSweepAndTakeover) {
+  auto r = acquire("alice", "k", 100);
+  now_ += 50 * kMs;
+  ASSERT_EQ(keep(r.token, "k", 1000), KeepOutcome::kKept);
+  now_ += 100 * kMs;  // past the first lease, inside the kept one
+  EXPECT_EQ(table_.sweep(now_), 0u);
+  EXPECT_EQ(acquire("bob", "k", 1000).outcome, AcquireOutcome::kHeld);
+  EXPECT_EQ(keep(r.token, "k", 1000), KeepOutcome::kKept);  // again, still live
+  EXPECT_EQ(release(r.token, "k"), ReleaseOutcome::kReleased);
+}
+
+TEST_F(LockTableTest, KeepWithWaitersMovesHandOffLater) {
+  auto r = acquire("alice", "k", 200);
+  acquire("bob", "k", 1000, 60'000);
+  EXPECT_EQ(*table_.next_deadline(), now_ + 200 * kMs);
+  now_ += 100 * kMs;
+  ASSERT_EQ(keep(r.token, "k", 500), KeepOutcome::kKept);  // lease end: +200 -> +600
+  const TimeNs new_end = now_ + 500 * kMs;
+  advance_to(now_ + 100 * kMs);  // the old lease end passes: its entry is stale
+  EXPECT_TRUE(take().empty());
+  EXPECT_EQ(table_.find("k")->token, r.token);
+  EXPECT_EQ(table_.stats().expirations, 0u);
+  EXPECT_EQ(*table_.next_deadline(), new_end);
+  advance_to(new_end - 1);
+  EXPECT_TRUE(take().empty());
+  advance_to(new_end);
+  auto d = take();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].owner, "bob");
+  EXPECT_GT(d[0].token, r.token);
+  EXPECT_EQ(table_.stats().handoffs_expiry, 1u);
+}
+
+TEST_F(LockTableTest, KeepWithWaitersMovesHandOffEarlier) {
+  auto r = acquire("alice", "k", 10'000);
+  acquire("bob", "k", 1000, 60'000);
+  now_ += 100 * kMs;
+  ASSERT_EQ(keep(r.token, "k", 300), KeepOutcome::kKept);
+  const TimeNs new_end = now_ + 300 * kMs;
+  EXPECT_EQ(*table_.next_deadline(), new_end);  // the timer must come sooner
+  advance_to(new_end - 1);
+  EXPECT_TRUE(take().empty());
+  advance_to(new_end);
+  auto d = take();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].owner, "bob");
+  // bob's own lease runs from the hand-off; the old entry at +10 s is
+  // stale (other token) and hands nothing off when it passes.
+  advance_to(now_ + 10'000 * kMs);
+  for (const auto& x : take()) EXPECT_NE(x.kind, DeliveryKind::kGranted);
+}
+
+TEST_F(LockTableTest, KeepBackAndForthLeavesOneLiveHandOff) {
+  auto r = acquire("alice", "k", 1000);
+  acquire("bob", "k", 1000, 60'000);
+  acquire("carol", "k", 1000, 60'000);
+  // Same `now`: the expiry alternates between two values, so entries for
+  // the first value come back to life; only one may hand the key off.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(keep(r.token, "k", i % 2 == 0 ? 2000 : 1000), KeepOutcome::kKept);
+  }
+  const TimeNs end = now_ + 2000 * kMs;
+  advance_to(end);
+  auto d = take();
+  ASSERT_EQ(d.size(), 1u);  // bob, not bob and then carol
+  EXPECT_EQ(d[0].owner, "bob");
+  EXPECT_EQ(table_.find("k")->expires_at_ns, end + 1000 * kMs);
+}
+
+TEST_F(LockTableTest, KeepAfterHandOffWithOldTokenIsN) {
+  auto r = acquire("alice", "k", 200);
+  acquire("bob", "k", 1000, 60'000);
+  advance_to(now_ + 200 * kMs);  // expiry hand-off to bob
+  auto d = take();
+  ASSERT_EQ(d.size(), 1u);
+  const TimeNs bob_end = table_.find("k")->expires_at_ns;
+  EXPECT_EQ(keep(r.token, "k", 5000), KeepOutcome::kNotKept);
+  EXPECT_EQ(table_.find("k")->expires_at_ns, bob_end);
+  EXPECT_EQ(keep(d[0].token, "k", 5000), KeepOutcome::kKept);  // bob's own token works
+
+  // The same after a release hand-off.
+  auto r2 = acquire("carol", "k2", 1000);
+  acquire("dave", "k2", 1000, 60'000);
+  ASSERT_EQ(release(r2.token, "k2"), ReleaseOutcome::kReleased);
+  ASSERT_EQ(take().size(), 1u);
+  EXPECT_EQ(keep(r2.token, "k2", 5000), KeepOutcome::kNotKept);
+}
+
+TEST_F(LockTableTest, DeadlineIndexStaysBoundedUnderKeeps) {
+  auto r = acquire("alice", "k", 3'600'000);
+  acquire("bob", "k", 1000, 300'000);
+  for (int i = 0; i < 100'000; ++i) {
+    now_ += kMs;
+    ASSERT_EQ(table_.keep(now_, r.token, "k", 3'600'000), KeepOutcome::kKept);
+    ASSERT_LE(table_.deadline_count(), 2'000u);
+  }
+  // Keeps that move the expiry back and forth within one `now` (a client
+  // pipelining K lines read in one go) leave identical entries that are
+  // all live whenever the expiry is back at their value.
+  for (int i = 0; i < 100'000; ++i) {
+    ASSERT_EQ(table_.keep(now_, r.token, "k", i % 2 == 0 ? 1000 : 2000), KeepOutcome::kKept);
+    ASSERT_LE(table_.deadline_count(), 2'000u);
+  }
+  table_.check_invariants();
+  EXPECT_EQ(table_.find("k")->waiter_count(), 1u);
 }
 
 class LockTableCapsTest : public LockTableTest {

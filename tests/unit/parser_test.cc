@@ -153,5 +153,71 @@ TEST(ParserTest, ConfiguredLimitsApply) {
   EXPECT_TRUE(std::holds_alternative<ParseError>(parse_line("A o k 20 6", small)));
 }
 
+// --- `K <token> <key> <lease_ms>` (v1.1, §3, §6a, §7) ---
+
+TEST(ParserTest, KeepParsesTokenKeyLease) {
+  Request r = request_of("K 18446744073709551615 orders/42 5000");
+  EXPECT_EQ(r.verb, Verb::kKeep);
+  EXPECT_EQ(r.token, 18446744073709551615ull);
+  EXPECT_EQ(r.key, "orders/42");
+  EXPECT_EQ(r.lease_ms, 5000u);
+  Request spaced = request_of("  K   7  k   1 \r");
+  EXPECT_EQ(spaced.token, 7u);
+  EXPECT_EQ(spaced.key, "k");
+  EXPECT_EQ(spaced.lease_ms, 1u);
+}
+
+TEST(ParserTest, KeepArityIsExactlyThreeFields) {
+  EXPECT_EQ(error_of("K"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("K 1"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("K 1 k"), ParseError::kBadArity);  // the lease has no default
+  EXPECT_EQ(error_of("K 1 k 100 5"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("K 1 k 100 5 6"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("K 0 k"), ParseError::kBadArity);  // arity before fields
+  EXPECT_EQ(error_of("k 1 k 100"), ParseError::kUnknownCommand);  // upper case only
+  EXPECT_EQ(error_of("KK 1 k 100"), ParseError::kUnknownCommand);
+}
+
+TEST(ParserTest, KeepBadToken) {
+  EXPECT_EQ(error_of("K 0 k 100"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("K -1 k 100"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("K +1 k 100"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("K abc k 100"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("K 18446744073709551616 k 100"), ParseError::kBadToken);
+  EXPECT_EQ(request_of("K 0001 k 100").token, 1u);
+}
+
+TEST(ParserTest, KeepBadKey) {
+  EXPECT_EQ(request_of("K 1 " + std::string(250, 'k') + " 100").key.size(), 250u);
+  EXPECT_EQ(error_of("K 1 " + std::string(251, 'k') + " 100"), ParseError::kBadKey);
+  EXPECT_EQ(error_of(std::string("K 1 k\x7f 100")), ParseError::kBadKey);
+  EXPECT_EQ(error_of(std::string("K 1 k\xc3\xa9 100")), ParseError::kBadKey);
+}
+
+TEST(ParserTest, KeepBadLeaseUsesTheAcquireBounds) {
+  EXPECT_EQ(error_of("K 1 k 0"), ParseError::kBadLease);
+  EXPECT_EQ(request_of("K 1 k 3600000").lease_ms, 3'600'000u);
+  EXPECT_EQ(error_of("K 1 k 3600001"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("K 1 k -5"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("K 1 k 1.5"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("K 1 k x"), ParseError::kBadLease);
+  EXPECT_EQ(request_of("K 1 k 000042").lease_ms, 42u);
+  const ParseLimits small{10, 20, 5};
+  EXPECT_EQ(std::get<ParseError>(parse_line("K 1 k 21", small)), ParseError::kBadLease);
+  EXPECT_EQ(std::get<Request>(parse_line("K 1 k 20", small)).lease_ms, 20u);
+}
+
+TEST(ParserTest, KeepFieldsAreCheckedTokenKeyLease) {
+  const std::string long_key(251, 'k');
+  EXPECT_EQ(error_of("K 0 " + long_key + " 0"), ParseError::kBadToken);
+  EXPECT_EQ(error_of("K 1 " + long_key + " 0"), ParseError::kBadKey);
+  EXPECT_EQ(error_of("K 1 k 0"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("K x " + long_key + " x"), ParseError::kBadToken);
+  // Fields in another order: each position is read as its own field.
+  EXPECT_EQ(error_of("K k 5 100"), ParseError::kBadToken);   // key first
+  EXPECT_EQ(error_of("K 5 100 k"), ParseError::kBadLease);   // lease before key
+  EXPECT_EQ(request_of("K 5 100 200").key, "100");
+}
+
 }  // namespace
 }  // namespace lockd::proto

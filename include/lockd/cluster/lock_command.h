@@ -26,6 +26,7 @@ enum class LockCommandType : std::uint8_t {
   kRelease = 2,       // LockTable::release(token, key)
   kExpire = 3,        // LockTable::expire(key, token), proposed by the leader's lease heap
   kCancelWaiter = 4,  // LockTable::cancel_waiter(waiter): its client went away
+  kKeep = 5,          // LockTable::keep(token, key, lease_ms) (v1.1)
 };
 
 // One command; which fields matter depends on `type`.
@@ -33,12 +34,12 @@ struct LockCommand {
   LockCommandType type = LockCommandType::kAcquire;
   TimeNs now_ns = 0;           // the proposing leader's clock
   std::string owner;           // kAcquire
-  std::string key;             // kAcquire, kRelease, kExpire
-  std::uint64_t lease_ms = 0;  // kAcquire
+  std::string key;             // kAcquire, kRelease, kExpire, kKeep
+  std::uint64_t lease_ms = 0;  // kAcquire, kKeep
   std::uint64_t wait_ms = 0;   // kAcquire
   locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
   locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
-  locks::Token token = 0;      // kRelease, kExpire
+  locks::Token token = 0;      // kRelease, kExpire, kKeep
 
   bool operator==(const LockCommand&) const = default;
 };
@@ -72,6 +73,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
 struct ApplyOutcome {
   std::string summary;                  // a stable one-line description of the result
   locks::Token granted = 0;             // token granted to the caller, 0 if none
+  bool kept = false;                    // kKeep: the lease was moved (`K`, else `N`)
   std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
 };
 

@@ -1,8 +1,8 @@
 // LockTable: every lock, holder and wait queue of one lockd, as a pure
 // deterministic state machine.
 //
-// The table takes commands (acquire, release, expire, cancel a waiter,
-// advance time, sweep) with `now` passed in, and answers with values: the
+// The table takes commands (acquire, release, keep, expire, cancel a
+// waiter, advance time, sweep) with `now` passed in, and answers with values: the
 // outcome for the caller plus Deliveries, the replies owed to *other*
 // waiting clients (a hand-off, a wait that ran out). It reads no clock,
 // owns no socket and arms no timer: it only says, through next_deadline(),
@@ -74,6 +74,11 @@ enum class ReleaseOutcome {
   kNotReleased,  // `N token key`
 };
 
+enum class KeepOutcome {
+  kKept,     // `K token key`: the lease now ends later (or earlier)
+  kNotKept,  // `N token key`: unknown key, other token, or the lease had ended
+};
+
 // How a lease came to an end, for hand-off accounting.
 enum class HandoffCause {
   kRelease,  // the holder released with waiters queued
@@ -101,6 +106,7 @@ struct LockStats {
   std::uint64_t handoffs_release = 0;     // to a waiter because of a release
   std::uint64_t handoffs_expiry = 0;      // to a waiter because a lease ran out
   std::uint64_t takeovers = 0;            // lazy takeovers of an expired key
+  std::uint64_t keeps = 0;                // leases extended (or shortened) by `K`
   std::uint64_t expirations = 0;          // leases that ended by expiry
   std::uint64_t wait_timeouts = 0;        // waiters answered `T` by their deadline
   std::uint64_t waiters_cancelled = 0;    // waiters dropped without a reply
@@ -122,6 +128,10 @@ struct KeyState {
   std::string owner;
   Token token = 0;
   TimeNs expires_at_ns = 0;
+  // The span from the grant to expires_at_ns: the acquire's lease, then
+  // whatever each keep made it. Kept whole so that the grant time
+  // (expires_at_ns - lease_ms) stays exact for the admin views without a
+  // field of its own (8 bytes would cost every key 16 in its hash node).
   std::uint64_t lease_ms = 0;
   // FIFO of waiters, allocated only while the key has any: most keys never
   // do, and an empty std::list would cost every key its size.
@@ -147,6 +157,15 @@ class LockTable {
   // appends its Delivery to `out`.
   ReleaseOutcome release(TimeNs now, Token token, std::string_view key,
                          std::vector<Delivery>& out);
+
+  // §6a (v1.1). If `key` carries `token` and its lease has not ended at
+  // `now`, moves its expiry to about now + lease_ms (later or earlier) and
+  // keeps token, owner and queue. An ended lease is never revived, even if
+  // not yet swept or taken over. The new expiry is now + lease_ms rounded
+  // up to a whole millisecond after the grant (under 1 ms more), which
+  // keeps the grant time exact (see KeyState::lease_ms). Never produces
+  // Deliveries: the new expiry is at least 1 ms away.
+  KeepOutcome keep(TimeNs now, Token token, std::string_view key, std::uint64_t lease_ms);
 
   // Ends the lease of `key` if it still carries `token` and has run out at
   // `now`: hands it to the front waiter, or deletes the key. Returns whether
@@ -198,6 +217,8 @@ class LockTable {
   }
   std::size_t key_count() const { return keys_.size(); }
   std::size_t waiter_count() const { return waiter_index_.size(); }
+  // Entries in the deadline index, stale ones included (tests of its bound).
+  std::size_t deadline_count() const { return deadlines_.size(); }
   Token next_token() const { return next_token_; }
   const LockStats& stats() const { return stats_; }
   const Limits& limits() const { return limits_; }
@@ -208,12 +229,14 @@ class LockTable {
 
  private:
   // An entry of the deadline index. Entries are never removed in place: an
-  // entry whose waiter left or whose key changed token is stale and is
-  // skipped when it reaches the top (STYLE §9).
+  // entry whose waiter left, whose key changed token, or whose key's
+  // expiry was moved by a keep is stale and is skipped when it reaches the
+  // top (STYLE §9).
   struct Deadline {
     TimeNs at_ns;
     enum class Kind : std::uint8_t {
-      kLease,  // key's lease ends; `id` is the token it was armed for
+      kLease,  // key's lease ends; `id` is the token it was armed for, live
+               // only while the key has waiters, that token and expiry at_ns
       kWait,   // a waiter's wait ends; `id` is the WaiterId
     } kind;
     std::uint64_t id;

@@ -19,7 +19,9 @@ void append_held(std::string& out, std::string_view owner, std::string_view key)
 void append_busy(std::string& out, std::string_view owner, std::string_view key);
 // `R <token> <key>`
 void append_released(std::string& out, std::uint64_t token, std::string_view key);
-// `N <token> <key>`
+// `K <token> <key>`: lease extended (v1.1).
+void append_kept(std::string& out, std::uint64_t token, std::string_view key);
+// `N <token> <key>`: not released, or (for `K`) not extended.
 void append_not_released(std::string& out, std::uint64_t token, std::string_view key);
 // `E <code>` for a malformed line (no echo).
 void append_error(std::string& out, ParseError e);

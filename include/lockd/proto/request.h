@@ -9,21 +9,22 @@ namespace lockd::proto {
 enum class Verb : std::uint8_t {
   kAcquire,  // `A <owner> <key> [<lease_ms> [<wait_ms>]]`
   kRelease,  // `R <token> <key>`
+  kKeep,     // `K <token> <key> <lease_ms>` (v1.1): extend a held lease
 };
 
 // A well-formed request. Views point into the line it was parsed from.
 struct Request {
   Verb verb;
   std::string_view owner;     // kAcquire
-  std::string_view key;       // both verbs
-  std::uint64_t lease_ms = 0; // kAcquire; the server default when omitted
+  std::string_view key;       // every verb
+  std::uint64_t lease_ms = 0; // kAcquire (the server default when omitted), kKeep (required)
   std::uint64_t wait_ms = 0;  // kAcquire
-  std::uint64_t token = 0;    // kRelease
+  std::uint64_t token = 0;    // kRelease, kKeep
 };
 
 // Why a line is not a request; each maps to one `E <code>` of §7.
 enum class ParseError : std::uint8_t {
-  kUnknownCommand,  // first field is not `A` or `R`
+  kUnknownCommand,  // first field is not `A`, `R` or `K`
   kBadArity,        // wrong number of fields for the verb
   kBadOwner,        // owner not 1..64 bytes of 0x21..0x7E
   kBadKey,          // key not 1..250 bytes of 0x21..0x7E

@@ -10,13 +10,16 @@
 
 namespace lockd::server {
 
-// The first letter of every reply line, as a counter index.
+// The first letter of every reply line, as a counter index; `N` is split
+// by the verb it answers so metrics can count results per verb.
 enum class ReplyKind : std::uint8_t {
   kAcquired,     // `A`
   kHeld,         // `T`
   kBusy,         // `B`
   kReleased,     // `R`
-  kNotReleased,  // `N`
+  kNotReleased,  // `N` to an `R`
+  kKept,         // `K` (v1.1)
+  kNotKept,      // `N` to a `K`
   kError,        // `E`
   kMoved,        // `M` (cluster)
   kCount,        // number of kinds; not a reply
@@ -25,6 +28,7 @@ enum class ReplyKind : std::uint8_t {
 struct ServerStats {
   std::uint64_t requests_acquire = 0;  // well-formed `A` lines
   std::uint64_t requests_release = 0;  // well-formed `R` lines
+  std::uint64_t requests_keep = 0;     // well-formed `K` lines
   std::uint64_t requests_malformed = 0;
   std::array<std::uint64_t, static_cast<std::size_t>(ReplyKind::kCount)> replies{};
   std::uint64_t connections_accepted = 0;

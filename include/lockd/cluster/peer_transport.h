@@ -1,0 +1,185 @@
+// PeerTransport: Raft messages between cluster members over TCP, on the
+// daemon's one libevent loop (no threads). docs/cluster.md, "Peer
+// transport", has the design and the bounds.
+//
+// Usage, from the loop that drives the Raft core:
+//
+//   PeerTransport t(base, self, members, [&](const raft::Message& m) { raft.step(m); });
+//   if (!t.listen(err)) ...;            // binds our raft address, starts dialing peers
+//   ...
+//   for (auto& m : ready.messages) t.send(m);   // queued, never blocks
+//   ...
+//   t.flush();                          // once per loop turn: one write per peer
+//
+// One TCP connection per direction: each node dials every peer and sends
+// its messages to that peer on the connection it dialed; connections it
+// accepts only receive. The dialer opens with a hello handshake, the
+// acceptor answers with its own (even when it refuses, so both sides log
+// why) and the dialer's link counts as connected once the answer checks.
+//
+// Delivery is best effort, as Raft expects: a message to a peer whose link
+// is down, or whose queue is over max_queued_bytes_per_peer, is dropped and
+// counted. Messages are queued (bounded) while the link is connecting and
+// written once the reply checks out.
+//
+// Runs on the loop thread; not thread-safe. on_message runs inside a read
+// callback and may call send(), never the destructor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sys/socket.h>
+
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/common/time.h"
+#include "lockd/net/address.h"
+#include "lockd/raft/message.h"
+
+struct event_base;
+struct evconnlistener;
+
+namespace lockd::cluster {
+
+// Every bound of the transport; tests shrink them.
+struct PeerTransportLimits {
+  std::size_t max_queued_bytes_per_peer = 64u << 20;  // unsent bytes per outgoing link
+  TimeNs reconnect_min_ns = 50 * kNsPerMs;   // first retry after a failure (before jitter)
+  TimeNs reconnect_max_ns = 1000 * kNsPerMs; // backoff doubles up to this
+  TimeNs handshake_timeout_ns = 2000 * kNsPerMs;  // connect + handshake, either side
+  // A link whose socket accepts no byte for this long is closed and redialed,
+  // so a long partition does not leave a queue of stale messages behind it.
+  TimeNs write_stall_timeout_ns = 5000 * kNsPerMs;
+  std::size_t max_inbound_connections = 64;  // accepted sockets, handshaken or not
+  std::size_t read_chunk_bytes = 64u << 10;  // bytes read per readable event
+  // One refusal warning per peer (and one for strangers) per interval; the
+  // rest go to debug, so a misconfigured node redialing does not flood the log.
+  TimeNs refusal_warn_interval_ns = 10'000 * kNsPerMs;
+};
+
+// State of the link this node dialed to a peer (what it sends on).
+enum class LinkState : std::uint8_t {
+  kDown = 0,        // no connection; waiting out the backoff; sends are dropped
+  kConnecting = 1,  // connecting or handshaking; sends are queued (bounded) until the reply
+  kConnected = 2,   // handshake answered; sends are queued and flushed each turn
+};
+std::string_view to_string(LinkState s);
+
+// Per-peer counters, for metrics and /v1/cluster. Counters only grow.
+struct PeerStats {
+  raft::NodeId id = raft::kNoNode;
+  LinkState link = LinkState::kDown;   // our outgoing link to it
+  bool inbound_connected = false;      // it has a handshaken connection to us
+  std::uint64_t bytes_sent = 0;        // written to the socket (handshakes included)
+  std::uint64_t bytes_received = 0;    // read from its connections (handshakes included)
+  std::uint64_t messages_sent = 0;     // frames accepted into the queue
+  std::uint64_t messages_received = 0; // checked messages handed to on_message
+  std::uint64_t messages_dropped = 0;  // link down, queue full, or unsent when a link closed
+  std::uint64_t decode_errors = 0;     // its connections closed for bad input
+  std::uint64_t handshake_rejected = 0;  // handshakes with or from it refused
+  std::uint64_t reconnects = 0;        // dial attempts after the first
+  std::uint64_t writes = 0;            // send() syscalls on its link
+  std::uint64_t write_stalls = 0;      // links closed by write_stall_timeout_ns
+  std::size_t queued_bytes = 0;        // unsent bytes now
+  TimeNs last_contact_ns = 0;          // monotonic time of the last byte from it; 0 = never
+};
+
+// Transport-wide counters, including input that names no known peer.
+struct PeerTransportStats {
+  std::uint64_t accepted = 0;            // inbound sockets accepted
+  std::uint64_t inbound_refused = 0;     // closed at once: max_inbound_connections reached
+  std::uint64_t handshake_rejected = 0;  // refused handshakes (all peers and strangers)
+  std::uint64_t handshake_timeouts = 0;  // connections closed for never handshaking
+  std::uint64_t decode_errors = 0;       // connections closed for bad input (all)
+  std::uint64_t writes = 0;              // send() syscalls on all links
+};
+
+class PeerTransport {
+ public:
+  using MessageFn = std::function<void(const raft::Message&)>;
+  using RandomFn = std::function<std::uint64_t()>;
+
+  // `members` lists every member, `self` included (ids unique, nonzero:
+  // the caller validated the config). `random` draws backoff jitter; by
+  // default a generator seeded from the node id and the clock.
+  PeerTransport(event_base* base, raft::NodeId self, std::vector<Member> members,
+                MessageFn on_message, PeerTransportLimits limits = {}, RandomFn random = {});
+  ~PeerTransport();
+  PeerTransport(const PeerTransport&) = delete;
+  PeerTransport& operator=(const PeerTransport&) = delete;
+
+  // Binds our own raft address (SO_REUSEADDR), listens, and starts dialing
+  // every peer. On failure returns false with `error` set.
+  bool listen(std::string& error);
+  // Same with a socket the caller already bound and made listen (tests:
+  // bind port 0 first, then build the member list from the bound ports).
+  // Takes ownership of `fd`.
+  bool listen_on_fd(int fd, std::string& error);
+  // The bound listening address (port 0 resolved); empty when not listening.
+  net::Endpoint bound() const;
+
+  // Queues `m` for m.to (a member other than self, from == self: checked).
+  // Never blocks; drops and counts when the link is down or the queue full.
+  void send(const raft::Message& m);
+  // Writes every peer's pending bytes, one send() per peer, and frees
+  // connections closed during this turn. Call once per loop turn.
+  void flush();
+
+  raft::NodeId self() const { return self_; }
+  std::uint64_t cluster_hash() const { return hash_; }
+  // Stats of every peer (self excluded), in member order.
+  std::vector<PeerStats> peer_stats() const;
+  // Stats of one peer; nullptr for self or a non-member.
+  const PeerStats* peer_stats(raft::NodeId id) const;
+  const PeerTransportStats& stats() const { return stats_; }
+  // Accepted connections alive now (handshaken or not).
+  std::size_t inbound_connections() const;
+
+ private:
+  struct Peer;
+  struct Socket;
+
+  Peer* find_peer(raft::NodeId id);
+  void dial(Peer& p);
+  void on_dial_writable(Peer& p);
+  void on_dial_readable(Peer& p);
+  void write_link(Peer& p);
+  void close_link(Peer& p);
+  void on_accept(int fd);
+  void on_inbound_readable(Socket& s);
+  void close_inbound(Socket& s);
+  void discard(std::unique_ptr<Socket> s);
+  void warn_rejected(Peer* p, std::string_view side, const std::string& what);
+  TimeNs backoff_ns(Peer& p);
+
+  static constexpr TimeNs kNeverNs = std::numeric_limits<TimeNs>::min();
+
+  static void accept_cb(evconnlistener*, int fd, struct sockaddr*, int, void* arg);
+
+  event_base* base_;
+  raft::NodeId self_;
+  std::vector<Member> members_;
+  std::vector<raft::NodeId> member_ids_;
+  std::uint64_t hash_;
+  MessageFn on_message_;
+  PeerTransportLimits limits_;
+  RandomFn random_;
+  net::Endpoint self_raft_;
+  sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
+  socklen_t src_len_ = 0;   // 0: not resolved yet
+  evconnlistener* listener_ = nullptr;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<std::unique_ptr<Socket>> inbound_;
+  std::vector<std::unique_ptr<Socket>> graveyard_;  // closed this turn; freed in flush()
+  PeerTransportStats stats_;
+  TimeNs last_stranger_warn_ns_ = kNeverNs;
+  std::vector<char> read_buf_;  // one read's bytes; PeerInput copies what it keeps
+};
+
+}  // namespace lockd::cluster

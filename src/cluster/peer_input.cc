@@ -1,0 +1,99 @@
+// PeerInput: see peer_input.h.
+#include "lockd/cluster/peer_input.h"
+
+#include <limits>
+
+namespace lockd::cluster {
+namespace {
+// Once the parsed prefix is this large, drop it (amortised O(1) per byte).
+constexpr std::size_t kCompactBytes = 64 * 1024;
+}  // namespace
+
+std::string_view to_string(PeerInputError e) {
+  switch (e) {
+    case PeerInputError::kNone: return "none";
+    case PeerInputError::kHandshake: return "handshake";
+    case PeerInputError::kFrameTooLarge: return "frame_too_large";
+    case PeerInputError::kBadFrame: return "bad_frame";
+    case PeerInputError::kWrongSender: return "wrong_sender";
+    case PeerInputError::kWrongRecipient: return "wrong_recipient";
+    case PeerInputError::kUnexpectedFrame: return "unexpected_frame";
+  }
+  return "unknown";
+}
+
+void PeerInput::feed(std::string_view bytes) {
+  if (error_ != PeerInputError::kNone) return;  // nothing more is read after a refusal
+  if (off_ >= kCompactBytes || off_ == buf_.size()) {
+    buf_.erase(0, off_);
+    off_ = 0;
+  }
+  buf_.append(bytes);
+}
+
+PeerInput::Event PeerInput::fail(PeerInputError e) {
+  error_ = e;
+  buf_.clear();
+  buf_.shrink_to_fit();
+  off_ = 0;
+  return Event::kError;
+}
+
+PeerInput::Event PeerInput::next() {
+  if (error_ != PeerInputError::kNone) return Event::kError;
+  return handshaken_ ? next_frame() : next_handshake();
+}
+
+PeerInput::Event PeerInput::next_handshake() {
+  if (buffered_bytes() < kHandshakeBytes) return Event::kNeedMore;
+  const std::string_view bytes = std::string_view(buf_).substr(off_, kHandshakeBytes);
+  off_ += kHandshakeBytes;
+  handshake_error_ = decode_handshake(bytes, handshake_);
+  if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
+  has_handshake_ = true;
+  handshake_error_ = check_handshake(handshake_, expect_);
+  if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
+  handshaken_ = true;
+  peer_ = handshake_.sender;
+  return Event::kHandshake;
+}
+
+PeerInput::Event PeerInput::next_frame() {
+  const std::string_view rest = std::string_view(buf_).substr(off_);
+  if (rest.empty()) return Event::kNeedMore;
+  // A dialed connection only carries the reply; the peer's messages come
+  // on the connection it dialed to us.
+  if (expect_.kind == HandshakeKind::kReply) return fail(PeerInputError::kUnexpectedFrame);
+  const std::size_t size = raft::frame_size(rest);
+  if (size == std::numeric_limits<std::size_t>::max()) return fail(PeerInputError::kFrameTooLarge);
+  if (size == 0 || rest.size() < size) return Event::kNeedMore;
+  decode_error_ = raft::decode_message(rest.substr(0, size), message_);
+  off_ += size;
+  if (decode_error_ != raft::DecodeError::kOk) return fail(PeerInputError::kBadFrame);
+  if (message_.from != peer_) return fail(PeerInputError::kWrongSender);
+  if (message_.to != expect_.self) return fail(PeerInputError::kWrongRecipient);
+  return Event::kMessage;
+}
+
+std::string PeerInput::describe_error() const {
+  switch (error_) {
+    case PeerInputError::kNone: return "no error";
+    case PeerInputError::kHandshake:
+      return has_handshake_ ? describe_mismatch(handshake_error_, handshake_, expect_)
+                            : std::string(to_string(handshake_error_));
+    case PeerInputError::kFrameTooLarge:
+      return "frame longer than " + std::to_string(raft::kMaxFrameBytes) + " bytes";
+    case PeerInputError::kBadFrame:
+      return "undecodable frame: " + std::string(raft::to_string(decode_error_));
+    case PeerInputError::kWrongSender:
+      return "message from node " + std::to_string(message_.from) + " on node " +
+             std::to_string(peer_) + "'s connection";
+    case PeerInputError::kWrongRecipient:
+      return "message for node " + std::to_string(message_.to) + ", we are node " +
+             std::to_string(expect_.self);
+    case PeerInputError::kUnexpectedFrame: return "bytes after the handshake reply";
+  }
+  return "unknown";
+}
+
+}  // namespace lockd::cluster

@@ -1,0 +1,678 @@
+// PeerTransport: see peer_transport.h and docs/cluster.md "Peer transport".
+#include "lockd/cluster/peer_transport.h"
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "lockd/cluster/peer_input.h"
+#include "lockd/common/check.h"
+#include "lockd/net/clock.h"
+#include "lockd/raft/codec.h"
+
+namespace lockd::cluster {
+namespace {
+
+// Listen backlog: members are few; strangers beyond this wait or fail.
+constexpr int kBacklog = 128;
+// Once the written prefix of an output buffer is this large, drop it.
+constexpr std::size_t kCompactBytes = 64 * 1024;
+
+timeval to_timeval(TimeNs ns) {
+  if (ns < 0) ns = 0;
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
+  return tv;
+}
+
+void set_nodelay(int fd) {
+  // Each flush is one write of whole frames; Nagle would only delay it.
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+bool is_wildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "*";
+}
+
+}  // namespace
+
+std::string_view to_string(LinkState s) {
+  switch (s) {
+    case LinkState::kDown: return "down";
+    case LinkState::kConnecting: return "connecting";
+    case LinkState::kConnected: return "connected";
+  }
+  return "unknown";
+}
+
+// One TCP socket with its events: a link we dialed (peer set from the
+// start) or a connection we accepted (peer set once it handshakes).
+// Closing deletes the events and closes the fd at once, but the object
+// lives on in the graveyard until flush(), because it may be closed
+// inside its own callback (STYLE §7).
+struct PeerTransport::Socket {
+  Socket(PeerTransport& o, int f, bool d, HandshakeExpect expect)
+      : owner(o), fd(f), dialed(d), input(expect) {}
+  ~Socket() {
+    shut();
+    for (event* ev : {read_ev, write_ev, timer_ev}) {
+      if (ev != nullptr) event_free(ev);
+    }
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  void shut() {
+    for (event* ev : {read_ev, write_ev, timer_ev}) {
+      if (ev != nullptr) event_del(ev);
+    }
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+
+  PeerTransport& owner;
+  int fd;
+  bool dialed;      // we dialed it (send side) or accepted it (receive side)
+  Peer* peer = nullptr;
+  event* read_ev = nullptr;
+  event* write_ev = nullptr;   // dialed: connect completion, then partial writes
+  event* timer_ev = nullptr;   // handshake timeout, then (dialed) write stall
+  PeerInput input;
+};
+
+// Everything about one other member: its address, our dialed link with
+// its output queue, its handshaken inbound connection, and its stats.
+struct PeerTransport::Peer {
+  ~Peer() {
+    if (redial_ev != nullptr) event_free(redial_ev);
+  }
+
+  PeerTransport* owner = nullptr;
+  Member member;
+  PeerStats stats;
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;  // 0: not resolved yet
+
+  std::unique_ptr<Socket> link;  // the connection we dialed; null while down
+  bool tcp_connected = false;    // connect() completed: writes may go out
+  bool write_armed = false;      // a partial write is waiting for the socket
+  // Output queue: out[out_off..] is unsent. Stream positions count every
+  // byte ever queued on this link so frame ends survive compaction.
+  std::string out;
+  std::size_t out_off = 0;
+  std::uint64_t out_base = 0;          // stream position of out[0]
+  std::deque<std::uint64_t> frame_ends;  // stream positions where queued messages end
+  std::uint64_t hello_end = 0;  // stream position where this link's hello ends
+  event* redial_ev = nullptr;
+  int failures = 0;  // consecutive failed dials: the backoff exponent
+  bool dialed_once = false;
+  Socket* inbound = nullptr;  // its handshaken connection to us
+  TimeNs last_warn_ns = kNeverNs;
+
+  std::size_t unsent() const { return out.size() - out_off; }
+};
+
+PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Member> members,
+                             MessageFn on_message, PeerTransportLimits limits, RandomFn random)
+    : base_(base),
+      self_(self),
+      members_(std::move(members)),
+      hash_(lockd::cluster::cluster_hash(members_)),
+      on_message_(std::move(on_message)),
+      limits_(limits),
+      random_(std::move(random)),
+      read_buf_(limits.read_chunk_bytes) {
+  LOCKD_CHECK(self_ != raft::kNoNode);
+  LOCKD_CHECK(limits_.max_queued_bytes_per_peer > 0 && limits_.read_chunk_bytes > 0);
+  LOCKD_CHECK(limits_.reconnect_min_ns > 0 && limits_.reconnect_max_ns >= limits_.reconnect_min_ns);
+  if (!random_) {
+    auto rng = std::make_shared<std::mt19937_64>(self_ ^ static_cast<std::uint64_t>(
+                                                             net::monotonic_now_ns()));
+    random_ = [rng] { return (*rng)(); };
+  }
+  bool found_self = false;
+  for (const Member& m : members_) {
+    member_ids_.push_back(m.id);
+    if (m.id == self_) {
+      found_self = true;
+      self_raft_ = m.raft;
+      continue;
+    }
+    auto p = std::make_unique<Peer>();
+    p->owner = this;
+    p->member = m;
+    p->stats.id = m.id;
+    Peer* raw = p.get();
+    p->redial_ev = event_new(
+        base_, -1, 0,
+        [](int, short, void* arg) {
+          auto* peer = static_cast<Peer*>(arg);
+          peer->stats.reconnects += 1;
+          peer->owner->dial(*peer);
+        },
+        raw);
+    LOCKD_CHECK(p->redial_ev != nullptr);
+    peers_.push_back(std::move(p));
+  }
+  LOCKD_CHECK(found_self);
+}
+
+PeerTransport::~PeerTransport() {
+  if (listener_ != nullptr) evconnlistener_free(listener_);
+  // Dialed sockets' events carry Peer pointers: free them while the peers live.
+  for (auto& p : peers_) p->link.reset();
+  inbound_.clear();
+  graveyard_.clear();
+}
+
+PeerTransport::Peer* PeerTransport::find_peer(raft::NodeId id) {
+  for (auto& p : peers_) {
+    if (p->member.id == id) return p.get();
+  }
+  return nullptr;
+}
+
+// --- listening --------------------------------------------------------------
+
+bool PeerTransport::listen(std::string& error) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!net::resolve(self_raft_, ss, len, error)) return false;
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  // A restarted node must get its address back while old connections sit
+  // in TIME_WAIT.
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, kBacklog) != 0) {
+    error = "cannot listen on raft address " + self_raft_.to_string() + ": " + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  return listen_on_fd(fd, error);
+}
+
+bool PeerTransport::listen_on_fd(int fd, std::string& error) {
+  LOCKD_CHECK(listener_ == nullptr);
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  listener_ = evconnlistener_new(base_, &PeerTransport::accept_cb, this,
+                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+  if (listener_ == nullptr) {
+    error = std::string("cannot watch the raft listener: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  spdlog::info("peer transport: node {} listening on {} (cluster hash {:#018x})", self_,
+               bound().to_string(), hash_);
+  for (auto& p : peers_) {
+    if (!p->dialed_once) dial(*p);
+  }
+  return true;
+}
+
+net::Endpoint PeerTransport::bound() const {
+  return listener_ == nullptr ? net::Endpoint{}
+                              : net::local_endpoint(evconnlistener_get_fd(listener_));
+}
+
+// --- the links we dial (send side) --------------------------------------------
+
+void PeerTransport::dial(Peer& p) {
+  p.dialed_once = true;
+  p.stats.link = LinkState::kConnecting;
+  std::string error;
+  if (p.addr_len == 0 && !net::resolve(p.member.raft, p.addr, p.addr_len, error)) {
+    p.addr_len = 0;
+    spdlog::debug("peer transport: node {}: {}", p.member.id, error);
+    close_link(p);
+    return;
+  }
+  const int fd = ::socket(p.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    spdlog::warn("peer transport: socket for node {}: {}", p.member.id, std::strerror(errno));
+    close_link(p);
+    return;
+  }
+  set_nodelay(fd);
+  // Leave from our own raft host, so a link between two nodes is the pair
+  // of their raft addresses (a chaos harness cuts links by address).
+  if (!is_wildcard(self_raft_.host)) {
+    if (src_len_ == 0 && !net::resolve(net::Endpoint{self_raft_.host, 0}, src_, src_len_, error)) {
+      src_len_ = 0;
+    }
+    if (src_len_ != 0 && src_.ss_family == p.addr.ss_family) {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+      // Pick the port at connect() time, per destination, not at bind().
+      const int one = 1;
+      setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+#endif
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&src_), src_len_) != 0) {
+        spdlog::warn("peer transport: cannot bind source address {} to reach node {}: {}",
+                     self_raft_.host, p.member.id, std::strerror(errno));
+        ::close(fd);
+        close_link(p);
+        return;
+      }
+    }
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&p.addr), p.addr_len) != 0 &&
+      errno != EINPROGRESS) {
+    spdlog::debug("peer transport: connect to node {} at {}: {}", p.member.id,
+                  p.member.raft.to_string(), std::strerror(errno));
+    ::close(fd);
+    close_link(p);
+    return;
+  }
+  HandshakeExpect expect{self_, hash_, HandshakeKind::kReply, p.member.id, member_ids_};
+  p.link = std::make_unique<Socket>(*this, fd, true, expect);
+  Socket& s = *p.link;
+  s.peer = &p;
+  s.read_ev = event_new(
+      base_, fd, EV_READ | EV_PERSIST,
+      [](int, short, void* arg) {
+        auto* peer = static_cast<Peer*>(arg);
+        peer->owner->on_dial_readable(*peer);
+      },
+      &p);
+  s.write_ev = event_new(
+      base_, fd, EV_WRITE | EV_PERSIST,
+      [](int, short, void* arg) {
+        auto* peer = static_cast<Peer*>(arg);
+        if (peer->tcp_connected) {
+          peer->owner->write_link(*peer);
+        } else {
+          peer->owner->on_dial_writable(*peer);
+        }
+      },
+      &p);
+  s.timer_ev = event_new(
+      base_, -1, 0,
+      [](int, short, void* arg) {
+        auto* peer = static_cast<Peer*>(arg);
+        PeerTransport& t = *peer->owner;
+        if (peer->stats.link == LinkState::kConnected) {
+          peer->stats.write_stalls += 1;
+          spdlog::warn("peer transport: link to node {} accepted no byte for {} ms; redialing",
+                       peer->member.id, t.limits_.write_stall_timeout_ns / kNsPerMs);
+        } else {
+          t.stats_.handshake_timeouts += 1;
+          spdlog::debug("peer transport: no handshake reply from node {} in time",
+                        peer->member.id);
+        }
+        t.close_link(*peer);
+      },
+      &p);
+  LOCKD_CHECK(s.read_ev != nullptr && s.write_ev != nullptr && s.timer_ev != nullptr);
+  // The hello goes first; messages queued while connecting follow it in
+  // the same write.
+  LOCKD_CHECK(p.unsent() == 0);
+  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kHello, self_, p.member.id, hash_},
+                   p.out);
+  p.hello_end = p.out_base + p.out.size();
+  event_add(s.write_ev, nullptr);
+  p.write_armed = true;
+  const timeval tv = to_timeval(limits_.handshake_timeout_ns);
+  event_add(s.timer_ev, &tv);
+}
+
+void PeerTransport::on_dial_writable(Peer& p) {
+  Socket& s = *p.link;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0) {
+    spdlog::debug("peer transport: connect to node {} at {}: {}", p.member.id,
+                  p.member.raft.to_string(), std::strerror(err));
+    close_link(p);
+    return;
+  }
+  p.tcp_connected = true;
+  event_del(s.write_ev);
+  p.write_armed = false;
+  event_add(s.read_ev, nullptr);
+  write_link(p);  // the hello; queued messages wait for the reply
+}
+
+void PeerTransport::write_link(Peer& p) {
+  Socket& s = *p.link;
+  const bool connected = p.stats.link == LinkState::kConnected;
+  // Until the reply checks out only the hello may go: messages wait (in
+  // the bounded queue) so nothing reaches a node that refuses us, and a
+  // refusing acceptor closes with no unread input, a clean FIN after its
+  // reply rather than a reset that could hide the reply from us.
+  const std::uint64_t limit = connected ? p.out_base + p.out.size() : p.hello_end;
+  const std::uint64_t written_before = p.out_base + p.out_off;
+  ssize_t n = 0;
+  if (limit > written_before) {
+    const auto len = static_cast<std::size_t>(limit - written_before);
+    do {
+      n = ::send(s.fd, p.out.data() + p.out_off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    p.stats.writes += 1;
+    stats_.writes += 1;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      spdlog::debug("peer transport: write to node {}: {}", p.member.id, std::strerror(errno));
+      close_link(p);
+      return;
+    }
+  }
+  if (n > 0) {
+    p.out_off += static_cast<std::size_t>(n);
+    p.stats.bytes_sent += static_cast<std::uint64_t>(n);
+    const std::uint64_t written = p.out_base + p.out_off;
+    while (!p.frame_ends.empty() && p.frame_ends.front() <= written) p.frame_ends.pop_front();
+  }
+  if (p.unsent() == 0) {
+    p.out_base += p.out.size();
+    p.out.clear();
+    p.out_off = 0;
+  } else if (p.out_off >= kCompactBytes) {
+    p.out_base += p.out_off;
+    p.out.erase(0, p.out_off);
+    p.out_off = 0;
+  }
+  const bool blocked = p.out_base + p.out_off < limit;  // writable bytes the socket did not take
+  if (blocked && !p.write_armed) {
+    event_add(s.write_ev, nullptr);
+    p.write_armed = true;
+  } else if (!blocked && p.write_armed) {
+    event_del(s.write_ev);
+    p.write_armed = false;
+  }
+  if (connected) {
+    // The stall clock runs while the socket refuses bytes: restarted on
+    // every write that made progress, stopped when all is out. While
+    // handshaking, the handshake timeout runs instead.
+    if (!blocked) {
+      event_del(s.timer_ev);
+    } else if (n > 0 || !event_pending(s.timer_ev, EV_TIMEOUT, nullptr)) {
+      const timeval tv = to_timeval(limits_.write_stall_timeout_ns);
+      event_add(s.timer_ev, &tv);
+    }
+  }
+  p.stats.queued_bytes = p.unsent();
+}
+
+void PeerTransport::on_dial_readable(Peer& p) {
+  Socket& s = *p.link;
+  std::vector<char>& buf = read_buf_;
+  const ssize_t n = ::recv(s.fd, buf.data(), buf.size(), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    spdlog::debug("peer transport: node {} closed our link", p.member.id);
+    close_link(p);
+    return;
+  }
+  p.stats.bytes_received += static_cast<std::uint64_t>(n);
+  p.stats.last_contact_ns = net::monotonic_now_ns();
+  s.input.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  for (;;) {
+    switch (s.input.next()) {
+      case PeerInput::Event::kNeedMore:
+        return;
+      case PeerInput::Event::kHandshake:
+        p.stats.link = LinkState::kConnected;
+        p.failures = 0;
+        event_del(s.timer_ev);
+        spdlog::info("peer transport: connected to node {} at {}", p.member.id,
+                     p.member.raft.to_string());
+        write_link(p);  // what queued while connecting: one write (arms the stall clock if blocked)
+        if (p.link == nullptr) return;  // the write failed and closed the link
+        continue;
+      case PeerInput::Event::kMessage:  // impossible on a dialed link: kUnexpectedFrame
+      case PeerInput::Event::kError:
+        break;
+    }
+    break;
+  }
+  if (s.input.error() == PeerInputError::kHandshake && s.input.has_handshake()) {
+    p.stats.handshake_rejected += 1;
+    stats_.handshake_rejected += 1;
+    warn_rejected(&p, "refusing the answer of", s.input.describe_error());
+  } else {
+    p.stats.decode_errors += 1;
+    stats_.decode_errors += 1;
+    warn_rejected(&p, "bad input on our link to", s.input.describe_error());
+  }
+  close_link(p);
+}
+
+void PeerTransport::close_link(Peer& p) {
+  if (p.link != nullptr) {
+    if (p.stats.link == LinkState::kConnected) {
+      spdlog::info("peer transport: link to node {} lost", p.member.id);
+    }
+    discard(std::move(p.link));
+  }
+  // The rest of a partly written frame is meaningless on a new
+  // connection: everything unsent is dropped, and counted.
+  p.stats.messages_dropped += p.frame_ends.size();
+  p.frame_ends.clear();
+  p.out_base += p.out.size();
+  p.out.clear();
+  p.out_off = 0;
+  p.tcp_connected = false;
+  p.write_armed = false;
+  p.stats.queued_bytes = 0;
+  p.stats.link = LinkState::kDown;
+  const timeval tv = to_timeval(backoff_ns(p));
+  event_add(p.redial_ev, &tv);
+}
+
+TimeNs PeerTransport::backoff_ns(Peer& p) {
+  // Exponential, capped, with "equal jitter": uniform in [d/2, d], so
+  // nodes that lost each other at once do not redial in lockstep.
+  TimeNs d = limits_.reconnect_min_ns;
+  for (int i = 0; i < p.failures && d < limits_.reconnect_max_ns; ++i) d *= 2;
+  d = std::min(d, limits_.reconnect_max_ns);
+  if (p.failures < 62) p.failures += 1;
+  const auto half = static_cast<std::uint64_t>(d / 2);
+  return static_cast<TimeNs>(half + random_() % (half + 1));
+}
+
+void PeerTransport::send(const raft::Message& m) {
+  LOCKD_CHECK(m.from == self_);
+  Peer* p = find_peer(m.to);
+  LOCKD_CHECK(p != nullptr);
+  if (p->stats.link == LinkState::kDown) {
+    p->stats.messages_dropped += 1;
+    return;
+  }
+  const std::size_t before = p->out.size();
+  raft::encode_message(m, p->out);
+  LOCKD_CHECK(p->out.size() - before <= raft::kFrameLengthBytes + raft::kMaxFrameBytes);
+  if (p->unsent() > limits_.max_queued_bytes_per_peer) {
+    p->out.resize(before);
+    p->stats.messages_dropped += 1;
+    return;
+  }
+  p->frame_ends.push_back(p->out_base + p->out.size());
+  p->stats.messages_sent += 1;
+  p->stats.queued_bytes = p->unsent();
+}
+
+void PeerTransport::flush() {
+  for (auto& p : peers_) {
+    // An armed write event means the socket is full; it writes when the
+    // socket says so. Before the handshake reply only the hello goes, and
+    // the dial path writes it.
+    if (p->link != nullptr && p->stats.link == LinkState::kConnected && !p->write_armed &&
+        p->unsent() > 0) {
+      write_link(*p);
+    }
+  }
+  graveyard_.clear();
+}
+
+// --- connections we accept (receive side) -----------------------------------
+
+void PeerTransport::accept_cb(evconnlistener*, int fd, struct sockaddr*, int, void* arg) {
+  static_cast<PeerTransport*>(arg)->on_accept(fd);
+}
+
+void PeerTransport::on_accept(int fd) {
+  stats_.accepted += 1;
+  if (inbound_.size() >= limits_.max_inbound_connections) {
+    stats_.inbound_refused += 1;
+    ::close(fd);
+    return;
+  }
+  set_nodelay(fd);
+  HandshakeExpect expect{self_, hash_, HandshakeKind::kHello, raft::kNoNode, member_ids_};
+  auto s = std::make_unique<Socket>(*this, fd, false, expect);
+  Socket* raw = s.get();
+  s->read_ev = event_new(
+      base_, fd, EV_READ | EV_PERSIST,
+      [](int, short, void* arg) {
+        auto* sock = static_cast<Socket*>(arg);
+        sock->owner.on_inbound_readable(*sock);
+      },
+      raw);
+  s->timer_ev = event_new(
+      base_, -1, 0,
+      [](int, short, void* arg) {
+        auto* sock = static_cast<Socket*>(arg);
+        sock->owner.stats_.handshake_timeouts += 1;
+        spdlog::debug("peer transport: closing a connection that never handshook");
+        sock->owner.close_inbound(*sock);
+      },
+      raw);
+  LOCKD_CHECK(s->read_ev != nullptr && s->timer_ev != nullptr);
+  event_add(s->read_ev, nullptr);
+  const timeval tv = to_timeval(limits_.handshake_timeout_ns);
+  event_add(s->timer_ev, &tv);
+  inbound_.push_back(std::move(s));
+}
+
+void PeerTransport::on_inbound_readable(Socket& s) {
+  std::vector<char>& buf = read_buf_;
+  const ssize_t n = ::recv(s.fd, buf.data(), buf.size(), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    close_inbound(s);
+    return;
+  }
+  const auto bytes = static_cast<std::uint64_t>(n);
+  if (s.peer != nullptr) {
+    s.peer->stats.bytes_received += bytes;
+    s.peer->stats.last_contact_ns = net::monotonic_now_ns();
+  }
+  s.input.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  for (;;) {
+    const PeerInput::Event ev = s.input.next();
+    if (ev == PeerInput::Event::kNeedMore) return;
+    if (ev == PeerInput::Event::kError) break;
+    if (ev == PeerInput::Event::kHandshake) {
+      Peer* p = find_peer(s.input.peer());
+      LOCKD_CHECK(p != nullptr);  // check_handshake accepted only members other than us
+      if (p->inbound != nullptr) close_inbound(*p->inbound);  // it redialed: the old one is dead
+      s.peer = p;
+      p->inbound = &s;
+      p->stats.inbound_connected = true;
+      p->stats.bytes_received += bytes;  // this read, handshake included
+      p->stats.last_contact_ns = net::monotonic_now_ns();
+      event_del(s.timer_ev);
+      std::string reply;
+      encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, self_, p->member.id,
+                                 hash_},
+                       reply);
+      // 36 bytes into an empty socket buffer always fit.
+      if (::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(reply.size())) {
+        close_inbound(s);
+        return;
+      }
+      continue;
+    }
+    // kMessage
+    Peer* p = s.peer;
+    p->stats.messages_received += 1;
+    on_message_(s.input.message());
+  }
+  Peer* p = s.peer != nullptr ? s.peer : find_peer(s.input.handshake().sender);
+  if (s.input.error() == PeerInputError::kHandshake && s.input.has_handshake()) {
+    // Answer with our own view, so the dialer can log what differs too.
+    std::string reply;
+    encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, self_,
+                               s.input.handshake().sender, hash_},
+                     reply);
+    [[maybe_unused]] const ssize_t sent =
+        ::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    stats_.handshake_rejected += 1;
+    if (p != nullptr) p->stats.handshake_rejected += 1;
+    warn_rejected(p, "refusing a connection from", s.input.describe_error());
+  } else {
+    stats_.decode_errors += 1;
+    if (s.peer != nullptr) s.peer->stats.decode_errors += 1;
+    warn_rejected(s.peer, "closing a connection from", s.input.describe_error());
+  }
+  close_inbound(s);
+}
+
+void PeerTransport::close_inbound(Socket& s) {
+  if (s.peer != nullptr && s.peer->inbound == &s) {
+    s.peer->inbound = nullptr;
+    s.peer->stats.inbound_connected = false;
+  }
+  auto it = std::find_if(inbound_.begin(), inbound_.end(),
+                         [&](const std::unique_ptr<Socket>& x) { return x.get() == &s; });
+  LOCKD_CHECK(it != inbound_.end());
+  std::unique_ptr<Socket> owned = std::move(*it);
+  inbound_.erase(it);
+  discard(std::move(owned));
+}
+
+void PeerTransport::discard(std::unique_ptr<Socket> s) {
+  s->shut();
+  graveyard_.push_back(std::move(s));
+}
+
+void PeerTransport::warn_rejected(Peer* p, std::string_view side, const std::string& what) {
+  const TimeNs now = net::monotonic_now_ns();
+  TimeNs& last = p != nullptr ? p->last_warn_ns : last_stranger_warn_ns_;
+  const std::string who = p != nullptr ? "node " + std::to_string(p->member.id) : "a stranger";
+  if (last == kNeverNs || now - last >= limits_.refusal_warn_interval_ns) {
+    last = now;
+    spdlog::warn("peer transport: {} {}: {}", side, who, what);
+  } else {
+    spdlog::debug("peer transport: {} {}: {}", side, who, what);
+  }
+}
+
+std::vector<PeerStats> PeerTransport::peer_stats() const {
+  std::vector<PeerStats> out;
+  out.reserve(peers_.size());
+  for (const auto& p : peers_) out.push_back(p->stats);
+  return out;
+}
+
+const PeerStats* PeerTransport::peer_stats(raft::NodeId id) const {
+  for (const auto& p : peers_) {
+    if (p->member.id == id) return &p->stats;
+  }
+  return nullptr;
+}
+
+std::size_t PeerTransport::inbound_connections() const { return inbound_.size(); }
+
+}  // namespace lockd::cluster

@@ -1,0 +1,600 @@
+// PeerTransport over real sockets on 127.0.0.1 (free ports: every listener
+// binds port 0 first), all transports on one event loop, polled against
+// generous deadlines.
+#include <arpa/inet.h>
+#include <event2/event.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lockd/cluster/peer_transport.h"
+#include "lockd/net/address.h"
+#include "lockd/net/timer.h"
+#include "lockd/raft/codec.h"
+#include "sample_messages.h"
+
+namespace lockd::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A listening socket on HOST:0; returns the fd and sets `port`.
+int bound_listener(const std::string& host, std::uint16_t& port, bool do_listen = true) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  EXPECT_GE(fd, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  if (do_listen) {
+    EXPECT_EQ(::listen(fd, 16), 0);
+  }
+  port = net::local_endpoint(fd).port;
+  return fd;
+}
+
+// A socket the test drives by hand: a stranger, or a forged member.
+class RawPeer {
+ public:
+  explicit RawPeer(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  }
+  ~RawPeer() { ::close(fd_); }
+  void write(std::string_view bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  // Reads what is there without blocking; true once the peer closed.
+  bool poll_closed() {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        received_.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n == 0) return true;
+      return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  int fd_;
+  std::string received_;
+};
+
+// Captures spdlog output for the test's lifetime.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::ostringstream out_;
+};
+
+struct Node {
+  std::unique_ptr<PeerTransport> transport;
+  std::vector<raft::Message> received;
+};
+
+// N transports (ids 1..N) on one loop, plus an optional extra member whose
+// address the test controls.
+class Harness {
+ public:
+  Harness() : base_(event_base_new()) {
+    // Wakes the loop so run_until() rechecks its predicate without busy-waiting.
+    ticker_ = std::make_unique<net::Timer>(base_, [] {});
+    ticker_->arm_every(2 * kNsPerMs);
+  }
+  ~Harness() {
+    nodes_.clear();
+    ticker_.reset();
+    for (int fd : fds_) ::close(fd);
+    event_base_free(base_);
+  }
+
+  // Members 1..n on 127.0.0.1 with pre-bound listeners; `extra` adds
+  // members whose raft address is given (not started here).
+  void start(int n, PeerTransportLimits limits = {}, std::vector<Member> extra = {}) {
+    limits_ = limits;
+    std::vector<int> listen_fds;
+    for (int i = 1; i <= n; ++i) {
+      std::uint16_t port = 0;
+      listen_fds.push_back(bound_listener("127.0.0.1", port));
+      members_.push_back(Member{static_cast<raft::NodeId>(i), {"127.0.0.1", static_cast<std::uint16_t>(7000 + i)},
+                                {"127.0.0.1", port}});
+    }
+    for (const Member& m : extra) members_.push_back(m);
+    for (int i = 1; i <= n; ++i) {
+      add_node(static_cast<raft::NodeId>(i), members_, listen_fds[static_cast<std::size_t>(i - 1)]);
+    }
+  }
+
+  void set_limits(PeerTransportLimits limits) { limits_ = limits; }
+  void add_node(raft::NodeId id, std::vector<Member> members, int listen_fd) {
+    Node& node = nodes_[id];
+    node.transport = std::make_unique<PeerTransport>(
+        base_, id, std::move(members),
+        [&node](const raft::Message& m) { node.received.push_back(m); }, limits_);
+    std::string error;
+    if (listen_fd >= 0) {
+      ASSERT_TRUE(node.transport->listen_on_fd(listen_fd, error)) << error;
+    } else {
+      ASSERT_TRUE(node.transport->listen(error)) << error;
+    }
+  }
+
+  // Runs loop turns (each followed by every transport's flush) until
+  // `done` holds or the deadline passes.
+  bool run_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      turn();
+    }
+    return true;
+  }
+  void turn() {
+    event_base_loop(base_, EVLOOP_ONCE);
+    for (auto& [id, node] : nodes_) node.transport->flush();
+  }
+
+  bool connected(raft::NodeId a, raft::NodeId b) {
+    return t(a).peer_stats(b)->link == LinkState::kConnected &&
+           t(b).peer_stats(a)->inbound_connected;
+  }
+  bool all_connected() {
+    for (auto& [a, na] : nodes_) {
+      for (auto& [b, nb] : nodes_) {
+        if (a != b && !connected(a, b)) return false;
+      }
+    }
+    return true;
+  }
+
+  PeerTransport& t(raft::NodeId id) { return *nodes_.at(id).transport; }
+  Node& node(raft::NodeId id) { return nodes_.at(id); }
+  void remove(raft::NodeId id) { nodes_.erase(id); }
+  const std::vector<Member>& members() const { return members_; }
+  std::uint16_t port(raft::NodeId id) const { return members_.at(id - 1).raft.port; }
+  void keep_fd(int fd) { fds_.push_back(fd); }
+  event_base* base() { return base_; }
+
+ private:
+  event_base* base_;
+  std::unique_ptr<net::Timer> ticker_;
+  PeerTransportLimits limits_;
+  std::vector<Member> members_;
+  std::map<raft::NodeId, Node> nodes_;
+  std::vector<int> fds_;
+};
+
+std::string hello(raft::NodeId sender, raft::NodeId receiver, std::uint64_t hash) {
+  std::string out;
+  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kHello, sender, receiver, hash},
+                   out);
+  return out;
+}
+
+std::string frame(const raft::Message& m) {
+  std::string out;
+  raft::encode_message(m, out);
+  return out;
+}
+
+TEST(PeerTransport, TwoNodesExchangeEveryMessageType) {
+  Harness h;
+  h.start(2);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  const auto to2 = testing::every_message_type(1, 2);
+  const auto to1 = testing::every_message_type(2, 1);
+  for (const auto& m : to2) h.t(1).send(m);
+  for (const auto& m : to1) h.t(2).send(m);
+  ASSERT_TRUE(h.run_until([&] {
+    return h.node(1).received.size() >= to1.size() && h.node(2).received.size() >= to2.size();
+  }));
+  EXPECT_EQ(h.node(2).received, to2);
+  EXPECT_EQ(h.node(1).received, to1);
+  const PeerStats& s = *h.t(1).peer_stats(2);
+  EXPECT_EQ(s.messages_sent, to2.size());
+  EXPECT_EQ(s.messages_received, to1.size());
+  EXPECT_EQ(s.messages_dropped, 0u);
+  EXPECT_EQ(s.decode_errors, 0u);
+  EXPECT_GT(s.bytes_sent, 0u);
+  EXPECT_GT(s.bytes_received, 0u);
+  EXPECT_GT(s.last_contact_ns, 0);
+  EXPECT_EQ(h.t(1).peer_stats(1), nullptr);
+}
+
+TEST(PeerTransport, ThreeNodesEveryPairEveryType) {
+  Harness h;
+  h.start(3);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  std::map<std::pair<raft::NodeId, raft::NodeId>, std::vector<raft::Message>> sent;
+  for (raft::NodeId a = 1; a <= 3; ++a) {
+    for (raft::NodeId b = 1; b <= 3; ++b) {
+      if (a == b) continue;
+      sent[{a, b}] = testing::every_message_type(a, b);
+      for (const auto& m : sent[{a, b}]) h.t(a).send(m);
+    }
+  }
+  const std::size_t per_node = 2 * raft::kMaxMessageType;
+  ASSERT_TRUE(h.run_until([&] {
+    return h.node(1).received.size() >= per_node && h.node(2).received.size() >= per_node &&
+           h.node(3).received.size() >= per_node;
+  }));
+  for (raft::NodeId b = 1; b <= 3; ++b) {
+    ASSERT_EQ(h.node(b).received.size(), per_node);
+    // Each sender's messages arrive in order on its own connection.
+    std::map<raft::NodeId, std::vector<raft::Message>> by_sender;
+    for (const auto& m : h.node(b).received) by_sender[m.from].push_back(m);
+    for (auto& [a, msgs] : by_sender) EXPECT_EQ(msgs, (sent[{a, b}])) << a << "->" << b;
+  }
+}
+
+TEST(PeerTransport, OneWritePerPeerPerFlush) {
+  Harness h;
+  h.start(3);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  const std::uint64_t writes2 = h.t(1).peer_stats(2)->writes;
+  const std::uint64_t writes3 = h.t(1).peer_stats(3)->writes;
+  const std::uint64_t total = h.t(1).stats().writes;
+  auto msgs = testing::every_message_type(1, 2);
+  for (int round = 0; round < 5; ++round) {
+    for (const auto& m : msgs) h.t(1).send(m);
+  }
+  raft::Message hb = msgs[6];
+  hb.to = 3;
+  for (int i = 0; i < 20; ++i) h.t(1).send(hb);
+  EXPECT_EQ(h.t(1).peer_stats(2)->writes, writes2) << "send() must only queue";
+  h.t(1).flush();
+  EXPECT_EQ(h.t(1).peer_stats(2)->writes, writes2 + 1);
+  EXPECT_EQ(h.t(1).peer_stats(3)->writes, writes3 + 1);
+  EXPECT_EQ(h.t(1).stats().writes, total + 2);
+  EXPECT_EQ(h.t(1).peer_stats(2)->queued_bytes, 0u);
+  ASSERT_TRUE(h.run_until([&] {
+    return h.node(2).received.size() == 5 * msgs.size() && h.node(3).received.size() == 20;
+  }));
+  // Nothing queued: a flush writes nothing.
+  const std::uint64_t after = h.t(1).stats().writes;
+  h.t(1).flush();
+  EXPECT_EQ(h.t(1).stats().writes, after);
+}
+
+TEST(PeerTransport, ReconnectsAfterThePeerRestarts) {
+  Harness h;
+  h.start(2);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  const std::uint64_t reconnects = h.t(1).peer_stats(2)->reconnects;
+
+  h.remove(2);  // closes its listener and every connection
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->link != LinkState::kConnected; }));
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  // While it is away, 1 keeps redialing with backoff and sends are dropped or bounded.
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->reconnects >= reconnects + 2; }));
+  h.t(1).send(testing::every_message_type(1, 2)[0]);
+
+  h.add_node(2, h.members(), -1);  // listen() on the same address again
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  const auto msgs = testing::every_message_type(1, 2);
+  for (const auto& m : msgs) h.t(1).send(m);
+  const auto back = testing::every_message_type(2, 1);
+  for (const auto& m : back) h.t(2).send(m);
+  ASSERT_TRUE(h.run_until([&] {
+    return h.node(2).received.size() >= msgs.size() && h.node(1).received.size() >= back.size();
+  }));
+  EXPECT_EQ(h.node(2).received, msgs);
+}
+
+TEST(PeerTransport, DropsAndCountsWhileThePeerIsDown) {
+  Harness h;
+  // Member 2's port is bound but not listening: every dial is refused.
+  std::uint16_t dead_port = 0;
+  h.keep_fd(bound_listener("127.0.0.1", dead_port, false));
+  h.start(1, {}, {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", dead_port}}});
+  ASSERT_TRUE(h.run_until([&] {
+    return h.t(1).peer_stats(2)->link == LinkState::kDown && h.t(1).peer_stats(2)->reconnects >= 2;
+  }));
+  // Down: dropped at once.
+  const std::uint64_t dropped = h.t(1).peer_stats(2)->messages_dropped;
+  raft::Message m = testing::every_message_type(1, 2)[6];
+  int sent_while_down = 0;
+  for (int i = 0; i < 10; ++i) {
+    if (h.t(1).peer_stats(2)->link != LinkState::kDown) break;
+    h.t(1).send(m);
+    ++sent_while_down;
+  }
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, dropped + static_cast<std::uint64_t>(sent_while_down));
+  EXPECT_EQ(h.t(1).peer_stats(2)->queued_bytes, 0u);
+}
+
+TEST(PeerTransport, QueueIsBoundedWhenThePeerDoesNotRead) {
+  Harness h;
+  // Member 2 is a socket that listens but never accepts or reads: TCP
+  // connects (the kernel's backlog), the handshake is never answered, so
+  // messages pile up in the queue behind the hello.
+  std::uint16_t port = 0;
+  h.keep_fd(bound_listener("127.0.0.1", port));
+  PeerTransportLimits limits;
+  limits.max_queued_bytes_per_peer = 256 * 1024;
+  limits.handshake_timeout_ns = 60'000 * kNsPerMs;
+  h.start(1, limits, {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", port}}});
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->writes >= 1; }));
+  ASSERT_EQ(h.t(1).peer_stats(2)->link, LinkState::kConnecting);
+
+  raft::Message big = testing::every_message_type(1, 2)[8];  // kSnapshot
+  big.chunk.assign(64 * 1024, 'c');
+  constexpr int kMessages = 64;  // 4 MiB: 16 times the bound
+  for (int i = 0; i < kMessages; ++i) {
+    h.t(1).send(big);
+    EXPECT_LE(h.t(1).peer_stats(2)->queued_bytes, limits.max_queued_bytes_per_peer);
+    if (i % 8 == 0) h.turn();
+  }
+  const PeerStats& s = *h.t(1).peer_stats(2);
+  EXPECT_GT(s.messages_dropped, 0u);
+  EXPECT_EQ(s.messages_sent + s.messages_dropped, static_cast<std::uint64_t>(kMessages));
+  EXPECT_LE(s.queued_bytes, limits.max_queued_bytes_per_peer);
+  EXPECT_EQ(s.link, LinkState::kConnecting);
+}
+
+TEST(PeerTransport, DialsFromItsOwnRaftHost) {
+  Harness h;
+  // Node 1's raft host is 127.0.0.2; member 2 is a raw listener on
+  // 127.0.0.1 that records who connected.
+  std::uint16_t port1 = 0;
+  const int fd1 = bound_listener("127.0.0.2", port1);
+  std::uint16_t port2 = 0;
+  const int fd2 = bound_listener("127.0.0.1", port2);
+  h.keep_fd(fd2);
+  std::vector<Member> members = {Member{1, {"127.0.0.2", 7001}, {"127.0.0.2", port1}},
+                                 Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", port2}}};
+  h.add_node(1, members, fd1);
+  int accepted = -1;
+  ASSERT_TRUE(h.run_until([&] {
+    accepted = ::accept4(fd2, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return accepted >= 0;
+  }));
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  ASSERT_EQ(getpeername(accepted, reinterpret_cast<sockaddr*>(&peer), &len), 0);
+  char host[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
+  EXPECT_STREQ(host, "127.0.0.2");
+  ::close(accepted);
+}
+
+TEST(PeerTransport, MessagesQueuedWhileConnectingGoOutOnceTheReplyChecks) {
+  Harness h;
+  h.start(2);
+  ASSERT_EQ(h.t(1).peer_stats(2)->link, LinkState::kConnecting);
+  const auto msgs = testing::every_message_type(1, 2);
+  for (const auto& m : msgs) h.t(1).send(m);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  ASSERT_TRUE(h.run_until([&] { return h.node(2).received.size() >= msgs.size(); }));
+  EXPECT_EQ(h.node(2).received, msgs);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_dropped, 0u);
+}
+
+TEST(PeerTransport, StalledLinkIsClosedAndRedialed) {
+  Harness h;
+  // Member 2 is a raw socket that answers the handshake and then never
+  // reads: the socket buffers fill and the link stops making progress.
+  std::uint16_t port = 0;
+  const int lfd = bound_listener("127.0.0.1", port);
+  h.keep_fd(lfd);
+  PeerTransportLimits limits;
+  limits.write_stall_timeout_ns = 200 * kNsPerMs;
+  limits.max_queued_bytes_per_peer = 1u << 20;
+  h.start(1, limits, {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", port}}});
+  int conn = -1;
+  ASSERT_TRUE(h.run_until([&] {
+    if (conn < 0) conn = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return conn >= 0;
+  }));
+  std::string reply;
+  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, 2, 1, h.t(1).cluster_hash()},
+                   reply);
+  ASSERT_EQ(::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL), static_cast<ssize_t>(reply.size()));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).peer_stats(2)->link == LinkState::kConnected; }));
+
+  raft::Message big = testing::every_message_type(1, 2)[8];
+  big.chunk.assign(64 * 1024, 'c');
+  ASSERT_TRUE(h.run_until([&] {
+    for (int i = 0; i < 4; ++i) h.t(1).send(big);
+    return h.t(1).peer_stats(2)->write_stalls >= 1;
+  }, 30s));
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+  EXPECT_GT(h.t(1).peer_stats(2)->messages_dropped, 0u);
+  EXPECT_EQ(h.t(1).peer_stats(2)->queued_bytes, 0u);
+  ::close(conn);
+}
+
+class InboundAbuse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PeerTransportLimits limits;
+    limits.handshake_timeout_ns = 150 * kNsPerMs;
+    limits.max_inbound_connections = 4;
+    limits.refusal_warn_interval_ns = 0;  // every refusal logs: the tests read them
+    // Members 2 and 3 exist only as forged raw sockets.
+    std::uint16_t p2 = 0, p3 = 0;
+    h.keep_fd(bound_listener("127.0.0.1", p2, false));
+    h.keep_fd(bound_listener("127.0.0.1", p3, false));
+    h.start(1, limits,
+            {Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", p2}},
+             Member{3, {"127.0.0.1", 7003}, {"127.0.0.1", p3}}});
+  }
+  // Waits until node 1 closed `raw`.
+  void expect_closed(RawPeer& raw) {
+    EXPECT_TRUE(h.run_until([&] { return raw.poll_closed(); }));
+    h.turn();
+    EXPECT_EQ(h.t(1).inbound_connections(), 0u);
+  }
+  std::uint64_t hash() { return h.t(1).cluster_hash(); }
+
+  Harness h;
+};
+
+TEST_F(InboundAbuse, GarbageClosesAndCounts) {
+  RawPeer raw(h.port(1));
+  raw.write("GET / HTTP/1.1\r\nHost: lockd\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+  expect_closed(raw);
+  EXPECT_EQ(h.t(1).stats().decode_errors, 1u);
+  EXPECT_TRUE(raw.received().empty()) << "a stranger gets no reply";
+}
+
+TEST_F(InboundAbuse, BadCrcClosesAndCountsOnThePeer) {
+  RawPeer raw(h.port(1));
+  std::string bad = frame(testing::every_message_type(2, 1)[6]);
+  bad[bad.size() - 2] = static_cast<char>(bad[bad.size() - 2] ^ 0x40);
+  raw.write(hello(2, 1, hash()) + bad);
+  expect_closed(raw);
+  EXPECT_EQ(raw.received().size(), kHandshakeBytes) << "the reply came before the close";
+  EXPECT_EQ(h.t(1).peer_stats(2)->decode_errors, 1u);
+  EXPECT_EQ(h.t(1).peer_stats(2)->messages_received, 0u);
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  EXPECT_TRUE(h.node(1).received.empty());
+}
+
+TEST_F(InboundAbuse, WrongFromClosesTheLink) {
+  RawPeer raw(h.port(1));
+  const auto good = testing::every_message_type(2, 1)[6];
+  auto forged = good;
+  forged.from = 3;
+  raw.write(hello(2, 1, hash()) + frame(good) + frame(forged));
+  expect_closed(raw);
+  ASSERT_EQ(h.node(1).received.size(), 1u);  // the good one before it
+  EXPECT_EQ(h.node(1).received[0], good);
+  EXPECT_EQ(h.t(1).peer_stats(2)->decode_errors, 1u);
+  EXPECT_EQ(h.t(1).peer_stats(3)->decode_errors, 0u);
+}
+
+TEST_F(InboundAbuse, WrongToClosesTheLink) {
+  RawPeer raw(h.port(1));
+  auto m = testing::every_message_type(2, 3)[0];
+  raw.write(hello(2, 1, hash()) + frame(m));
+  expect_closed(raw);
+  EXPECT_EQ(h.t(1).peer_stats(2)->decode_errors, 1u);
+  EXPECT_TRUE(h.node(1).received.empty());
+}
+
+TEST_F(InboundAbuse, WrongClusterHashIsRefusedAndLogged) {
+  LogCapture log;
+  RawPeer raw(h.port(1));
+  raw.write(hello(2, 1, hash() ^ 0x5a5a));
+  expect_closed(raw);
+  EXPECT_EQ(h.t(1).stats().handshake_rejected, 1u);
+  EXPECT_EQ(h.t(1).peer_stats(2)->handshake_rejected, 1u);
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  EXPECT_NE(log.text().find("cluster hash"), std::string::npos) << log.text();
+  // The refusal still answers with our own view, so the dialer can log too.
+  Handshake reply;
+  ASSERT_EQ(raw.received().size(), kHandshakeBytes);
+  ASSERT_EQ(decode_handshake(raw.received(), reply), HandshakeError::kOk);
+  EXPECT_EQ(reply.cluster_hash, hash());
+  EXPECT_EQ(reply.sender, 1u);
+}
+
+TEST_F(InboundAbuse, WrongNodeIdsAreRefusedAndLogged) {
+  LogCapture log;
+  {
+    RawPeer raw(h.port(1));
+    raw.write(hello(2, 3, hash()));  // thinks it reached node 3
+    expect_closed(raw);
+  }
+  {
+    RawPeer raw(h.port(1));
+    raw.write(hello(9, 1, hash()));  // not a member
+    expect_closed(raw);
+  }
+  {
+    RawPeer raw(h.port(1));
+    raw.write(hello(1, 1, hash()));  // our own id
+    expect_closed(raw);
+  }
+  EXPECT_EQ(h.t(1).stats().handshake_rejected, 3u);
+  EXPECT_NE(log.text().find("expected to reach node 3, we are node 1"), std::string::npos)
+      << log.text();
+  EXPECT_NE(log.text().find("sender node id 9 is not a member"), std::string::npos) << log.text();
+  EXPECT_NE(log.text().find("is our own id"), std::string::npos) << log.text();
+}
+
+TEST_F(InboundAbuse, SilentConnectionIsClosedAfterTheHandshakeTimeout) {
+  RawPeer raw(h.port(1));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).inbound_connections() == 1; }));
+  expect_closed(raw);
+  EXPECT_EQ(h.t(1).stats().handshake_timeouts, 1u);
+}
+
+TEST_F(InboundAbuse, InboundConnectionsAreBounded) {
+  std::vector<std::unique_ptr<RawPeer>> raws;
+  for (int i = 0; i < 6; ++i) raws.push_back(std::make_unique<RawPeer>(h.port(1)));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).stats().accepted == 6; }));
+  EXPECT_EQ(h.t(1).inbound_connections(), 4u);
+  EXPECT_EQ(h.t(1).stats().inbound_refused, 2u);
+}
+
+TEST(PeerTransport, MismatchedMemberListsRefuseEachOther) {
+  LogCapture log;
+  Harness h;
+  PeerTransportLimits limits;
+  limits.refusal_warn_interval_ns = 0;
+  h.set_limits(limits);
+  std::uint16_t p1 = 0, p2 = 0;
+  const int fd1 = bound_listener("127.0.0.1", p1);
+  const int fd2 = bound_listener("127.0.0.1", p2);
+  std::vector<Member> a = {Member{1, {"127.0.0.1", 7001}, {"127.0.0.1", p1}},
+                           Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", p2}}};
+  std::vector<Member> b = a;
+  b[1].client.port = 7999;  // node 2 was given a different --peer list
+  h.add_node(1, a, fd1);
+  h.add_node(2, b, fd2);
+  // Queued behind the hello: must never reach node 2, and must not turn
+  // node 2's refusal into a reset that hides its reply from node 1.
+  h.t(1).send(testing::every_message_type(1, 2)[6]);
+  ASSERT_TRUE(h.run_until([&] {
+    return h.t(1).stats().handshake_rejected >= 2 && h.t(2).stats().handshake_rejected >= 2;
+  }));
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+  EXPECT_NE(h.t(2).peer_stats(1)->link, LinkState::kConnected);
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  h.t(1).send(testing::every_message_type(1, 2)[6]);
+  for (int i = 0; i < 20; ++i) h.turn();
+  EXPECT_TRUE(h.node(2).received.empty());
+  // Both sides say why: the acceptor of the hello, the dialer of the reply.
+  EXPECT_NE(log.text().find("refusing a connection from node 2: cluster hash"), std::string::npos)
+      << log.text();
+  EXPECT_NE(log.text().find("refusing the answer of node 2: cluster hash"), std::string::npos)
+      << log.text();
+}
+
+}  // namespace
+}  // namespace lockd::cluster

@@ -1,0 +1,82 @@
+// libFuzzer target: arbitrary bytes, cut into arbitrary reads, through
+// PeerInput (what a peer connection receives). Checks what must hold for
+// any input: no crash, no hang, bounded buffering, errors are sticky, and
+// every message handed out names the handshaken peer and us.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/peer_input.h"
+#include "lockd/raft/codec.h"
+
+using namespace lockd;
+using namespace lockd::cluster;
+
+namespace {
+
+void require(bool ok) {
+  if (!ok) std::abort();
+}
+
+constexpr std::uint64_t kHash = 0x5eed5eed5eed5eedull;
+const std::vector<raft::NodeId> kMembers = {1, 2, 3};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  // The first byte picks the read size (bits 0-5), the side (bit 6) and
+  // whether a valid handshake goes first (bit 7), so the fuzzer reaches
+  // the frame parser without having to forge a CRC.
+  const std::size_t chunk = 1 + (data[0] & 0x3f) * 37;
+  const bool dialed = (data[0] & 0x40) != 0;
+  const bool prefix = (data[0] & 0x80) != 0;
+  HandshakeExpect expect{1, kHash, dialed ? HandshakeKind::kReply : HandshakeKind::kHello,
+                         dialed ? raft::NodeId{2} : raft::kNoNode, kMembers};
+  std::string input;
+  if (prefix) {
+    encode_handshake(Handshake{kPeerProtocolVersion, dialed ? HandshakeKind::kReply : HandshakeKind::kHello,
+                               2, 1, kHash},
+                     input);
+  }
+  input.append(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+  PeerInput in(expect);
+  bool failed = false;
+  bool handshaken = false;
+  for (std::size_t i = 0; i < input.size(); i += chunk) {
+    in.feed(std::string_view(input).substr(i, chunk));
+    // Each next() consumes bytes or stops, so this loop ends.
+    for (;;) {
+      const PeerInput::Event ev = in.next();
+      if (ev == PeerInput::Event::kNeedMore) break;
+      if (ev == PeerInput::Event::kError) {
+        failed = true;
+        require(in.error() != PeerInputError::kNone);
+        require(!in.describe_error().empty());
+        break;
+      }
+      require(!failed);
+      if (ev == PeerInput::Event::kHandshake) {
+        require(!handshaken);
+        handshaken = true;
+        require(in.peer() == 2 || (!dialed && in.peer() == 3));
+      } else {
+        require(handshaken && !dialed);
+        require(in.message().from == in.peer() && in.message().to == 1);
+      }
+    }
+    if (failed) {
+      require(in.next() == PeerInput::Event::kError);
+      require(in.buffered_bytes() == 0);
+      break;
+    }
+    // At most one unfinished frame (or handshake) plus one read.
+    require(in.buffered_bytes() <= raft::kFrameLengthBytes + raft::kMaxFrameBytes + chunk);
+  }
+  return 0;
+}
