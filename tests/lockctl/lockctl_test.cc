@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -198,10 +199,32 @@ TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
   EXPECT_EQ(to.out, "T carol k\n");
 }
 
+// The expiry lockctl shows on the first line containing `row` after
+// `marker`, in seconds ("in 58.7s" or "in 1m00s"); -1 when absent.
+double shown_expiry_s(const std::string& out, const std::string& row, const std::string& marker) {
+  const auto line_at = out.find(row);
+  if (line_at == std::string::npos) return -1;
+  const std::string line = out.substr(line_at, out.find('\n', line_at) - line_at);
+  const auto at = line.find(marker);
+  if (at == std::string::npos) return -1;
+  const std::string rest = line.substr(at + marker.size());
+  if (rest.starts_with("1m00s")) return 60;
+  return rest.empty() || !std::isdigit(static_cast<unsigned char>(rest[0])) ? -1 : std::stod(rest);
+}
+
 TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   Fixture f;
   LineClient c(f.lockd.port());
+  const auto acquired = std::chrono::steady_clock::now();
   const auto g = fields(c.call("A alice orders/42 60000"));
+  // A 60 s lease shown after `elapsed`: between 60 s minus that (and a
+  // rounding) and 60 s, however slow lockctl was to start.
+  const auto expect_expiry = [&](double shown, const std::string& out) {
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - acquired).count();
+    EXPECT_GE(shown, 60 - elapsed_s - 0.1) << out;
+    EXPECT_LE(shown, 60.0) << out;
+  };
   c.call("A dave a/b%c?d");
   LineClient w(f.lockd.port());
   w.send("A bob orders/42 5000 20000\nA probe orders/42\n");
@@ -227,8 +250,7 @@ TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   EXPECT_NE(l.out.find("EXPIRES"), std::string::npos);
   EXPECT_LT(l.out.find("a/b%c?d"), l.out.find("orders/42")) << "sorted by key: " << l.out;
   EXPECT_NE(l.out.find(g[1]), std::string::npos) << "token shown: " << l.out;
-  EXPECT_TRUE(l.out.find("in 59.") != std::string::npos || l.out.find("in 1m00s") != std::string::npos)
-      << "human expiry: " << l.out;
+  expect_expiry(shown_expiry_s(l.out, "orders/42", " in "), l.out);
 
   Outcome lp = f.ctl({"--json", "locks", "--prefix", "orders/", "--limit", "1"});
   EXPECT_EQ(lp.status, 0);
@@ -243,9 +265,7 @@ TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   EXPECT_EQ(k.status, 0) << k.err;
   EXPECT_NE(k.out.find("owner    alice"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("token    " + g[1]), std::string::npos) << k.out;
-  EXPECT_TRUE(k.out.find("expires  in 59.") != std::string::npos ||
-              k.out.find("expires  in 1m00s") != std::string::npos)
-      << k.out;
+  expect_expiry(shown_expiry_s(k.out, "expires  ", "expires  in "), k.out);
   EXPECT_NE(k.out.find("(lease 1m00s"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("bob"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("WAIT LEFT"), std::string::npos) << k.out;
