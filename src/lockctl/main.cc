@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "lockd/version/version.h"
+#include "run.h"
 
 namespace {
 
@@ -80,6 +81,17 @@ int main(int argc, char** argv) {
   keep->add_option("KEY", key, "the key")->required();
   keep->add_option("--lease", keep_lease_ms, "new lease in ms, counted from now")->required();
 
+  auto* run = app.add_subcommand("run", "hold a lock while a command runs: run KEY -- CMD ARGS...");
+  lockd::lockctl::RunOptions run_opt;
+  std::string run_owner;
+  run->add_option("KEY", run_opt.key, "the key")->required();
+  run->add_option("--owner", run_owner, "owner label (default lockctl-run@HOST:PID)");
+  run->add_option("--lease", run_opt.lease_ms, "lease in ms, kept alive while the command runs (default 30000)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--wait", run_opt.wait_ms, "wait up to MS for the lock (default 0)");
+  run->add_option("COMMAND", run_opt.command, "the command and its arguments, after --")
+      ->required();
+
   auto* top = app.add_subcommand("top", "live view of the busiest keys (q to quit)");
   lockd::lockctl::TopOptions top_opt;
   top->add_option("--interval-ms", top_opt.interval_ms, "refresh period (default 1000)")
@@ -105,6 +117,10 @@ int main(int argc, char** argv) {
   if (*acquire) return cmd_acquire(g, owner, key, lease_ms, wait_ms);
   if (*release) return cmd_release(g, token, key);
   if (*keep) return cmd_keep(g, token, key, keep_lease_ms);
+  if (*run) {
+    if (!run_owner.empty()) run_opt.owner = run_owner;
+    return cmd_run(g, run_opt);
+  }
   if (*top) return cmd_top(g, top_opt);
   return kExitUsage;
 }

@@ -2,6 +2,7 @@
 #include "lockd/raft/codec.h"
 
 #include "lockd/common/byte_io.h"
+#include "lockd/common/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -9,20 +10,6 @@
 
 namespace lockd::raft {
 namespace {
-
-// CRC-32C reflected polynomial.
-constexpr std::uint32_t kCrc32cPoly = 0x82F63B78u;
-
-constexpr std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> t{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kCrc32cPoly : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
 
 using Writer = ByteWriter;
 
@@ -117,16 +104,10 @@ std::string_view to_string(DecodeError e) {
 }
 
 std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc) {
-  crc = ~crc;
-  for (std::uint8_t b : bytes) crc = kCrcTable[(crc ^ b) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
+  return lockd::crc32c(bytes.data(), bytes.size(), crc);
 }
 
-std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) {
-  crc = ~crc;
-  for (char ch : bytes) crc = kCrcTable[(crc ^ static_cast<std::uint8_t>(ch)) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
-}
+std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) { return lockd::crc32c(bytes, crc); }
 
 void encode_message(const Message& m, std::string& out) {
   std::string body;
@@ -208,6 +189,53 @@ DecodeError decode_entry(std::string_view bytes, Entry& out) {
   if (r.error() != DecodeError::kOk) return r.error();
   if (r.remaining() != 0) return DecodeError::kTrailingBytes;
   out = std::move(e);
+  return DecodeError::kOk;
+}
+
+void encode_hard_state(const HardState& hs, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(kHardStateRecordKind);
+  w.u64(hs.term);
+  w.u64(hs.vote);
+  w.u64(hs.commit);
+  finish_frame(body, out);
+}
+
+void encode_snapshot_mark(const SnapshotMark& mark, std::string& out) {
+  std::string body;
+  Writer w(body);
+  w.u8(kCodecVersion);
+  w.u8(kSnapshotMarkRecordKind);
+  w.u64(mark.meta.index);
+  w.u64(mark.meta.term);
+  w.u64(mark.last_kept);
+  finish_frame(body, out);
+}
+
+DecodeError decode_wal_record(std::string_view bytes, WalRecord& out) {
+  std::string_view body;
+  if (DecodeError e = open_frame(bytes, body); e != DecodeError::kOk) return e;
+  Reader r(body);
+  const std::uint8_t kind = r.u8();
+  switch (kind) {
+    case kEntryRecordKind: read_entry_fields(r, out.entry); break;
+    case kHardStateRecordKind:
+      out.hard_state.term = r.u64();
+      out.hard_state.vote = r.u64();
+      out.hard_state.commit = r.u64();
+      break;
+    case kSnapshotMarkRecordKind:
+      out.mark.meta.index = r.u64();
+      out.mark.meta.term = r.u64();
+      out.mark.last_kept = r.u64();
+      break;
+    default: return DecodeError::kBadKind;
+  }
+  if (r.error() != DecodeError::kOk) return r.error();
+  if (r.remaining() != 0) return DecodeError::kTrailingBytes;
+  out.kind = kind;
   return DecodeError::kOk;
 }
 

@@ -64,6 +64,20 @@ class ByteReader {
     return s;
   }
 
+  // The same, as a view into the input (no allocation; valid as long as
+  // the input is).
+  std::string_view bytes_view(std::size_t max_bytes, Error too_long) {
+    const std::uint32_t n = u32();
+    if (n > max_bytes) {
+      fail(too_long);
+      return {};
+    }
+    if (!need(n)) return {};
+    std::string_view s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
   std::size_t remaining() const { return in_.size() - pos_; }
   bool ok() const { return error_ == ok_; }
   Error error() const { return error_; }

@@ -228,6 +228,11 @@ class LockTable {
   void check_invariants() const;
 
  private:
+  // The snapshot codec (lock_table_snapshot.h) reads and rebuilds every
+  // private field, deadline heap included, so a restored table behaves
+  // exactly like the original.
+  friend struct SnapshotAccess;
+
   // An entry of the deadline index. Entries are never removed in place: an
   // entry whose waiter left, whose key changed token, or whose key's
   // expiry was moved by a keep is stale and is skipped when it reaches the

@@ -27,8 +27,11 @@
 namespace lockd::raft {
 
 constexpr std::uint8_t kCodecVersion = 1;
-// Frame kind of a log entry written to a WAL (outside the MessageType range).
+// Frame kinds of WAL records (outside the MessageType range): a log entry,
+// a hard state, and a snapshot mark (see SnapshotMark).
 constexpr std::uint8_t kEntryRecordKind = 0x80;
+constexpr std::uint8_t kHardStateRecordKind = 0x81;
+constexpr std::uint8_t kSnapshotMarkRecordKind = 0x82;
 // Bytes before the body: the length word.
 constexpr std::size_t kFrameLengthBytes = 4;
 // Largest frame we accept; bounds allocation on garbage input. A batch of
@@ -51,7 +54,7 @@ enum class DecodeError {
 
 std::string_view to_string(DecodeError e);
 
-// CRC-32C (Castagnoli), table-driven, reflected, as used by iSCSI/ext4.
+// CRC-32C (Castagnoli); see common/crc32c.h (hardware-assisted where available).
 // `crc` lets callers chain buffers; start from 0.
 std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc = 0);
 std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc = 0);
@@ -65,6 +68,33 @@ DecodeError decode_message(std::string_view bytes, Message& out);
 void encode_entry(const Entry& e, std::string& out);
 // Decodes exactly one entry frame that spans all of `bytes`.
 DecodeError decode_entry(std::string_view bytes, Entry& out);
+
+// A WAL record saying "a snapshot ending at meta was made durable here, and
+// after it the log ended at last_kept" (meta.index when the snapshot
+// replaced the whole log, the old last index when the log matched it).
+// Carrying the outcome lets recovery replay it without the entries it
+// dropped (see docs/storage.md).
+struct SnapshotMark {
+  SnapshotMeta meta;
+  Index last_kept = 0;
+
+  bool operator==(const SnapshotMark&) const = default;
+};
+
+// Appends one framed WAL record for a hard state / a snapshot mark.
+void encode_hard_state(const HardState& hs, std::string& out);
+void encode_snapshot_mark(const SnapshotMark& mark, std::string& out);
+
+// Any one WAL record; `kind` says which member is set.
+struct WalRecord {
+  std::uint8_t kind = 0;  // kEntryRecordKind, kHardStateRecordKind or kSnapshotMarkRecordKind
+  Entry entry;
+  HardState hard_state;
+  SnapshotMark mark;
+};
+// Decodes exactly one WAL record frame (of any of the three kinds) that
+// spans all of `bytes`; the checksum is computed once.
+DecodeError decode_wal_record(std::string_view bytes, WalRecord& out);
 
 // How long the frame at the start of `bytes` is in total, for a reader
 // splitting a stream: 0 when even the length word is not there yet, or

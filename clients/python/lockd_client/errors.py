@@ -1,0 +1,61 @@
+"""Exceptions of the lockd client: one class per outcome a caller may act on.
+
+Everything derives from :class:`LockdError`; the classes also derive from
+the built-in exception that names the same idea, so ``except TimeoutError``
+catches a ``T`` reply and ``except ConnectionError`` an unreachable server.
+"""
+
+from __future__ import annotations
+
+
+class LockdError(Exception):
+    """Base class of every error the client raises."""
+
+
+class LockTimeout(LockdError, TimeoutError):
+    """``T``: the key is held by someone else (wait 0), or the wait ran out."""
+
+
+class LockBusy(LockdError):
+    """``B``: the key's wait queue or a server-wide cap is full; not enqueued."""
+
+
+class NotHeld(LockdError):
+    """``N``: the token does not hold the key (lease ended, released, or moved on)."""
+
+
+class LockLost(LockdError):
+    """The keeper could not keep the lock: its token is dead, stop relying on it."""
+
+
+class Indeterminate(LockdError):
+    """The request may or may not have taken effect.
+
+    ``E indeterminate`` (a cluster leader lost leadership before the request
+    committed), the connection dropped after the request was sent, or no
+    reply came in time. For an acquire: you do not hold a lock you can use
+    (you have no token); if one was granted, it ends with its lease.
+    """
+
+
+class NoLeader(LockdError):
+    """Cluster: no leader was found (``E no_leader`` or redirects) within the retry budget."""
+
+
+class Unreachable(LockdError, ConnectionError):
+    """No address could be connected to; the request was not sent."""
+
+
+class Rejected(LockdError, ValueError):
+    """The server refused the request as invalid (``E bad_lease`` ...).
+
+    ``code`` holds the protocol's error code.
+    """
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or f"the server answered E {code}")
+        self.code = code
+
+
+class ProtocolError(LockdError):
+    """The server sent a line this client does not understand."""

@@ -1,0 +1,129 @@
+// lockd's C++ client: the correct use of a lock service in one call.
+//
+//   lockd::client::Client client({.addresses = {"127.0.0.1:7070"}});
+//   auto guard = client.lock("billing", "orders/42", {.lease_ms = 10'000, .wait_ms = 5'000});
+//   if (!guard.ok()) return report(guard.status());      // T, B, E ... as values
+//   write_with_fence(guard->token());                     // kept alive meanwhile
+//   // released when `guard` goes out of scope
+//
+// A Client is safe to share between threads; every thread's requests are
+// pipelined on one connection. It follows `M` redirects to the leader,
+// retries `E no_leader` with jittered backoff within a budget, and turns
+// `E indeterminate` (or a connection lost after sending) into
+// Code::kIndeterminate: the request may or may not have taken effect.
+// See docs/clients.md for the rules this implements.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/client/connection.h"
+#include "lockd/client/protocol.h"
+#include "lockd/client/status.h"
+
+namespace lockd::client {
+
+struct Options {
+  // Every node's client address; the client starts with the first and
+  // moves on when one cannot be reached or knows no leader.
+  std::vector<std::string> addresses{"127.0.0.1:7070"};
+  std::chrono::milliseconds connect_timeout{3'000};
+  // How long a reply may take beyond the request's own wait_ms.
+  std::chrono::milliseconds reply_timeout{10'000};
+  // `M` hops one request follows before giving up (kNoLeader).
+  int max_redirects = 3;
+  // How long `E no_leader` (or no reachable node) is retried in total.
+  std::chrono::milliseconds no_leader_budget{10'000};
+  // Backoff between retries: doubles from `backoff_initial` up to
+  // `backoff_max`, each sleep drawn uniformly from [d/2, d] ("equal jitter")
+  // so clients that failed together do not retry together.
+  std::chrono::milliseconds backoff_initial{50};
+  std::chrono::milliseconds backoff_max{1'000};
+  // Seed of the jitter; 0 draws one from std::random_device.
+  std::uint64_t jitter_seed = 0;
+};
+
+// A held lock: what the server granted. `token` is the fencing token to
+// hand to every resource the lock protects.
+struct Lock {
+  std::uint64_t token = 0;
+  std::string owner;
+  std::string key;
+  std::uint64_t lease_ms = 0;  // as requested; 0 = the server's default
+  // When the acquire was sent: the lease started no earlier, so
+  // `sent_at + lease` is a safe lower bound of when it ends (given the
+  // bounded clock drift every lease service assumes).
+  Clock::time_point sent_at{};
+};
+
+class LockGuard;
+
+// What Client::lock() does besides acquiring.
+struct LockOptions {
+  std::uint64_t lease_ms = 30'000;  // must be > 0: a kept lease needs a known length
+  std::uint64_t wait_ms = 0;
+  bool keep = true;  // extend the lease every lease/3 while the guard lives
+  // Called once, on the keeper's thread, if the lock is lost (see Keeper).
+  std::function<void(const Status&)> on_lost = nullptr;
+};
+
+class Client {
+ public:
+  explicit Client(Options options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // `A owner key lease_ms wait_ms`. kOk with the Lock, or kTimedOut (`T`),
+  // kBusy (`B`), kIndeterminate, kNoLeader, kUnreachable, kRejected ...
+  // lease_ms 0 asks for the server's default lease (wait_ms must then be 0).
+  Result<Lock> acquire(std::string_view owner, std::string_view key, std::uint64_t lease_ms,
+                       std::uint64_t wait_ms = 0);
+  // `R token key`: kOk, or kNotHeld if the token no longer holds the key.
+  Status release(const Lock& lock);
+  Status release(std::uint64_t token, std::string_view key);
+  // `K token key lease_ms`: the lease now ends lease_ms from the server's
+  // now. kOk, or kNotHeld once the lease has ended or the key moved on.
+  Status keep(const Lock& lock, std::uint64_t lease_ms);
+  Status keep(std::uint64_t token, std::string_view key, std::uint64_t lease_ms);
+
+  // Acquires and returns a guard that releases on destruction and, with
+  // `keep`, extends the lease in the background.
+  Result<LockGuard> lock(std::string_view owner, std::string_view key, LockOptions options);
+
+  // Any request, with redirects and retries; the raw reply on success
+  // (kinds A, T, B, R, N, K). Errors: kIndeterminate, kNoLeader,
+  // kUnreachable, kRejected, kInvalidArgument, kInFlight, kProtocol.
+  // `deadline` cuts the retry budget and the reply timeout short (the
+  // Keeper passes its lease's safe end: retrying past it is pointless).
+  Result<Reply> call(const Request& request, Clock::time_point deadline = Clock::time_point::max());
+
+  const Options& options() const { return options_; }
+
+ private:
+  // The connection to `addresses_[target]`, connecting if needed.
+  Result<std::shared_ptr<Connection>> connection_to(std::size_t target);
+  // Index of `address` in addresses_, appending it if new (a leader named
+  // by `M` that was not in the list).
+  std::size_t index_of(const Address& address);
+  std::chrono::milliseconds jitter(std::chrono::milliseconds ceiling);
+
+  const Options options_;
+  std::mutex mu_;  // guards everything below
+  std::vector<Address> addresses_;
+  std::size_t current_ = 0;  // the node requests go to (the leader, once known)
+  std::shared_ptr<Connection> conn_;
+  std::mt19937_64 rng_;
+  Status config_error_;  // a bad address in Options: every call reports it
+};
+
+}  // namespace lockd::client
+
+#include "lockd/client/guard.h"

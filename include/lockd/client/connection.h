@@ -1,0 +1,93 @@
+// One TCP connection to one lockd node, shared by any number of threads.
+// Requests are pipelined: submit() writes a request and returns at once;
+// wait() returns the reply the Matcher pairs with it, whatever order the
+// replies arrive in. Blocking POSIX sockets with deadlines; no thread of
+// its own: whichever waiting thread finds no reader reads for everyone
+// (leader/follower), so a Connection costs nothing while idle.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "lockd/client/matcher.h"
+#include "lockd/client/protocol.h"
+#include "lockd/client/status.h"
+
+namespace lockd::client {
+
+using Clock = std::chrono::steady_clock;
+
+// A node's client address, `host:port` (IPv6 as `[::1]:7070`).
+struct Address {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string to_string() const;
+  bool operator==(const Address&) const = default;
+};
+// nullopt when `text` is not host:port with a port in 1..65535.
+std::optional<Address> parse_address(std::string_view text);
+
+// Most requests one connection keeps in flight; submit() refuses more
+// (kBusy) instead of buffering without bound.
+constexpr std::size_t kMaxInFlight = 100'000;
+
+class Connection {
+ public:
+  using Ticket = Matcher::Id;
+
+  // Connects within `timeout`; kUnreachable with the reason otherwise.
+  static Result<std::unique_ptr<Connection>> open(const Address& address,
+                                                  std::chrono::milliseconds timeout);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Validates and sends one request. Not sent (kInvalidArgument, kInFlight,
+  // kBusy, or kUnreachable once the connection is broken) means no effect.
+  Result<Ticket> submit(const Request& request);
+  // The reply to `ticket`, or kIndeterminate when the connection broke or
+  // `deadline` passed first (the request may have taken effect). A ticket
+  // is waited for once. A late `A` for an abandoned acquire is released at
+  // once, so a timed-out acquire never leaves a lock held by nobody.
+  Result<Reply> wait(Ticket ticket, Clock::time_point deadline);
+
+  // True once reading or writing failed; every later submit() fails.
+  bool broken() const;
+  const Address& address() const { return address_; }
+
+ private:
+  Connection(int fd, Address address);
+  // Reads what is available (waiting until `deadline` at most) and
+  // dispatches complete lines. Called with mu_ unlocked by the one reader.
+  void read_once(Clock::time_point deadline);
+  // Dispatches one reply line; mu_ held.
+  void dispatch(std::string_view line);
+  // Marks the connection broken and fails every request in flight; mu_ held.
+  void fail_all(const std::string& why);
+  bool send_all(std::string_view bytes);
+
+  const int fd_;
+  const Address address_;
+  std::mutex write_mu_;  // one writer at a time; held across Matcher::add + send
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool reading_ = false;               // a thread is in read_once()
+  std::optional<std::string> broken_;  // why, once broken
+  Ticket next_ticket_ = 1;
+  Matcher matcher_;
+  std::unordered_map<Ticket, Reply> done_;       // replies not yet collected
+  std::unordered_set<Ticket> abandoned_;         // waiters gave up; drop (or undo) the reply
+  std::vector<Request> undo_;  // releases of late grants nobody waits for, to send
+  std::string in_;                               // bytes read, not yet a full line
+};
+
+}  // namespace lockd::client

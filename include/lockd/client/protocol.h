@@ -1,0 +1,76 @@
+// The client side of the text protocol (spec protocol.md), as pure
+// functions: a request to its line, a reply line to a value. No I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockd/client/status.h"
+
+namespace lockd::client {
+
+// Field limits of protocol.md §2, checked before a request is sent so a
+// malformed request (whose `E` reply carries no echo) is never on the wire.
+constexpr std::size_t kMaxOwnerBytes = 64;
+constexpr std::size_t kMaxKeyBytes = 250;
+// Longest reply line accepted: an `M` carries an address plus the longest
+// echo; anything longer is a protocol error, not a reason to buffer more.
+constexpr std::size_t kMaxReplyLineBytes = 1024;
+
+// The three verbs (protocol.md §3).
+enum class Verb : char {
+  kAcquire = 'A',  // A owner key [lease_ms [wait_ms]]
+  kRelease = 'R',  // R token key
+  kKeep = 'K',     // K token key lease_ms (v1.1, §6a)
+};
+
+struct Request {
+  Verb verb = Verb::kAcquire;
+  std::string owner;          // A only
+  std::string key;
+  std::uint64_t token = 0;    // R and K
+  std::uint64_t lease_ms = 0; // A: 0 = the server's default lease; K: required (>= 1)
+  std::uint64_t wait_ms = 0;  // A only
+};
+
+// kInvalidArgument naming the first field the protocol would refuse.
+Status validate(const Request& request);
+// The request line, ending in `\n`. The request must be valid.
+std::string format_request(const Request& request);
+
+// The reply kinds (protocol.md §4).
+enum class ReplyKind : char {
+  kAcquired = 'A',  // A token owner key
+  kTimedOut = 'T',  // T owner key
+  kBusy = 'B',      // B owner key
+  kReleased = 'R',  // R token key
+  kNotHeld = 'N',   // N token key
+  kKept = 'K',      // K token key
+  kMoved = 'M',     // M leader_addr <echo>
+  kError = 'E',     // E code [<echo>]
+};
+
+// One parsed reply line. Which fields are set depends on the kind; for `M`
+// and `E` the echo is kept raw (`echo_first`, `key`) because it is
+// `owner key` for an acquire and `token key` for a release or keep.
+struct Reply {
+  ReplyKind kind = ReplyKind::kError;
+  std::uint64_t token = 0;  // A, R, N, K
+  std::string owner;        // A, T, B
+  std::string key;          // every kind with an echo
+  std::string echo_first;   // M, E: first echo field (owner or token), empty if none
+  std::string leader;       // M: the leader's client host:port
+  std::string error_code;   // E: no_leader, indeterminate, bad_lease ...
+  bool has_echo() const { return !key.empty(); }
+};
+
+// Parses one reply line (without `\n`; a trailing `\r` is ignored).
+// nullopt when the line is not a reply of the protocol.
+std::optional<Reply> parse_reply(std::string_view line);
+
+// Parses a decimal token (1 .. 2^64-1) or lease; nullopt if not one.
+std::optional<std::uint64_t> parse_u64(std::string_view text);
+
+}  // namespace lockd::client

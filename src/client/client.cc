@@ -1,0 +1,206 @@
+#include "lockd/client/client.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace lockd::client {
+
+Client::Client(Options options) : options_(std::move(options)) {
+  for (const std::string& text : options_.addresses) {
+    if (auto a = parse_address(text)) {
+      addresses_.push_back(*a);
+    } else {
+      config_error_ = {Code::kInvalidArgument, "bad address '" + text + "' (want host:port)"};
+    }
+  }
+  if (addresses_.empty() && config_error_.ok()) {
+    config_error_ = {Code::kInvalidArgument, "no address to connect to"};
+  }
+  rng_.seed(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device{}());
+}
+
+Client::~Client() = default;
+
+std::size_t Client::index_of(const Address& address) {
+  const auto it = std::find(addresses_.begin(), addresses_.end(), address);
+  if (it != addresses_.end()) return static_cast<std::size_t>(it - addresses_.begin());
+  addresses_.push_back(address);
+  return addresses_.size() - 1;
+}
+
+std::chrono::milliseconds Client::jitter(std::chrono::milliseconds ceiling) {
+  const std::lock_guard lk(mu_);
+  const auto hi = std::max<std::int64_t>(ceiling.count(), 1);
+  std::uniform_int_distribution<std::int64_t> d(hi / 2, hi);
+  return std::chrono::milliseconds(d(rng_));
+}
+
+Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
+  const std::lock_guard lk(mu_);
+  const Address address = addresses_[target];
+  if (conn_ && !conn_->broken() && conn_->address() == address) return conn_;
+  // Connecting under the lock: the other threads want the same
+  // connection, and would otherwise race to open several.
+  auto opened = Connection::open(address, options_.connect_timeout);
+  if (!opened.ok()) return opened.status();
+  conn_ = std::shared_ptr<Connection>(std::move(opened.value()));
+  current_ = target;
+  return conn_;
+}
+
+Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
+  if (!config_error_.ok()) return config_error_;
+  if (Status s = validate(request); !s.ok()) return s;
+  const auto budget_end = std::min(Clock::now() + options_.no_leader_budget, deadline);
+  auto backoff = options_.backoff_initial;
+  std::size_t target = 0;
+  std::size_t count = 0;
+  {
+    const std::lock_guard lk(mu_);
+    target = current_;
+    count = addresses_.size();
+  }
+  int redirects = 0;
+  std::size_t unreachable_in_a_row = 0;
+  Status last;
+  // Sleeps before the next try, or says the budget is spent.
+  const auto back_off = [&]() {
+    const auto pause = jitter(backoff);
+    backoff = std::min(backoff * 2, options_.backoff_max);
+    if (Clock::now() + pause >= budget_end) return false;
+    std::this_thread::sleep_for(pause);
+    return true;
+  };
+  for (;;) {
+    auto conn = connection_to(target);
+    if (!conn.ok()) {
+      // Not sent: safe to try the next node. A whole round of unreachable
+      // nodes ends the call (the caller, or a Keeper, decides when to retry).
+      last = conn.status();
+      {
+        const std::lock_guard lk(mu_);
+        count = addresses_.size();
+      }
+      target = (target + 1) % count;
+      if (++unreachable_in_a_row >= count) return last;
+      continue;
+    }
+    auto ticket = conn.value()->submit(request);
+    if (!ticket.ok()) {
+      if (ticket.code() != Code::kUnreachable) return ticket.status();
+      // The connection broke before sending: reconnect (bounded like above).
+      last = ticket.status();
+      if (++unreachable_in_a_row >= count) return last;
+      continue;
+    }
+    const auto reply_by = std::min(
+        Clock::now() + std::chrono::milliseconds(request.wait_ms) + options_.reply_timeout, deadline);
+    auto reply = conn.value()->wait(ticket.value(), reply_by);
+    if (!reply.ok()) return reply.status();
+    unreachable_in_a_row = 0;
+    Reply& r = reply.value();
+    if (r.kind == ReplyKind::kMoved) {
+      const auto leader = parse_address(r.leader);
+      if (!leader) return Status{Code::kProtocol, "M names a bad leader address: " + r.leader};
+      if (++redirects > options_.max_redirects) {
+        return Status{Code::kNoLeader, "more than " + std::to_string(options_.max_redirects) +
+                                           " redirects (last to " + r.leader + ")"};
+      }
+      const std::lock_guard lk(mu_);
+      target = index_of(*leader);
+      continue;
+    }
+    if (r.kind == ReplyKind::kError) {
+      if (r.error_code == "no_leader") {
+        last = {Code::kNoLeader, "no leader known (retried for " +
+                                     std::to_string(options_.no_leader_budget.count()) + " ms)"};
+        if (!back_off()) return last;
+        const std::lock_guard lk(mu_);
+        target = (target + 1) % addresses_.size();  // another node may know one
+        redirects = 0;
+        continue;
+      }
+      if (r.error_code == "indeterminate") {
+        return Status{Code::kIndeterminate,
+                      "the leader lost leadership before the request committed; it may or may "
+                      "not have taken effect"};
+      }
+      return Status{Code::kRejected, "the server answered E " + r.error_code};
+    }
+    return reply;
+  }
+}
+
+Result<Lock> Client::acquire(std::string_view owner, std::string_view key, std::uint64_t lease_ms,
+                             std::uint64_t wait_ms) {
+  Request req;
+  req.verb = Verb::kAcquire;
+  req.owner = owner;
+  req.key = key;
+  req.lease_ms = lease_ms;
+  req.wait_ms = wait_ms;
+  const auto sent_at = Clock::now();
+  auto reply = call(req);
+  if (!reply.ok()) return reply.status();
+  switch (reply->kind) {
+    case ReplyKind::kAcquired:
+      return Lock{reply->token, std::string(owner), std::string(key), lease_ms, sent_at};
+    case ReplyKind::kTimedOut:
+      return Status{Code::kTimedOut, wait_ms == 0 ? "held by someone else"
+                                                  : "still held when the wait ran out"};
+    case ReplyKind::kBusy:
+      return Status{Code::kBusy, "the key's wait queue or a server cap is full"};
+    default:
+      return Status{Code::kProtocol, "unexpected reply kind to an acquire"};
+  }
+}
+
+Status Client::release(const Lock& lock) { return release(lock.token, lock.key); }
+
+Status Client::release(std::uint64_t token, std::string_view key) {
+  Request req;
+  req.verb = Verb::kRelease;
+  req.token = token;
+  req.key = key;
+  auto reply = call(req);
+  if (!reply.ok()) return reply.status();
+  if (reply->kind == ReplyKind::kReleased) return Status::Ok();
+  if (reply->kind == ReplyKind::kNotHeld) {
+    return {Code::kNotHeld, "the token does not hold the key (lease ended or released)"};
+  }
+  return {Code::kProtocol, "unexpected reply kind to a release"};
+}
+
+Status Client::keep(const Lock& lock, std::uint64_t lease_ms) {
+  return keep(lock.token, lock.key, lease_ms);
+}
+
+Status Client::keep(std::uint64_t token, std::string_view key, std::uint64_t lease_ms) {
+  Request req;
+  req.verb = Verb::kKeep;
+  req.token = token;
+  req.key = key;
+  req.lease_ms = lease_ms;
+  auto reply = call(req);
+  if (!reply.ok()) return reply.status();
+  if (reply->kind == ReplyKind::kKept) return Status::Ok();
+  if (reply->kind == ReplyKind::kNotHeld) {
+    return {Code::kNotHeld, "the lease already ended or the token no longer holds the key"};
+  }
+  return {Code::kProtocol, "unexpected reply kind to a keep"};
+}
+
+Result<LockGuard> Client::lock(std::string_view owner, std::string_view key, LockOptions options) {
+  if (options.lease_ms == 0) {
+    return Status{Code::kInvalidArgument, "lock() needs lease_ms >= 1"};
+  }
+  auto acquired = acquire(owner, key, options.lease_ms, options.wait_ms);
+  if (!acquired.ok()) return acquired.status();
+  std::unique_ptr<Keeper> keeper;
+  if (options.keep) {
+    keeper = std::make_unique<Keeper>(*this, acquired.value(), std::move(options.on_lost));
+  }
+  return LockGuard(*this, std::move(acquired.value()), std::move(keeper));
+}
+
+}  // namespace lockd::client

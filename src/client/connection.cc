@@ -1,0 +1,257 @@
+#include "lockd/client/connection.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace lockd::client {
+
+namespace {
+
+// Longest a blocked send may stall before the connection counts as broken
+// (a server that stopped reading).
+constexpr int kSendStallMs = 10'000;
+// Most bytes read per recv().
+constexpr std::size_t kReadChunkBytes = 16 * 1024;
+
+int ms_until(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+}
+
+}  // namespace
+
+std::string Address::to_string() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::optional<Address> parse_address(std::string_view text) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return std::nullopt;
+    host = host.substr(1, host.size() - 2);
+  }
+  const auto port = parse_u64(text.substr(colon + 1));
+  if (!port || *port == 0 || *port > 65535) return std::nullopt;
+  return Address{std::string(host), static_cast<std::uint16_t>(*port)};
+}
+
+Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
+                                                     std::chrono::milliseconds timeout) {
+  const auto fail = [&](const std::string& why) -> Result<std::unique_ptr<Connection>> {
+    return Status{Code::kUnreachable, "cannot connect to " + address.to_string() + ": " + why};
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(address.port);
+  if (const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return fail(::gai_strerror(rc));
+  }
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      int err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+        socklen_t len = sizeof err;
+        if (r == 0) {
+          err = ETIMEDOUT;
+        } else if (r < 0) {
+          err = errno;
+        } else {
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        }
+      }
+      if (err != 0) {
+        why = std::strerror(err);
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) return fail(why);
+  // Requests are small and latency matters more than packet count.
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return std::unique_ptr<Connection>(new Connection(fd, address));
+}
+
+Connection::Connection(int fd, Address address) : fd_(fd), address_(std::move(address)) {}
+
+Connection::~Connection() { ::close(fd_); }
+
+bool Connection::broken() const {
+  const std::lock_guard lk(mu_);
+  return broken_.has_value();
+}
+
+bool Connection::send_all(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, kSendStallMs) > 0) continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+Result<Connection::Ticket> Connection::submit(const Request& request) {
+  if (Status s = validate(request); !s.ok()) return s;
+  const std::string line = format_request(request);
+  const std::lock_guard wlk(write_mu_);
+  // A peer that closed while we were idle (a restarted server) shows as
+  // EOF with nothing before it: find out now, while the request is not
+  // sent and can safely go over a new connection instead.
+  char peek = 0;
+  const ssize_t peeked = ::recv(fd_, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+  const bool closed = peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                                      errno != EINTR);
+  Ticket ticket = 0;
+  {
+    const std::lock_guard lk(mu_);
+    if (closed) fail_all("connection closed by " + address_.to_string());
+    if (broken_) return Status{Code::kUnreachable, *broken_};
+    if (matcher_.in_flight() >= kMaxInFlight) {
+      return Status{Code::kBusy, "too many requests in flight on one connection"};
+    }
+    ticket = next_ticket_++;
+    if (Status s = matcher_.add(ticket, request); !s.ok()) return s;
+  }
+  if (!send_all(line)) {
+    const std::lock_guard lk(mu_);
+    fail_all("sending to " + address_.to_string() + " failed: " + std::strerror(errno));
+    // The request may be partly written; wait() reports it indeterminate.
+  }
+  return ticket;
+}
+
+void Connection::fail_all(const std::string& why) {
+  if (!broken_) broken_ = why;
+  for (const Ticket t : matcher_.drain()) abandoned_.erase(t);
+  undo_.clear();
+  cv_.notify_all();
+}
+
+void Connection::dispatch(std::string_view line) {
+  const auto reply = parse_reply(line);
+  std::optional<Matcher::Entry> entry;
+  if (reply) entry = matcher_.match(*reply);
+  if (!entry) {
+    // Nothing we sent can have drawn this line: we no longer know which
+    // reply is whose, so nothing on this connection can be trusted.
+    fail_all("unexpected reply from " + address_.to_string() + ": " + std::string(line));
+    return;
+  }
+  if (abandoned_.erase(entry->id) != 0) {
+    if (reply->kind == ReplyKind::kAcquired) {
+      Request undo;
+      undo.verb = Verb::kRelease;
+      undo.token = reply->token;
+      undo.key = reply->key;
+      undo_.push_back(std::move(undo));
+    }
+    return;
+  }
+  done_.emplace(entry->id, std::move(*reply));
+}
+
+void Connection::read_once(Clock::time_point deadline) {
+  pollfd p{fd_, POLLIN, 0};
+  const int r = ::poll(&p, 1, ms_until(deadline));
+  if (r == 0 || (r < 0 && errno == EINTR)) return;
+  char buf[kReadChunkBytes];
+  ssize_t n = r > 0 ? ::recv(fd_, buf, sizeof buf, 0) : -1;
+  const int err = errno;
+  std::vector<Request> undo;
+  {
+    const std::lock_guard lk(mu_);
+    if (n < 0 && (err == EAGAIN || err == EINTR)) return;
+    if (n <= 0) {
+      fail_all(n == 0 ? "connection closed by " + address_.to_string()
+                      : "reading from " + address_.to_string() + " failed: " + std::strerror(err));
+      return;
+    }
+    in_.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (std::size_t nl; !broken_ && (nl = in_.find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      dispatch(std::string_view(in_).substr(start, nl - start));
+    }
+    in_.erase(0, start);
+    if (!broken_ && in_.size() > kMaxReplyLineBytes) {
+      fail_all("reply line from " + address_.to_string() + " too long");
+    }
+    undo.swap(undo_);
+    cv_.notify_all();
+  }
+  // Releases of grants nobody waits for any more. Their replies are
+  // matched and dropped like any abandoned request's.
+  for (const Request& r_undo : undo) {
+    if (auto t = submit(r_undo); t.ok()) {
+      const std::lock_guard lk(mu_);
+      abandoned_.insert(t.value());
+    }
+  }
+}
+
+Result<Reply> Connection::wait(Ticket ticket, Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    if (auto it = done_.find(ticket); it != done_.end()) {
+      Reply reply = std::move(it->second);
+      done_.erase(it);
+      return reply;
+    }
+    if (broken_) {
+      return Status{Code::kIndeterminate,
+                    "connection lost before the reply (the request may have taken effect): " +
+                        *broken_};
+    }
+    if (Clock::now() >= deadline) {
+      abandoned_.insert(ticket);
+      return Status{Code::kIndeterminate,
+                    "no reply from " + address_.to_string() +
+                        " in time (the request may have taken effect)"};
+    }
+    if (!reading_) {
+      reading_ = true;
+      lk.unlock();
+      read_once(deadline);
+      lk.lock();
+      reading_ = false;
+      cv_.notify_all();  // another waiter may need to take over reading
+    } else {
+      cv_.wait_until(lk, deadline);
+    }
+  }
+}
+
+}  // namespace lockd::client

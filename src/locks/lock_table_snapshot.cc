@@ -1,0 +1,182 @@
+// LockTable snapshot codec; see lock_table_snapshot.h.
+#include "lockd/locks/lock_table_snapshot.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "lockd/common/byte_io.h"
+#include "lockd/common/check.h"
+#include "lockd/common/crc32c.h"
+
+namespace lockd::locks {
+
+namespace {
+
+enum class Err { kOk, kTruncated, kTooLong };
+using Reader = ByteReader<Err>;
+
+// Longest string field accepted on restore; bounds allocation on garbage.
+constexpr std::size_t kMaxField = 1u << 20;
+
+}  // namespace
+
+struct SnapshotAccess {
+  static std::string serialize(const LockTable& t, std::string_view app_header) {
+    std::string out;
+    // ~ key + owner + 40 bytes per key; reserve to avoid regrowth copies.
+    out.reserve(64 + app_header.size() + t.keys_.size() * 96 + t.deadlines_.size() * 32);
+    ByteWriter w(out);
+    w.u8(kTableSnapshotVersion);
+    w.bytes(app_header);
+    w.u64(t.next_token_);
+    w.u64(t.keys_.size());
+    for (const auto& [key, s] : t.keys_) {
+      w.bytes(key.view());
+      w.bytes(s.owner);
+      w.u64(s.token);
+      w.u64(static_cast<std::uint64_t>(s.expires_at_ns));
+      w.u64(s.lease_ms);
+      w.u32(static_cast<std::uint32_t>(s.waiter_count()));
+      if (s.waiters) {
+        for (const Waiter& wt : *s.waiters) {
+          w.u64(wt.id);
+          w.u64(wt.client);
+          w.bytes(wt.owner);
+          w.u64(wt.lease_ms);
+          w.u64(static_cast<std::uint64_t>(wt.wait_deadline_ns));
+        }
+      }
+    }
+    w.u64(t.deadlines_.size());
+    for (const LockTable::Deadline& d : t.deadlines_) {
+      w.u64(static_cast<std::uint64_t>(d.at_ns));
+      w.u8(static_cast<std::uint8_t>(d.kind));
+      w.u64(d.id);
+      w.bytes(d.key);
+    }
+    w.u32(crc32c(out));
+    return out;
+  }
+
+  static bool restore(std::string_view bytes, LockTable& t, std::string& app_header, std::string& error) {
+    LOCKD_CHECK(t.keys_.empty() && t.waiter_index_.empty() && t.deadlines_.empty());
+    if (!parse(bytes, t, app_header, error)) {
+      t.keys_.clear();
+      t.waiter_index_.clear();
+      t.deadlines_.clear();
+      t.keys_with_waiters_ = 0;
+      return false;
+    }
+    return true;
+  }
+
+  static bool parse(std::string_view bytes, LockTable& t, std::string& app_header, std::string& error) {
+    if (bytes.size() < 1 + 4) {
+      error = "lock table snapshot: shorter than its header";
+      return false;
+    }
+    Reader crc_reader(bytes.substr(bytes.size() - 4), Err::kOk, Err::kTruncated);
+    if (crc_reader.u32() != crc32c(bytes.substr(0, bytes.size() - 4))) {
+      error = "lock table snapshot: bad checksum";
+      return false;
+    }
+    Reader r(bytes.substr(0, bytes.size() - 4), Err::kOk, Err::kTruncated);
+    const std::uint8_t version = r.u8();
+    if (version != kTableSnapshotVersion) {
+      error = "lock table snapshot: version " + std::to_string(version) + " is not " +
+              std::to_string(kTableSnapshotVersion);
+      return false;
+    }
+    std::string header = r.bytes(bytes.size(), Err::kTooLong);
+    const Token next_token = r.u64();
+    const std::uint64_t key_count = r.u64();
+    auto bad = [&](const std::string& what) {
+      error = "lock table snapshot: " + what;
+      return false;
+    };
+    if (!r.ok()) return bad("truncated header");
+    if (next_token == 0) return bad("token counter is 0");
+    // Each key takes at least 40 bytes: refuse counts the bytes cannot hold.
+    if (key_count > r.remaining() / 40) return bad("key count beyond the snapshot's size");
+    if (key_count > t.limits_.max_keys) return bad("more keys than --max-keys allows");
+    t.next_token_ = next_token;
+    t.keys_.reserve(static_cast<std::size_t>(key_count));
+    for (std::uint64_t k = 0; k < key_count; ++k) {
+      const std::string_view key = r.bytes_view(kMaxField, Err::kTooLong);
+      KeyState s;
+      s.owner = r.bytes(kMaxField, Err::kTooLong);
+      s.token = r.u64();
+      s.expires_at_ns = static_cast<TimeNs>(r.u64());
+      s.lease_ms = r.u64();
+      const std::uint32_t waiters = r.u32();
+      if (!r.ok()) return bad("truncated key");
+      if (s.owner.empty() || s.token == 0 || s.token >= next_token) return bad("bad holder of key '" + std::string(key) + "'");
+      if (waiters > t.limits_.max_waiters_per_key) return bad("more waiters on a key than allowed");
+      auto [it, inserted] = t.keys_.emplace(KeyString(key), std::move(s));
+      if (!inserted) return bad("duplicate key '" + std::string(key) + "'");
+      if (waiters == 0) continue;
+      it->second.waiters = std::make_unique<std::list<Waiter>>();
+      ++t.keys_with_waiters_;
+      for (std::uint32_t i = 0; i < waiters; ++i) {
+        Waiter wt;
+        wt.id = r.u64();
+        wt.client = r.u64();
+        wt.owner = r.bytes(kMaxField, Err::kTooLong);
+        wt.lease_ms = r.u64();
+        wt.wait_deadline_ns = static_cast<TimeNs>(r.u64());
+        if (!r.ok()) return bad("truncated waiter");
+        if (wt.lease_ms == 0) return bad("waiter with a zero lease");
+        if (t.waiter_index_.size() >= t.limits_.max_waiters) return bad("more waiters than --max-waiters allows");
+        const WaiterId id = wt.id;
+        it->second.waiters->push_back(std::move(wt));
+        if (!t.waiter_index_.emplace(id, LockTable::WaiterRef{&*it, std::prev(it->second.waiters->end())}).second) {
+          return bad("duplicate waiter id " + std::to_string(id));
+        }
+      }
+    }
+    const std::uint64_t deadline_count = r.u64();
+    if (!r.ok()) return bad("truncated deadline count");
+    if (deadline_count > r.remaining() / 21) return bad("deadline count beyond the snapshot's size");
+    t.deadlines_.reserve(static_cast<std::size_t>(deadline_count));
+    for (std::uint64_t i = 0; i < deadline_count; ++i) {
+      LockTable::Deadline d;
+      d.at_ns = static_cast<TimeNs>(r.u64());
+      const std::uint8_t kind = r.u8();
+      d.id = r.u64();
+      d.key = r.bytes(kMaxField, Err::kTooLong);
+      if (!r.ok()) return bad("truncated deadline");
+      if (kind > 1) return bad("bad deadline kind");
+      d.kind = static_cast<LockTable::Deadline::Kind>(kind);
+      t.deadlines_.push_back(std::move(d));
+    }
+    if (r.remaining() != 0) return bad("trailing bytes");
+    if (!std::is_heap(t.deadlines_.begin(), t.deadlines_.end(), LockTable::DeadlineLater{})) {
+      return bad("deadline index is not a heap");
+    }
+    // Every live lease and wait must have its deadline, or it would never fire.
+    std::unordered_set<WaiterId> waits;
+    std::unordered_set<std::string> leases;
+    for (const LockTable::Deadline& d : t.deadlines_) {
+      if (!t.deadline_is_live(d)) continue;
+      if (d.kind == LockTable::Deadline::Kind::kWait) {
+        waits.insert(d.id);
+      } else {
+        leases.insert(d.key);
+      }
+    }
+    if (waits.size() != t.waiter_index_.size()) return bad("a waiter has no deadline");
+    if (leases.size() != t.keys_with_waiters_) return bad("a key with waiters has no lease deadline");
+    app_header = std::move(header);
+    return true;
+  }
+};
+
+std::string serialize(const LockTable& table, std::string_view app_header) {
+  return SnapshotAccess::serialize(table, app_header);
+}
+
+bool restore(std::string_view bytes, LockTable& table, std::string& app_header, std::string& error) {
+  return SnapshotAccess::restore(bytes, table, app_header, error);
+}
+
+}  // namespace lockd::locks

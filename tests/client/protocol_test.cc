@@ -1,0 +1,156 @@
+// The client's pure parts: request formatting and validation, reply
+// parsing, and the Matcher that pairs pipelined replies with requests.
+#include <gtest/gtest.h>
+
+#include "lockd/client/connection.h"
+#include "lockd/client/matcher.h"
+#include "lockd/client/protocol.h"
+
+namespace lockd::client {
+namespace {
+
+Request acquire(std::string owner, std::string key, std::uint64_t lease = 0,
+                std::uint64_t wait = 0) {
+  Request r;
+  r.verb = Verb::kAcquire;
+  r.owner = std::move(owner);
+  r.key = std::move(key);
+  r.lease_ms = lease;
+  r.wait_ms = wait;
+  return r;
+}
+
+Request by_token(Verb verb, std::uint64_t token, std::string key, std::uint64_t lease = 0) {
+  Request r;
+  r.verb = verb;
+  r.token = token;
+  r.key = std::move(key);
+  r.lease_ms = lease;
+  return r;
+}
+
+Reply parse(const std::string& line) {
+  auto r = parse_reply(line);
+  EXPECT_TRUE(r.has_value()) << line;
+  return r.value_or(Reply{});
+}
+
+TEST(ClientProtocol, FormatsEveryVerb) {
+  EXPECT_EQ(format_request(acquire("o", "k")), "A o k\n");
+  EXPECT_EQ(format_request(acquire("o", "k", 100)), "A o k 100\n");
+  EXPECT_EQ(format_request(acquire("o", "k", 100, 5)), "A o k 100 5\n");
+  EXPECT_EQ(format_request(by_token(Verb::kRelease, 7, "k")), "R 7 k\n");
+  EXPECT_EQ(format_request(by_token(Verb::kKeep, 7, "k", 300)), "K 7 k 300\n");
+}
+
+TEST(ClientProtocol, ValidatesBeforeSending) {
+  EXPECT_TRUE(validate(acquire("o", "k")).ok());
+  EXPECT_EQ(validate(acquire("", "k")).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(acquire("has space", "k")).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(acquire(std::string(65, 'o'), "k")).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(acquire("o", std::string(251, 'k'))).code, Code::kInvalidArgument);
+  EXPECT_TRUE(validate(acquire("o", std::string(250, 'k'))).ok());
+  EXPECT_EQ(validate(acquire("o", "k", 0, 10)).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(by_token(Verb::kRelease, 0, "k")).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(by_token(Verb::kKeep, 1, "k", 0)).code, Code::kInvalidArgument);
+}
+
+TEST(ClientProtocol, ParsesEveryReply) {
+  Reply a = parse("A 18446744073709551615 o k\r");
+  EXPECT_EQ(a.kind, ReplyKind::kAcquired);
+  EXPECT_EQ(a.token, 18446744073709551615ULL);
+  EXPECT_EQ(a.owner, "o");
+  EXPECT_EQ(a.key, "k");
+  EXPECT_EQ(parse("T o k").kind, ReplyKind::kTimedOut);
+  EXPECT_EQ(parse("B o k").kind, ReplyKind::kBusy);
+  EXPECT_EQ(parse("R 5 k").kind, ReplyKind::kReleased);
+  EXPECT_EQ(parse("N 5 k").kind, ReplyKind::kNotHeld);
+  EXPECT_EQ(parse("K 5 k").kind, ReplyKind::kKept);
+  Reply m = parse("M 10.0.0.2:7070 o k");
+  EXPECT_EQ(m.leader, "10.0.0.2:7070");
+  EXPECT_EQ(m.echo_first, "o");
+  Reply e = parse("E no_leader 5 k");
+  EXPECT_EQ(e.error_code, "no_leader");
+  EXPECT_TRUE(e.has_echo());
+  EXPECT_FALSE(parse("E bad_lease").has_echo());
+  for (const char* bad : {"", "X 1 k", "A 0 o k", "A x o k", "A 1 o", "R 1", "E", "M a o",
+                          "AA 1 o k", "A 18446744073709551616 o k"}) {
+    EXPECT_FALSE(parse_reply(bad).has_value()) << bad;
+  }
+}
+
+TEST(ClientProtocol, ParsesAddresses) {
+  EXPECT_EQ(parse_address("127.0.0.1:7070"), (Address{"127.0.0.1", 7070}));
+  EXPECT_EQ(parse_address("[::1]:1"), (Address{"::1", 1}));
+  EXPECT_EQ(parse_address("[::1]:1")->to_string(), "[::1]:1");
+  for (const char* bad : {"", "host", ":80", "h:0", "h:65536", "h:x"}) {
+    EXPECT_FALSE(parse_address(bad).has_value()) << bad;
+  }
+}
+
+TEST(Matcher, MatchesOutOfOrderRepliesByEcho) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("a", "k1", 100, 5000)).ok());  // will wait
+  ASSERT_TRUE(m.add(2, acquire("b", "k2", 100)).ok());
+  ASSERT_TRUE(m.add(3, by_token(Verb::kRelease, 9, "k1")).ok());
+  EXPECT_EQ(m.match(parse("A 11 b k2"))->id, 2u);
+  EXPECT_EQ(m.match(parse("R 9 k1"))->id, 3u);
+  EXPECT_EQ(m.match(parse("A 12 a k1"))->id, 1u);
+  EXPECT_EQ(m.in_flight(), 0u);
+  EXPECT_FALSE(m.match(parse("A 13 a k1")).has_value());  // nothing in flight
+}
+
+TEST(Matcher, RefusesASecondAcquireOfTheSameOwnerAndKey) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());
+  EXPECT_EQ(m.add(2, acquire("a", "k", 100)).code, Code::kInFlight);
+  EXPECT_TRUE(m.add(3, acquire("b", "k", 100)).ok());
+  m.match(parse("T a k"));
+  EXPECT_TRUE(m.add(4, acquire("a", "k", 100)).ok());
+}
+
+TEST(Matcher, ReleasesAndKeepsOfOneTokenInOrderByVerb) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, by_token(Verb::kKeep, 5, "k", 100)).ok());
+  ASSERT_TRUE(m.add(2, by_token(Verb::kRelease, 5, "k")).ok());
+  ASSERT_TRUE(m.add(3, by_token(Verb::kKeep, 5, "k", 100)).ok());
+  EXPECT_EQ(m.match(parse("R 5 k"))->id, 2u);  // an R answers the release
+  EXPECT_EQ(m.match(parse("N 5 k"))->id, 1u);  // N: the oldest of the rest
+  EXPECT_EQ(m.match(parse("K 5 k"))->id, 3u);
+}
+
+TEST(Matcher, EchoOfRedirectsAndErrorsFindsEitherKind) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("o", "k", 100)).ok());
+  ASSERT_TRUE(m.add(2, by_token(Verb::kRelease, 42, "k")).ok());
+  EXPECT_EQ(m.match(parse("M 1.2.3.4:1 42 k"))->id, 2u);
+  EXPECT_EQ(m.match(parse("E indeterminate o k"))->id, 1u);
+  // An owner that looks like a token: the acquire reading comes first.
+  ASSERT_TRUE(m.add(3, acquire("42", "k", 100)).ok());
+  ASSERT_TRUE(m.add(4, by_token(Verb::kRelease, 42, "k")).ok());
+  EXPECT_EQ(m.match(parse("E no_leader 42 k"))->id, 3u);
+  EXPECT_EQ(m.match(parse("E no_leader 42 k"))->id, 4u);
+}
+
+TEST(Matcher, ErrorWithoutEchoGoesToTheOldestThatCouldNotBeWaiting) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());  // may be waiting
+  ASSERT_TRUE(m.add(2, by_token(Verb::kRelease, 5, "x")).ok());
+  ASSERT_TRUE(m.add(3, acquire("b", "k", 99999999)).ok());
+  EXPECT_EQ(m.match(parse("E bad_lease"))->id, 3u);  // a release has no lease
+  EXPECT_EQ(m.match(parse("E unknown_command"))->id, 2u);
+  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 1u);
+  EXPECT_FALSE(m.match(parse("E bad_key")).has_value());
+}
+
+TEST(Matcher, DrainReturnsEverythingInWireOrder) {
+  Matcher m;
+  ASSERT_TRUE(m.add(7, acquire("a", "k")).ok());
+  ASSERT_TRUE(m.add(8, by_token(Verb::kRelease, 1, "k")).ok());
+  EXPECT_EQ(m.drain(), (std::vector<Matcher::Id>{7, 8}));
+  EXPECT_EQ(m.in_flight(), 0u);
+  EXPECT_TRUE(m.add(9, acquire("a", "k")).ok());
+}
+
+}  // namespace
+}  // namespace lockd::client

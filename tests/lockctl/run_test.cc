@@ -1,0 +1,173 @@
+// `lockctl run` against a real lockd: the command runs under the lock
+// with LOCKD_TOKEN, its exit status comes back, the lock is released
+// afterwards, kept alive meanwhile, signals are forwarded, and the
+// command is stopped when the lock is lost (lockd restarted).
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lockd_process.h"
+
+namespace lockd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string lockctl_binary() { return LOCKCTL_BINARY; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+template <typename F>
+bool eventually(F cond, std::chrono::milliseconds timeout = 10s) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+class LockctlRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("lockctl_run_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts `lockctl --addr ... run <args>`.
+  std::unique_ptr<ChildProcess> start(std::uint16_t port, const std::vector<std::string>& args) {
+    std::vector<std::string> argv{lockctl_binary(), "--addr",
+                                  "127.0.0.1:" + std::to_string(port), "run"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = std::make_unique<ChildProcess>();
+    EXPECT_TRUE(p->start(argv));
+    return p;
+  }
+  // True if `key` can be acquired at once (and then releases it).
+  static bool free_now(std::uint16_t port, const std::string& key) {
+    LineClient c(port);
+    const auto f = fields(c.call("A probe " + key + " 1000"));
+    if (f.empty() || f[0] != "A") return false;
+    c.call("R " + f[1] + " " + key);
+    return true;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(LockctlRun, PassesTheExitStatusAndTokenAndReleasesAfterwards) {
+  LockdProcess lockd;
+  auto run = start(lockd.port(), {"jobs/nightly", "--", "sh", "-c",
+                                  "echo \"$LOCKD_TOKEN $LOCKD_KEY\" > " + path("env") + "; exit 7"});
+  EXPECT_EQ(run->wait_exit(15s), 7) << run->stderr_text();
+  const auto f = fields(slurp(path("env")));
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_GT(std::stoull(f[0]), 0u);
+  EXPECT_EQ(f[1], "jobs/nightly");
+  EXPECT_TRUE(free_now(lockd.port(), "jobs/nightly"));
+
+  auto ok = start(lockd.port(), {"jobs/nightly", "--", "true"});
+  EXPECT_EQ(ok->wait_exit(15s), 0);
+  auto killed = start(lockd.port(), {"jobs/nightly", "--", "sh", "-c", "kill -9 $$"});
+  EXPECT_EQ(killed->wait_exit(15s), 128 + 9);
+  auto missing = start(lockd.port(), {"jobs/nightly", "--", "/no/such/program"});
+  EXPECT_EQ(missing->wait_exit(15s), 127);
+  EXPECT_TRUE(free_now(lockd.port(), "jobs/nightly"));
+}
+
+TEST_F(LockctlRun, HeldElsewhereExitsOneWithoutRunningTheCommand) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port());
+  ASSERT_EQ(fields(holder.call("A other k 60000"))[0], "A");
+  auto run = start(lockd.port(), {"k", "--", "touch", path("ran")});
+  EXPECT_EQ(run->wait_exit(15s), 1);
+  EXPECT_NE(run->stderr_text().find("not acquired"), std::string::npos) << run->stderr_text();
+  EXPECT_FALSE(fs::exists(path("ran")));
+}
+
+TEST_F(LockctlRun, WaitsForTheLockWithWait) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port());
+  ASSERT_EQ(fields(holder.call("A other k 300"))[0], "A");
+  auto run = start(lockd.port(), {"k", "--wait", "5000", "--", "touch", path("ran")});
+  EXPECT_EQ(run->wait_exit(15s), 0) << run->stderr_text();
+  EXPECT_TRUE(fs::exists(path("ran")));
+}
+
+TEST_F(LockctlRun, KeepsTheLockWhileTheCommandRuns) {
+  LockdProcess lockd;
+  // A 500 ms lease and a command that runs four of them.
+  auto run = start(lockd.port(), {"k", "--lease", "500", "--", "sh", "-c",
+                                  "touch " + path("started") + "; sleep 2"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); }));
+  std::this_thread::sleep_for(1'200ms);
+  EXPECT_FALSE(free_now(lockd.port(), "k"));  // still held past two leases
+  EXPECT_EQ(run->wait_exit(15s), 0) << run->stderr_text();
+  EXPECT_TRUE(free_now(lockd.port(), "k"));
+}
+
+TEST_F(LockctlRun, ForwardsSignalsAndStillReleases) {
+  LockdProcess lockd;
+  auto run = start(lockd.port(),
+                   {"k", "--", "sh", "-c",
+                    "trap 'exit 42' TERM; touch " + path("started") + "; while :; do sleep 0.05; done"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); }));
+  run->signal(SIGTERM);
+  EXPECT_EQ(run->wait_exit(15s), 42) << run->stderr_text();
+  EXPECT_TRUE(free_now(lockd.port(), "k"));
+}
+
+TEST_F(LockctlRun, StopsTheCommandWhenTheLockIsLost) {
+  auto lockd = std::make_unique<LockdProcess>();
+  const std::uint16_t port = lockd->port();
+  auto run = start(port, {"k", "--lease", "600", "--", "sh", "-c",
+                          "trap 'echo term > " + path("term") + "; exit 0' TERM; touch " +
+                              path("started") + "; while :; do sleep 0.05; done"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); }));
+  lockd.reset();  // the lock table is gone with it
+  lockd = std::make_unique<LockdProcess>(
+      std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(run->wait_exit(15s), 1) << run->stderr_text();
+  EXPECT_NE(run->stderr_text().find("lost the lock on k"), std::string::npos)
+      << run->stderr_text();
+  EXPECT_EQ(slurp(path("term")), "term\n");
+}
+
+TEST_F(LockctlRun, UsageErrors) {
+  LockdProcess lockd;
+  EXPECT_EQ(start(lockd.port(), {"k"})->wait_exit(15s), 2);
+  EXPECT_EQ(start(lockd.port(), {"bad key", "--", "true"})->wait_exit(15s), 2);
+  EXPECT_EQ(start(lockd.port(), {"k", "--lease", "0", "--", "true"})->wait_exit(15s), 2);
+}
+
+TEST_F(LockctlRun, UnreachableServerExitsThree) {
+  std::uint16_t port = 0;
+  { LockdProcess gone; port = gone.port(); }
+  auto run = start(port, {"k", "--", "touch", path("ran")});
+  EXPECT_EQ(run->wait_exit(15s), 3);
+  EXPECT_FALSE(fs::exists(path("ran")));
+}
+
+}  // namespace
+}  // namespace lockd::testing

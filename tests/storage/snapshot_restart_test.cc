@@ -1,0 +1,220 @@
+// Snapshot + compaction + restart gives the same lock table: commands go
+// through a FileStorage WAL and into a LockTable; SnapshotWriter snapshots
+// the table (in a forked child) while appends continue; the log is
+// compacted and covered segments deleted; a restart restores the table
+// from the snapshot file, replays the entries after it and must end with
+// exactly the table the first process had.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "lockd/common/byte_io.h"
+#include "lockd/locks/lock_table_snapshot.h"
+#include "lockd/storage/file_storage.h"
+#include "lockd/storage/snapshot_writer.h"
+#include "lockd/storage/wal_format.h"
+#include "temp_dir.h"
+
+namespace lockd::storage {
+namespace {
+
+using locks::LockTable;
+
+const locks::Limits kLimits{64, 4, 64};
+
+// The replicated state machine: the table plus what the commands need that
+// the table does not hold (the clock and the waiter counter), which travels
+// in the snapshot's application header.
+struct Machine {
+  LockTable table{kLimits, 1};
+  TimeNs now = 0;
+  locks::WaiterId next_waiter = 1;
+
+  void apply(std::string_view cmd) {
+    ASSERT_EQ(cmd.size(), 6u);
+    auto b = [&](int i) { return static_cast<std::uint8_t>(cmd[static_cast<std::size_t>(i)]); };
+    std::vector<locks::Delivery> out;
+    const std::string key = "key-" + std::to_string(b(1) % 40);
+    switch (b(0) % 7) {
+      case 0:
+        table.acquire(now, {"owner" + std::to_string(b(5) % 3), key, 1u + b(2) % 200,
+                            b(3) % 3 == 0 ? 0u : b(4) % 300u, b(5), next_waiter++});
+        break;
+      case 1:
+        if (const locks::KeyState* s = table.find(key)) table.release(now, s->token, key, out);
+        break;
+      case 2:
+        now += static_cast<TimeNs>(b(2) % 20) * kNsPerMs;
+        table.advance(now, out);
+        break;
+      case 3:
+        table.cancel_waiter(1 + b(2) % next_waiter);
+        break;
+      case 4:
+        table.sweep(now);
+        break;
+      case 5:
+        if (const locks::KeyState* s = table.find(key)) table.expire(now, key, s->token, out);
+        break;
+      case 6:
+        if (const locks::KeyState* s = table.find(key)) table.keep(now, s->token, key, 1u + b(2) % 200);
+        break;
+    }
+  }
+
+  std::string header() const {
+    std::string h;
+    ByteWriter w(h);
+    w.u64(static_cast<std::uint64_t>(now));
+    w.u64(next_waiter);
+    return h;
+  }
+  void restore(const std::string& bytes) {
+    std::string h, error;
+    ASSERT_TRUE(locks::restore(bytes, table, h, error)) << error;
+    ByteReader<int> r(h, 0, 1);
+    now = static_cast<TimeNs>(r.u64());
+    next_waiter = r.u64();
+    ASSERT_TRUE(r.ok());
+  }
+
+  std::string describe() const {
+    std::map<std::string, std::string> keys;
+    table.for_each([&](std::string_view k, const locks::KeyState& s) {
+      std::ostringstream o;
+      o << s.owner << "/" << s.token << "/" << s.expires_at_ns << "/" << s.lease_ms;
+      if (s.waiters) {
+        for (const locks::Waiter& w : *s.waiters) o << " [" << w.id << " " << w.client << " " << w.wait_deadline_ns << "]";
+      }
+      keys[std::string(k)] = o.str();
+    });
+    std::ostringstream o;
+    o << "now " << now << " next_waiter " << next_waiter << " next_token " << table.next_token();
+    for (const auto& [k, v] : keys) o << " " << k << "=" << v;
+    return o.str();
+  }
+};
+
+TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
+  test::TempDir dir;
+  std::mt19937_64 rng(42);
+  std::string want;
+  raft::Index snapshot_index = 0;
+  std::uint64_t segments_removed = 0;
+  {
+    FileStorage st({dir.path(), 4096, false});
+    ASSERT_TRUE(st.open().ok());
+    SnapshotWriter writer(st, 1024);  // tiny slices: several polls per snapshot
+    Machine m;
+    for (raft::Index i = 1; i <= 3000; ++i) {
+      std::string cmd(6, '\0');
+      for (char& c : cmd) c = static_cast<char>(rng());
+      const raft::Entry e{1, i, raft::EntryType::kCommand, cmd};
+      ASSERT_TRUE(st.save(raft::HardState{1, 1, i}, {&e, 1}, nullptr).ok());
+      m.apply(cmd);
+      if (i % 700 == 0) {
+        // The previous one is long done in a daemon; here the loop is fast.
+        while (writer.busy()) {
+          if (auto done = writer.poll()) {
+            ASSERT_TRUE(done->status.ok()) << done->status.message;
+            snapshot_index = done->meta.index;
+          }
+          usleep(100);
+        }
+        ASSERT_TRUE(writer.start({i, 1}, [&] { return locks::serialize(m.table, m.header()); }).ok());
+      }
+      // Appends go on while the child writes and the parent reads back.
+      if (writer.busy()) {
+        if (auto done = writer.poll()) {
+          ASSERT_TRUE(done->status.ok()) << done->status.message;
+          // The bytes are the table as of the snapshot's index, not now.
+          Machine check;
+          check.restore(done->data);
+          EXPECT_LE(done->meta.index, i);
+          snapshot_index = done->meta.index;
+        }
+      }
+    }
+    while (writer.busy()) {
+      if (auto done = writer.poll()) {
+        ASSERT_TRUE(done->status.ok()) << done->status.message;
+        snapshot_index = done->meta.index;
+      }
+    }
+    want = m.describe();
+    segments_removed = st.stats().segments_removed;
+    EXPECT_EQ(st.snapshot().meta.index, snapshot_index);
+    EXPECT_EQ(st.entries().front().index, snapshot_index + 1);
+  }
+  EXPECT_EQ(snapshot_index, 2800u);
+  EXPECT_GT(segments_removed, 10u);
+
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  ASSERT_EQ(st.snapshot().meta.index, 2800u);
+  Machine m;
+  m.restore(st.snapshot().data);
+  for (const raft::Entry& e : st.entries()) m.apply(e.data);
+  EXPECT_EQ(st.last_index(), 3000u);
+  EXPECT_EQ(m.describe(), want);
+  m.table.check_invariants();
+}
+
+TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
+  test::TempDir dir;
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  const raft::Entry e{1, 1, raft::EntryType::kCommand, "x"};
+  ASSERT_TRUE(st.save(std::nullopt, {&e, 1}, nullptr).ok());
+  SnapshotWriter writer(st);
+  ASSERT_TRUE(writer.start({1, 1}, []() -> std::string { std::abort(); }).ok());
+  std::optional<SnapshotWriter::Done> done;
+  for (int i = 0; i < 100000 && !done; ++i) {
+    done = writer.poll();
+    if (!done) usleep(100);
+  }
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status.error, raft::StorageError::kIo);
+  EXPECT_NE(done->status.message.find("snapshot child failed (killed by signal 6)"), std::string::npos)
+      << done->status.message;
+  EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", segment_name(1)}));
+}
+
+}  // namespace
+}  // namespace lockd::storage
+
+namespace lockd::storage {
+namespace {
+
+// A leader's snapshot saved while the child wrote an older one: the older
+// one is dropped, the newer one stays the snapshot, across a restart too.
+TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
+  test::TempDir dir;
+  {
+    FileStorage st({dir.path(), 4096, false});
+    ASSERT_TRUE(st.open().ok());
+    std::vector<raft::Entry> es;
+    for (raft::Index i = 1; i <= 10; ++i) es.push_back({1, i, raft::EntryType::kCommand, "e"});
+    ASSERT_TRUE(st.save(std::nullopt, es, nullptr).ok());
+    SnapshotWriter writer(st);
+    ASSERT_TRUE(writer.start({5, 1}, [] { return std::string("mine at 5"); }).ok());
+    const raft::Snapshot leader{{20, 2}, "leader's at 20"};
+    ASSERT_TRUE(st.save(raft::HardState{2, 0, 20}, {}, &leader).ok());
+    std::optional<SnapshotWriter::Done> done;
+    while (!(done = writer.poll())) usleep(100);
+    ASSERT_TRUE(done->status.ok()) << done->status.message;
+    EXPECT_EQ(st.snapshot().meta.index, 20u);
+  }
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  EXPECT_EQ(st.snapshot(), (raft::Snapshot{{20, 2}, "leader's at 20"}));
+  EXPECT_TRUE(st.entries().empty());
+  EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", snapshot_name(20), segment_name(1)}));
+}
+
+}  // namespace
+}  // namespace lockd::storage
