@@ -128,14 +128,17 @@ TEST(KeepTest, WaiterIsServedAtTheNewDeadlineNotTheOld) {
   enqueue(w, "A w k 5000 10000", "k");
   const auto keep_sent = steady_clock::now();
   ASSERT_EQ(holder.call("K " + std::to_string(t) + " k 1500"), "K " + std::to_string(t) + " k");
-  // Nothing at the old deadline (~300 ms)...
-  EXPECT_FALSE(w.read_line(900ms).has_value());
+  // Nothing at the old deadline (~300 ms), nor until just before the new
+  // one: the server cannot decide the hand-off before keep_sent + 1500.
+  const auto quiet_until = keep_sent + 1400ms;
+  EXPECT_FALSE(
+      w.read_line(duration_cast<milliseconds>(quiet_until - steady_clock::now())).has_value());
   // ... the hand-off at the new one.
   auto r = w.read_line(5s);
   ASSERT_TRUE(r.has_value());
   EXPECT_GT(token_of(*r), t);
   EXPECT_GE(ms_since(keep_sent), 1500);
-  EXPECT_LT(ms_since(keep_sent), 3500);
+  EXPECT_LT(ms_since(keep_sent), 6000);
   EXPECT_EQ(holder.call("K " + std::to_string(t) + " k 1000"), "N " + std::to_string(t) + " k");
 }
 
@@ -151,7 +154,7 @@ TEST(KeepTest, ShortenedLeaseHandsOffEarlier) {
   const auto t2 = token_of(*r);
   EXPECT_GT(t2, t);
   EXPECT_GE(ms_since(keep_sent), 300);
-  EXPECT_LT(ms_since(keep_sent), 3000);  // not the 30 s of the first lease
+  EXPECT_LT(ms_since(keep_sent), 10'000);  // not the 30 s of the first lease
   // Keep after the hand-off: the old token is N, the waiter's token works.
   EXPECT_EQ(holder.call("K " + std::to_string(t) + " k 1000"), "N " + std::to_string(t) + " k");
   EXPECT_EQ(w.call("K " + std::to_string(t2) + " k 1000"), "K " + std::to_string(t2) + " k");

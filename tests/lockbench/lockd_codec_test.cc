@@ -22,6 +22,12 @@ TEST(LockdCodecTest, EncodeRelease) {
   EXPECT_EQ(out, "R 18446744073709551615 k\n");
 }
 
+TEST(LockdCodecTest, EncodeKeep) {
+  std::string out;
+  encode_lockd_keep(out, 18446744073709551615ULL, "k", 30000);
+  EXPECT_EQ(out, "K 18446744073709551615 k 30000\n");
+}
+
 LockdReply decode_one(std::string_view line) {
   LockdReply r;
   std::size_t consumed = 0;
@@ -49,6 +55,11 @@ TEST(LockdCodecTest, DecodeEveryReplyKind) {
   EXPECT_EQ(r.key, "k1");
 
   EXPECT_EQ(decode_one("N 9 k1\n").kind, LockdReplyKind::kNotReleased);
+
+  r = decode_one("K 17 k1\n");
+  EXPECT_EQ(r.kind, LockdReplyKind::kKept);
+  EXPECT_EQ(r.token, 17u);
+  EXPECT_EQ(r.key, "k1");
 
   r = decode_one("E bad_arity\n");
   EXPECT_EQ(r.kind, LockdReplyKind::kError);

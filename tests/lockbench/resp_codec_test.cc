@@ -116,11 +116,16 @@ TEST(RespCodecTest, RedisBackendReadsRepliesByRequestKind) {
   EXPECT_EQ(r.outcome, Outcome::kError);
   redis->decode("-NOSCRIPT x\r\n", consumed, ReqKind::kRelease, r);
   EXPECT_EQ(r.outcome, Outcome::kError);
+  redis->decode(":1\r\n", consumed, ReqKind::kKeep, r);
+  EXPECT_EQ(r.outcome, Outcome::kKept);
+  redis->decode(":0\r\n", consumed, ReqKind::kKeep, r);
+  EXPECT_EQ(r.outcome, Outcome::kNotReleased);
 }
 
 TEST(RespCodecTest, RedisBackendEncodesTheStandardLock) {
   auto redis = make_backend(BackendKind::kRedis);
-  redis->on_handshake("0123456789abcdef0123456789abcdef01234567");
+  redis->on_handshake(0, "0123456789abcdef0123456789abcdef01234567");
+  redis->on_handshake(1, "89abcdef0123456789abcdef0123456789abcdef");
   std::string out;
   redis->encode_acquire(out, "me", "k", 30000, 500);
   EXPECT_EQ(out, "*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nme\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n");
@@ -129,6 +134,15 @@ TEST(RespCodecTest, RedisBackendEncodesTheStandardLock) {
   EXPECT_EQ(out,
             "*5\r\n$7\r\nEVALSHA\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n"
             "$1\r\n1\r\n$1\r\nk\r\n$2\r\nme\r\n");
+  out.clear();
+  redis->encode_keep(out, 0, "me", "k", 30000);
+  EXPECT_EQ(out,
+            "*6\r\n$7\r\nEVALSHA\r\n$40\r\n89abcdef0123456789abcdef0123456789abcdef\r\n"
+            "$1\r\n1\r\n$1\r\nk\r\n$2\r\nme\r\n$5\r\n30000\r\n");
+  out.clear();
+  std::string handshake;
+  redis->encode_handshake(handshake, 1);
+  EXPECT_NE(handshake.find("pexpire"), std::string::npos);  // the keep script
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ run -w uncontended -c 8 -P 1 -d $RUN_S
 run -w uncontended -c 8 -P 16 -d $RUN_S
 run -w contended -c 8 --hot-keys 2 -d $RUN_S
 run -w hold -c 8 -P 4 --keys 20000 -d 30
+run -w hold-keep -c 8 -P 4 --keeps 5 -d $RUN_S --json >"$work/hold_keep.json"
+grep -q '"not_kept": 0' "$work/hold_keep.json"
+grep -qE '"kept": [1-9]' "$work/hold_keep.json"
 run -w waiters --waiters $WAITERS -d 30 --json >"$work/waiters.json"
 grep -q '"fifo_violations": 0' "$work/waiters.json"
 grep -q "\"served\": $WAITERS" "$work/waiters.json"

@@ -15,9 +15,9 @@ class LockdBackend final : public Backend {
   std::string_view name() const override { return "lockd"; }
   bool in_order() const override { return false; }
   bool server_queues() const override { return true; }
-  bool needs_handshake() const override { return false; }
+  std::uint32_t handshakes() const override { return 0; }
 
-  void encode_handshake(std::string&) override {}
+  void encode_handshake(std::string&, std::uint32_t) override {}
   void encode_acquire(std::string& out, std::string_view owner, std::string_view key,
                       std::uint64_t lease_ms, std::uint64_t wait_ms) override {
     encode_lockd_acquire(out, owner, key, lease_ms, wait_ms);
@@ -28,6 +28,10 @@ class LockdBackend final : public Backend {
   }
   void encode_fence(std::string& out, std::string_view fence_key) override {
     encode_lockd_release(out, kFenceToken, fence_key);
+  }
+  void encode_keep(std::string& out, std::uint64_t token, std::string_view, std::string_view key,
+                   std::uint64_t lease_ms) override {
+    encode_lockd_keep(out, token, key, lease_ms);
   }
 
   DecodeStatus decode(std::string_view in, std::size_t& consumed, ReqKind,
@@ -46,6 +50,7 @@ class LockdBackend final : public Backend {
       case LockdReplyKind::kBusy: out.outcome = Outcome::kBusy; break;
       case LockdReplyKind::kReleased: out.outcome = Outcome::kReleased; break;
       case LockdReplyKind::kNotReleased: out.outcome = Outcome::kNotReleased; break;
+      case LockdReplyKind::kKept: out.outcome = Outcome::kKept; break;
       case LockdReplyKind::kMoved:
       case LockdReplyKind::kError:
         out.outcome = Outcome::kError;
@@ -61,10 +66,11 @@ class RedisBackend final : public Backend {
   std::string_view name() const override { return "redis"; }
   bool in_order() const override { return true; }
   bool server_queues() const override { return false; }
-  bool needs_handshake() const override { return true; }
+  // 0: the release script, 1: the keep script.
+  std::uint32_t handshakes() const override { return 2; }
 
-  void encode_handshake(std::string& out) override {
-    encode_resp_command(out, {"SCRIPT", "LOAD", kRedisReleaseScript});
+  void encode_handshake(std::string& out, std::uint32_t i) override {
+    encode_resp_command(out, {"SCRIPT", "LOAD", i == 0 ? kRedisReleaseScript : kRedisKeepScript});
   }
   void encode_acquire(std::string& out, std::string_view owner, std::string_view key,
                       std::uint64_t lease_ms, std::uint64_t) override {
@@ -87,6 +93,16 @@ class RedisBackend final : public Backend {
   }
   void encode_fence(std::string& out, std::string_view) override {
     encode_resp_command(out, {"PING"});
+  }
+  void encode_keep(std::string& out, std::uint64_t, std::string_view owner, std::string_view key,
+                   std::uint64_t lease_ms) override {
+    append_resp_array_header(out, 6);
+    append_resp_bulk(out, std::string_view("EVALSHA"));
+    append_resp_bulk(out, keep_sha_);
+    append_resp_bulk(out, std::string_view("1"));
+    append_resp_bulk(out, key);
+    append_resp_bulk(out, owner);
+    append_resp_bulk(out, lease_ms);
   }
 
   DecodeStatus decode(std::string_view in, std::size_t& consumed, ReqKind oldest,
@@ -112,14 +128,21 @@ class RedisBackend final : public Backend {
       case ReqKind::kFence:
         if (v.type == RespType::kSimple && v.text == "PONG") out.outcome = Outcome::kPong;
         break;
+      case ReqKind::kKeep:
+        if (v.type == RespType::kInteger && v.integer == 1) out.outcome = Outcome::kKept;
+        if (v.type == RespType::kInteger && v.integer == 0) out.outcome = Outcome::kNotReleased;
+        break;
     }
     if (out.outcome == Outcome::kError && out.detail.empty()) out.detail = "reply of the wrong type";
     return DecodeStatus::kReply;
   }
-  void on_handshake(std::string_view sha) override { sha_ = sha; }
+  void on_handshake(std::uint32_t i, std::string_view sha) override {
+    (i == 0 ? sha_ : keep_sha_) = sha;
+  }
 
  private:
-  std::string sha_;  // of kRedisReleaseScript, from SCRIPT LOAD
+  std::string sha_;       // of kRedisReleaseScript, from SCRIPT LOAD
+  std::string keep_sha_;  // of kRedisKeepScript
 };
 
 }  // namespace

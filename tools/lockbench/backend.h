@@ -15,10 +15,11 @@ namespace lockbench {
 
 // What an outstanding request asked for; decides how its reply is read.
 enum class ReqKind : std::uint8_t {
-  kHandshake,  // Redis: SCRIPT LOAD of the release script, once per connection
+  kHandshake,  // Redis: SCRIPT LOAD of the release and keep scripts, per connection
   kAcquire,    // lockd `A`; Redis `SET key owner NX PX lease`
   kRelease,    // lockd `R`; Redis `EVALSHA <release script> 1 key owner`
   kFence,      // a no-op round trip: lockd `R 1 <fence key>`, Redis `PING`
+  kKeep,       // lockd `K`; Redis `EVALSHA <keep script> 1 key owner lease`
 };
 
 // A reply in backend-neutral terms.
@@ -27,7 +28,8 @@ enum class Outcome : std::uint8_t {
   kNotGranted,   // lockd `T`; Redis nil to SET NX
   kBusy,         // lockd `B` (queue or a cap full); Redis has none
   kReleased,     // lockd `R`; Redis `:1`
-  kNotReleased,  // lockd `N`; Redis `:0`
+  kNotReleased,  // lockd `N`; Redis `:0` (to a release or a keep)
+  kKept,         // lockd `K`; Redis `:1` to the keep script
   kHandshakeOk,  // Redis: the script's SHA
   kPong,         // Redis `+PONG`
   kError,        // lockd `E`/`M`, a Redis error, or a reply of the wrong type
@@ -56,22 +58,25 @@ class Backend {
   // True when the server queues a waiting acquire (lockd); false when the
   // client must poll with retries (Redis).
   virtual bool server_queues() const = 0;
-  // Whether each connection starts with a kHandshake request.
-  virtual bool needs_handshake() const = 0;
+  // How many kHandshake requests each connection starts with (0: none).
+  virtual std::uint32_t handshakes() const = 0;
 
-  virtual void encode_handshake(std::string& out) = 0;
+  // Encodes set-up request `i` (0 <= i < handshakes()).
+  virtual void encode_handshake(std::string& out, std::uint32_t i) = 0;
   virtual void encode_acquire(std::string& out, std::string_view owner, std::string_view key,
                               std::uint64_t lease_ms, std::uint64_t wait_ms) = 0;
   virtual void encode_release(std::string& out, std::uint64_t token, std::string_view owner,
                               std::string_view key) = 0;
   virtual void encode_fence(std::string& out, std::string_view fence_key) = 0;
+  virtual void encode_keep(std::string& out, std::uint64_t token, std::string_view owner,
+                           std::string_view key, std::uint64_t lease_ms) = 0;
 
   // Decodes the first reply in `in`. `oldest` is the kind of the oldest
   // outstanding request (what an in-order reply answers).
   virtual DecodeStatus decode(std::string_view in, std::size_t& consumed, ReqKind oldest,
                               Reply& out) = 0;
-  // Called with a kHandshakeOk reply's detail (Redis: the script SHA).
-  virtual void on_handshake(std::string_view) {}
+  // Called with set-up request `i`'s kHandshakeOk detail (Redis: a script SHA).
+  virtual void on_handshake(std::uint32_t, std::string_view) {}
 };
 
 enum class BackendKind : std::uint8_t {
@@ -84,6 +89,12 @@ std::unique_ptr<Backend> make_backend(BackendKind kind);
 // The compare-and-delete release script every Redis lock guide gives.
 inline constexpr std::string_view kRedisReleaseScript =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end";
+
+// The guarded lease extension of Redis locks (Redisson's watchdog renews
+// with the same compare-then-PEXPIRE, on its hash-shaped lock).
+inline constexpr std::string_view kRedisKeepScript =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
     "else return 0 end";
 
 }  // namespace lockbench

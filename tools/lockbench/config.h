@@ -13,6 +13,7 @@ enum class Workload : std::uint8_t {
   kContended,    // a few hot keys: acquire with wait, release on grant
   kHold,         // acquire M distinct keys and keep them (memory per lock)
   kWaiters,      // C connections queue on one key; FIFO hand-off chain
+  kHoldKeep,     // random keys: acquire, extend the lease --keeps times, release
 };
 
 struct Config {
@@ -28,6 +29,7 @@ struct Config {
   std::uint32_t hot_keys = 8;            // contended hot set
   std::uint64_t hold_keys = 1'000'000;   // hold: distinct keys to acquire
   std::uint32_t waiters = 1000;          // waiters: connections queued on one key
+  std::uint32_t keeps = 10;              // hold-keep: lease extensions per acquired lock
   std::uint64_t lease_ms = 10'000;
   std::uint64_t hold_lease_ms = 900'000;  // long enough to read RSS afterwards
   std::uint64_t wait_ms = 30'000;         // contended/waiters acquire wait

@@ -70,6 +70,17 @@ void encode_lockd_release(std::string& out, std::uint64_t token, std::string_vie
   out.push_back('\n');
 }
 
+void encode_lockd_keep(std::string& out, std::uint64_t token, std::string_view key,
+                       std::uint64_t lease_ms) {
+  out.append("K ", 2);
+  append_u64(out, token);
+  out.push_back(' ');
+  out.append(key);
+  out.push_back(' ');
+  append_u64(out, lease_ms);
+  out.push_back('\n');
+}
+
 bool parse_lockd_reply_line(std::string_view line, LockdReply& out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   std::array<std::string_view, kMaxReplyFields> f;
@@ -92,7 +103,10 @@ bool parse_lockd_reply_line(std::string_view line, LockdReply& out) {
       return true;
     case 'R':
     case 'N':
-      out.kind = f[0][0] == 'R' ? LockdReplyKind::kReleased : LockdReplyKind::kNotReleased;
+    case 'K':
+      out.kind = f[0][0] == 'R'   ? LockdReplyKind::kReleased
+                 : f[0][0] == 'N' ? LockdReplyKind::kNotReleased
+                                  : LockdReplyKind::kKept;
       if (n != 3 || !to_u64(f[1], out.token)) return false;
       out.key = f[2];
       return true;

@@ -25,7 +25,8 @@ enum class LockdReplyKind : std::uint8_t {
   kHeld,         // `T <owner> <key>`: held by someone else / wait ran out
   kBusy,         // `B <owner> <key>`: queue or a server cap is full
   kReleased,     // `R <token> <key>`
-  kNotReleased,  // `N <token> <key>`
+  kNotReleased,  // `N <token> <key>` (to an `R` or a `K`)
+  kKept,         // `K <token> <key>` (v1.1)
   kMoved,        // `M <addr> <echo>`: cluster, not the leader
   kError,        // `E <code> [<echo>]`
 };
@@ -33,7 +34,7 @@ enum class LockdReplyKind : std::uint8_t {
 // One decoded reply. Views point into the decoder's input.
 struct LockdReply {
   LockdReplyKind kind = LockdReplyKind::kError;
-  std::uint64_t token = 0;  // A, R, N; also E/M with a release echo
+  std::uint64_t token = 0;  // A, R, N, K; also E/M with a release/keep echo
   std::string_view owner;   // A, T, B; also E/M with an acquire echo
   std::string_view key;     // every kind except a bare `E <code>`
   std::string_view code;    // E: the error code; M: the leader address
@@ -44,6 +45,9 @@ void encode_lockd_acquire(std::string& out, std::string_view owner, std::string_
                           std::uint64_t lease_ms, std::uint64_t wait_ms);
 // Appends `R <token> <key>\n`.
 void encode_lockd_release(std::string& out, std::uint64_t token, std::string_view key);
+// Appends `K <token> <key> <lease_ms>\n`.
+void encode_lockd_keep(std::string& out, std::uint64_t token, std::string_view key,
+                       std::uint64_t lease_ms);
 
 // Decodes the first reply line of `in`. kNeedMore when no `\n` yet (and
 // the partial line is within kMaxLockdReplyBytes); kMalformed when the line

@@ -42,8 +42,10 @@ int main(int argc, char** argv) {
   const std::map<std::string, Workload> workloads{{"uncontended", Workload::kUncontended},
                                                   {"contended", Workload::kContended},
                                                   {"hold", Workload::kHold},
-                                                  {"waiters", Workload::kWaiters}};
-  app.add_option("-w,--workload", cfg.workload, "uncontended, contended, hold or waiters")
+                                                  {"waiters", Workload::kWaiters},
+                                                  {"hold-keep", Workload::kHoldKeep}};
+  app.add_option("-w,--workload", cfg.workload,
+                 "uncontended, contended, hold, waiters or hold-keep")
       ->transform(CLI::CheckedTransformer(workloads, CLI::ignore_case));
   app.add_option("-c,--connections", cfg.connections, "connections (not for waiters)")
       ->check(CLI::Range(1U, kMaxConnections))
@@ -66,6 +68,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--waiters", cfg.waiters, "waiters: connections queued on one key")
       ->check(CLI::Range(1U, kMaxWaiters))
+      ->capture_default_str();
+  app.add_option("--keeps", cfg.keeps, "hold-keep: lease extensions per acquired lock")
+      ->check(CLI::Range(std::uint32_t{0}, std::uint32_t{1'000'000}))
       ->capture_default_str();
   app.add_option("--lease-ms", cfg.lease_ms, "lease of each acquire")
       ->check(CLI::Range(std::uint64_t{1}, kMaxLeaseMs))

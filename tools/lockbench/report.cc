@@ -55,6 +55,8 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
         {"busy", k.busy},
         {"released", k.released},
         {"not_released", k.not_released},
+        {"kept", k.kept},
+        {"not_kept", k.not_kept},
         {"wait_timeouts", k.wait_timeouts},
         {"protocol_errors", k.protocol_errors}}},
       {"ok", res.failure.empty()},
@@ -69,6 +71,9 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
                       {"grants_min", g.empty() ? 0 : *mn},
                       {"grants_max", g.empty() ? 0 : *mx},
                       {"fairness_jain", jain_index(g)}};
+  }
+  if (cfg.workload == Workload::kHoldKeep) {
+    j["hold_keep"] = {{"keeps_per_lock", cfg.keeps}, {"keep_latency_ns", latency_json(res.keep_ns)}};
   }
   if (cfg.workload == Workload::kHold) {
     j["hold"] = {{"keys", cfg.hold_keys}, {"held", k.granted}};
@@ -107,6 +112,10 @@ std::string report_text(const Config& cfg, const Results& res) {
       s += fmt::format("  grants per connection: min {} max {}  Jain fairness {:.3f}\n", *mn, *mx,
                        jain_index(g));
     }
+  }
+  if (cfg.workload == Workload::kHoldKeep) {
+    s += fmt::format("  keeps per lock {}  kept {}  not kept {}\n", cfg.keeps, k.kept, k.not_kept);
+    s += latency_line("keep", res.keep_ns);
   }
   if (cfg.workload == Workload::kHold) {
     s += fmt::format("  held {} of {} keys\n", k.granted, cfg.hold_keys);

@@ -95,13 +95,14 @@ struct Slot {
   event* retry_ev = nullptr;           // Redis: the sleep before a retry
   std::uint32_t waiter_index = 0;      // waiters: order of enqueue
   bool enqueued = false;               // waiters: the server has it queued
+  std::uint32_t keeps_left = 0;        // hold-keep: extensions still to send
 };
 
 // A request sent (or about to be) and not yet answered.
 struct Pending {
   ReqKind kind;
   Slot* slot;
-  std::uint64_t token;  // release/fence: for matching lockd's echo
+  std::uint64_t token;  // release/fence/keep: for matching lockd's echo; handshake: its index
   std::int64_t sent_ns;
 };
 
@@ -158,6 +159,7 @@ class Runner {
   void issue_acquire(Slot& s, std::uint64_t lease_ms, std::uint64_t wait_ms);
   void issue_release(Slot& s);
   void issue_fence(Slot& s);
+  void issue_keep(Slot& s);
   void schedule_retry(Slot& s);
   bool limit_reached();
 
@@ -172,6 +174,8 @@ class Runner {
   void waiters_reply(Slot& s, const Pending& p, const Reply& r, std::int64_t now);
   void probe_next(Slot& s);
   void waiter_resolved();
+  void hold_keep_next(Slot& s);
+  void hold_keep_reply(Slot& s, const Pending& p, const Reply& r);
 
   const Config& cfg_;
   std::unique_ptr<Backend> backend_;
@@ -321,12 +325,14 @@ Results Runner::run() {
   probe_key_ = cfg_.key_prefix + ":probe";
   hot_release_ns_.assign(cfg_.hot_keys, 0);
 
-  if (backend_->needs_handshake()) {
+  if (backend_->handshakes() > 0) {
     for (auto& c : conns_) {
-      backend_->encode_handshake(c->out);
-      c->pending.push_back(Pending{ReqKind::kHandshake, nullptr, 0, 0});
-      ++c->unstamped;
-      ++handshakes_left_;
+      for (std::uint32_t i = 0; i < backend_->handshakes(); ++i) {
+        backend_->encode_handshake(c->out, i);
+        c->pending.push_back(Pending{ReqKind::kHandshake, nullptr, i, 0});
+        ++c->unstamped;
+        ++handshakes_left_;
+      }
       mark_dirty(*c);
     }
     event* limit = evtimer_new(base_, &Runner::on_handshake_timeout, this);
@@ -358,6 +364,9 @@ Results Runner::run() {
   } else if (waiters && res_.waiters_served != cfg_.waiters) {
     fail(kExitFailed, "only " + std::to_string(res_.waiters_served) + " of " +
                           std::to_string(cfg_.waiters) + " waiters were served");
+  } else if (res_.counters.not_kept > 0) {
+    // Every keep is sent well inside the lease, on a lock this slot holds.
+    fail(kExitFailed, std::to_string(res_.counters.not_kept) + " keeps of held locks refused");
   } else if (waiters && backend_->server_queues() && res_.fifo_violations > 0) {
     fail(kExitFailed, std::to_string(res_.fifo_violations) + " waiters served out of FIFO order");
   }
@@ -393,6 +402,9 @@ void Runner::start() {
       break;
     case Workload::kWaiters:
       waiters_start();
+      break;
+    case Workload::kHoldKeep:
+      for (auto& s : slots_) hold_keep_next(*s);
       break;
   }
 }
@@ -527,14 +539,20 @@ bool Runner::matches(const Pending& p, const Reply& r) const {
              p.slot->key.view() == r.key;
     case Outcome::kReleased:
     case Outcome::kNotReleased:
+    case Outcome::kKept:
       if (p.kind == ReqKind::kFence) return p.token == r.token && r.key == fence_key_;
-      return p.kind == ReqKind::kRelease && p.token == r.token && p.slot->key.view() == r.key;
+      if (r.outcome == Outcome::kKept && p.kind != ReqKind::kKeep) return false;
+      if (r.outcome == Outcome::kReleased && p.kind != ReqKind::kRelease) return false;
+      return (p.kind == ReqKind::kRelease || p.kind == ReqKind::kKeep) && p.token == r.token &&
+             p.slot->key.view() == r.key;
     case Outcome::kError:
       if (!r.owner.empty()) {
         return p.kind == ReqKind::kAcquire && p.slot->owner == r.owner &&
                p.slot->key.view() == r.key;
       }
-      return (p.kind == ReqKind::kRelease || p.kind == ReqKind::kFence) && p.token == r.token;
+      return (p.kind == ReqKind::kRelease || p.kind == ReqKind::kFence ||
+              p.kind == ReqKind::kKeep) &&
+             p.token == r.token;
     case Outcome::kHandshakeOk:
     case Outcome::kPong:
       return true;
@@ -577,7 +595,7 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
       fail(kExitBadServer, "SCRIPT LOAD failed: " + quote(r.detail));
       return;
     }
-    backend_->on_handshake(r.detail);
+    backend_->on_handshake(static_cast<std::uint32_t>(p.token), r.detail);
     c.handshaken = true;
     if (--handshakes_left_ == 0 && !started_) event_base_loopbreak(base_);
     return;
@@ -594,16 +612,20 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
     case Outcome::kReleased: ++res_.counters.released; break;
     case Outcome::kNotReleased:
       if (p.kind == ReqKind::kRelease) ++res_.counters.not_released;
+      if (p.kind == ReqKind::kKeep) ++res_.counters.not_kept;
       break;
+    case Outcome::kKept: ++res_.counters.kept; break;
     default: break;
   }
   Slot& s = *p.slot;
   if (r.outcome == Outcome::kGranted) s.token = r.token;
+  if (p.kind == ReqKind::kKeep) res_.keep_ns.record(latency_ns);
   switch (cfg_.workload) {
     case Workload::kUncontended: uncontended_reply(s, p, r); break;
     case Workload::kContended: contended_reply(s, p, r, now); break;
     case Workload::kHold: hold_next(s); break;
     case Workload::kWaiters: waiters_reply(s, p, r, now); break;
+    case Workload::kHoldKeep: hold_keep_reply(s, p, r); break;
   }
 }
 
@@ -632,6 +654,11 @@ void Runner::issue_release(Slot& s) {
 void Runner::issue_fence(Slot& s) {
   backend_->encode_fence(s.conn->out, fence_key_);
   push(s, ReqKind::kFence, 1);
+}
+
+void Runner::issue_keep(Slot& s) {
+  backend_->encode_keep(s.conn->out, s.token, s.owner, s.key.view(), cfg_.lease_ms);
+  push(s, ReqKind::kKeep, s.token);
 }
 
 void Runner::schedule_retry(Slot& s) {
@@ -731,6 +758,33 @@ void Runner::hold_next(Slot& s) {
   if (!s.hold_keys->next(index)) return;
   format_key(s.key, prefix_, index);
   issue_acquire(s, cfg_.hold_lease_ms, 0);
+}
+
+// ---- hold-keep -------------------------------------------------------------------
+// A worker holding a lock for long work: acquire, extend the lease --keeps
+// times back to back (the watchdog's renewals, without the sleeps between
+// them, so the run measures the cost of a keep), release.
+
+void Runner::hold_keep_next(Slot& s) {
+  if (limit_reached()) return;
+  format_key(s.key, prefix_, keys_.next());
+  s.keeps_left = cfg_.keeps;
+  issue_acquire(s, cfg_.lease_ms, 0);
+}
+
+void Runner::hold_keep_reply(Slot& s, const Pending& p, const Reply& r) {
+  const bool holding = (p.kind == ReqKind::kAcquire && r.outcome == Outcome::kGranted) ||
+                       (p.kind == ReqKind::kKeep && r.outcome == Outcome::kKept);
+  if (!holding) {  // released, not granted (a collision), or the lease was lost
+    hold_keep_next(s);
+    return;
+  }
+  if (p.kind == ReqKind::kKeep) --s.keeps_left;
+  if (s.keeps_left > 0 && !limit_reached()) {
+    issue_keep(s);
+  } else {
+    issue_release(s);  // even when stopping: leave no lock behind
+  }
 }
 
 // ---- waiters ---------------------------------------------------------------------
@@ -931,6 +985,7 @@ const char* workload_name(Workload w) {
     case Workload::kContended: return "contended";
     case Workload::kHold: return "hold";
     case Workload::kWaiters: return "waiters";
+    case Workload::kHoldKeep: return "hold-keep";
   }
   return "?";
 }

@@ -20,7 +20,7 @@ namespace lockbench {
 // Exit statuses (documented in docs/benchmarks.md).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailed = 1,      // ran, but protocol errors, lost waiters or FIFO broken
+  kExitFailed = 1,      // ran, but protocol errors, lost waiters, FIFO broken or keeps refused
   kExitUsage = 2,       // bad flags
   kExitNoServer = 3,    // cannot connect, or the server closed a connection
   kExitBadServer = 4,   // the server answered something that is not the protocol
@@ -33,6 +33,8 @@ struct Counters {
   std::uint64_t busy = 0;           // lockd B
   std::uint64_t released = 0;
   std::uint64_t not_released = 0;   // N / :0 to a release of a lock we held
+  std::uint64_t kept = 0;           // hold-keep: K / :1 to a keep
+  std::uint64_t not_kept = 0;       // hold-keep: N / :0 to a keep of a lock we held
   std::uint64_t wait_timeouts = 0;  // a waiting acquire gave up
   std::uint64_t protocol_errors = 0;
 };
@@ -45,6 +47,7 @@ struct Results {
   LogHistogram acquire_wait_ns;  // contended/waiters: first attempt to grant
   LogHistogram handoff_ns;       // contended: a release sent to the next grant of that key
   LogHistogram probe_ns;         // waiters: requests on another key meanwhile
+  LogHistogram keep_ns;          // hold-keep: the keeps alone, send to reply
   std::vector<std::uint64_t> grants_per_connection;  // contended fairness
   // hold
   std::uint64_t held = 0;

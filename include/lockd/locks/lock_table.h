@@ -2,11 +2,11 @@
 // deterministic state machine.
 //
 // The table takes commands (acquire, release, keep, expire, cancel a
-// waiter, advance time, sweep) with `now` passed in, and answers with values: the
-// outcome for the caller plus Deliveries, the replies owed to *other*
-// waiting clients (a hand-off, a wait that ran out). It reads no clock,
-// owns no socket and arms no timer: it only says, through next_deadline(),
-// when it next wants advance() to be called.
+// waiter, advance time, sweep) with `now` passed in, and answers with
+// values: the outcome for the caller plus Deliveries, the replies owed to
+// *other* waiting clients (a hand-off, a wait that ran out). It reads no
+// clock, owns no socket and arms no timer: it only says, through
+// next_deadline(), when it next wants advance() to be called.
 //
 // Single mode drives it straight from the reactor. Cluster mode applies the
 // very same commands from the Raft log on every replica, which is why every
@@ -129,9 +129,10 @@ struct KeyState {
   Token token = 0;
   TimeNs expires_at_ns = 0;
   // The span from the grant to expires_at_ns: the acquire's lease, then
-  // whatever each keep made it. Kept whole so that the grant time
-  // (expires_at_ns - lease_ms) stays exact for the admin views without a
-  // field of its own (8 bytes would cost every key 16 in its hash node).
+  // whatever each keep made it (so it can exceed the max lease of one
+  // request). Kept whole so that the grant time (expires_at_ns - lease_ms)
+  // stays exact for the admin views without a field of its own (8 bytes
+  // would cost every key 16 in its hash node).
   std::uint64_t lease_ms = 0;
   // FIFO of waiters, allocated only while the key has any: most keys never
   // do, and an empty std::list would cost every key its size.
