@@ -56,8 +56,9 @@ expect_line "$unit" "ExecStart=/usr/bin/lockd --config /etc/lockd/lockd.toml"
 expect_line "$unit" "Documentation=file:///usr/share/doc/lockd/operations.md"
 expect_line "$unit" "User=lockd"
 expect_line "$unit" "StateDirectory=lockd"
-# Nothing outside the places a package may write.
-allowed='^\./((usr/(bin|lib/systemd/system|share/doc/lockd)|etc/lockd)(/.*)?|usr/|usr/lib/|usr/lib/systemd/|usr/share/|usr/share/doc/|etc/)?$'
+# Nothing outside the places a package may write. The C++ client library
+# (src/client) and its headers ride along until a lockd-dev package exists.
+allowed='^\./((usr/(bin|lib/systemd/system|share/doc/lockd|include/lockd)|etc/lockd)(/.*)?|usr/lib/liblockd_client\.a|usr/|usr/include/|usr/lib/|usr/lib/systemd/|usr/share/|usr/share/doc/|etc/)?$'
 unexpected=$(dpkg-deb -c "$deb" | awk '{print $6}' | grep -vE "$allowed" || true)
 [[ -z $unexpected ]] || fail "unexpected paths: $unexpected"
 check_version "$root/usr/bin/lockd" "$root/usr/bin/lockctl" "$root/usr/bin/lockbench" "$version"
