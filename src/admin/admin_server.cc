@@ -208,9 +208,12 @@ void AdminServer::handle(evhttp_request* req) {
       send(req, 200, kText, "ok");
       return;
     case Route::kReady:
-      // Single mode can always serve A/R, until a graceful stop begins.
+      // Single mode can always serve A/R, until a graceful stop begins;
+      // a cluster node when it leads or knows the leader.
       if (draining_) {
         send(req, 503, kText, "stopping");
+      } else if (!node_ready(node_, now)) {
+        send(req, 503, kText, "no leader");
       } else {
         send(req, 200, kText, "ok");
       }
@@ -251,7 +254,11 @@ void AdminServer::handle(evhttp_request* req) {
       return;
     }
     case Route::kCluster:
-      send_error(req, 404, "not_found", "single mode: there is no cluster");
+      if (!node_.cluster) {
+        send_error(req, 404, "not_found", "single mode: there is no cluster");
+        return;
+      }
+      send_json(req, 200, cluster_json(node_.cluster(now)));
       return;
     case Route::kMetrics:
       send(req, 200, kPromText, render_metrics(server_, node_, now));

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -140,6 +142,116 @@ ProcessStats read_process_stats() {
   return p;
 }
 
+namespace {
+
+// Cluster mode's families (docs/operations.md "Cluster metrics"): the Raft
+// state, elections, proposals and their commit latency, the WAL's syncs,
+// snapshots, and every peer link.
+void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_ns) {
+  const ClusterStatus c = node.cluster(now_ns);
+  w.single("lockd_raft_term", "gauge", "The Raft term this node is in.", c.term);
+  w.family("lockd_raft_role", "gauge",
+           "1 for the role this node has now (leader, follower or candidate; a "
+           "pre-candidate shows as candidate), 0 for the others.");
+  for (const char* role : {"leader", "follower", "candidate"}) {
+    w.sample("lockd_raft_role", {{"role", role}}, std::uint64_t{c.role == role ? 1u : 0u});
+  }
+  w.single("lockd_raft_leader_id", "gauge", "The leader's node id as this node knows it; 0: none.",
+           c.leader_id);
+  w.single("lockd_raft_commit_index", "gauge", "Highest log index known committed.",
+           c.commit_index);
+  w.single("lockd_raft_applied_index", "gauge",
+           "Highest log index applied to this node's lock table.", c.applied_index);
+  if (!node.cluster_metrics) return;
+  const ClusterMetrics m = node.cluster_metrics(now_ns);
+  w.single("lockd_raft_elections_total", "counter",
+           "Elections this node started (term bumped after a won pre-vote).", m.elections);
+  w.single("lockd_raft_pre_votes_total", "counter", "Pre-vote rounds this node started.",
+           m.pre_votes);
+  w.single("lockd_raft_leaderships_total", "counter", "Times this node became leader.",
+           m.leaderships);
+  w.single("lockd_raft_leader_changes_total", "counter",
+           "Times the leader this node knows changed (to another node or to none).",
+           m.leader_changes);
+  w.single("lockd_raft_check_quorum_step_downs_total", "counter",
+           "Times this leader stepped down for not hearing from a majority.",
+           m.step_downs_check_quorum);
+  w.single("lockd_raft_proposals_total", "counter",
+           "Commands this leader proposed (client requests and its own: expiries, clock).",
+           m.proposals);
+  w.single("lockd_raft_proposals_refused_total", "counter",
+           "Proposals refused (not the leader, or too many uncommitted entries).",
+           m.proposals_refused);
+  w.single("lockd_raft_indeterminate_total", "counter",
+           "Requests answered E indeterminate because leadership was lost before commit.",
+           m.indeterminate);
+  w.histogram("lockd_raft_commit_duration_seconds",
+              "Leader: from writing an entry to the WAL (the loop turn it was proposed in) to "
+              "applying it after a majority stored it.",
+              m.commit_latency);
+  w.single("lockd_wal_saves_total", "counter", "WAL saves that wrote anything.", m.wal_saves);
+  w.single("lockd_wal_syncs_total", "counter", "fdatasync calls on WAL segments.", m.wal_syncs);
+  w.single("lockd_wal_entries_total", "counter",
+           "Log entries written to the WAL; divided by lockd_wal_syncs_total: entries per sync "
+           "(the group-commit factor).",
+           m.wal_entries);
+  w.single("lockd_wal_bytes_total", "counter", "Bytes written to the WAL.", m.wal_bytes);
+  w.histogram("lockd_wal_sync_duration_seconds",
+              "One WAL save: its write and fdatasync.", m.sync_latency);
+  w.single("lockd_snapshots_written_total", "counter", "Snapshots of the lock table written.",
+           m.snapshots_written);
+  w.single("lockd_raft_snapshots_sent_total", "counter",
+           "Snapshots this leader sent that a follower acknowledged.", m.snapshots_sent);
+  w.single("lockd_raft_snapshots_installed_total", "counter",
+           "Snapshots from a leader installed on this node.", m.snapshots_installed);
+
+  std::vector<std::string> ids;
+  ids.reserve(m.peers.size());
+  for (const PeerLinkMetrics& p : m.peers) ids.push_back(std::to_string(p.id));
+  w.family("lockd_peer_up", "gauge",
+           "1 when this node's outgoing link to the peer is connected (handshake done).");
+  for (std::size_t i = 0; i < m.peers.size(); ++i) {
+    w.sample("lockd_peer_up", {{"peer", ids[i]}},
+             std::uint64_t{m.peers[i].link == "connected" ? 1u : 0u});
+  }
+  w.family("lockd_peer_inbound_up", "gauge",
+           "1 when the peer has a handshaken connection to this node.");
+  for (std::size_t i = 0; i < m.peers.size(); ++i) {
+    w.sample("lockd_peer_inbound_up", {{"peer", ids[i]}},
+             std::uint64_t{m.peers[i].inbound_connected ? 1u : 0u});
+  }
+  const auto per_peer = [&](const char* name, const char* help, auto field) {
+    w.family(name, "counter", help);
+    for (std::size_t i = 0; i < m.peers.size(); ++i) {
+      w.sample(name, {{"peer", ids[i]}}, field(m.peers[i]));
+    }
+  };
+  per_peer("lockd_peer_sent_bytes_total", "Bytes written to the peer.",
+           [](const PeerLinkMetrics& p) { return p.bytes_sent; });
+  per_peer("lockd_peer_received_bytes_total", "Bytes read from the peer.",
+           [](const PeerLinkMetrics& p) { return p.bytes_received; });
+  per_peer("lockd_peer_sent_messages_total", "Raft messages queued to the peer.",
+           [](const PeerLinkMetrics& p) { return p.messages_sent; });
+  per_peer("lockd_peer_received_messages_total", "Raft messages received from the peer.",
+           [](const PeerLinkMetrics& p) { return p.messages_received; });
+  per_peer("lockd_peer_dropped_messages_total",
+           "Raft messages to the peer dropped (link down, queue full, unsent when a link "
+           "closed); Raft retries.",
+           [](const PeerLinkMetrics& p) { return p.messages_dropped; });
+  per_peer("lockd_peer_reconnects_total", "Dial attempts to the peer after the first.",
+           [](const PeerLinkMetrics& p) { return p.reconnects; });
+  w.family("lockd_peer_last_contact_seconds", "gauge",
+           "Seconds since the last byte from the peer (absent: never heard from).");
+  for (std::size_t i = 0; i < m.peers.size(); ++i) {
+    if (m.peers[i].last_contact_seconds) {
+      w.sample("lockd_peer_last_contact_seconds", {{"peer", ids[i]}},
+               *m.peers[i].last_contact_seconds);
+    }
+  }
+}
+
+}  // namespace
+
 std::string render_metrics(const server::LockServer& server, const NodeInfo& node,
                            TimeNs now_ns) {
   using server::ReplyKind;
@@ -246,6 +358,8 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_uptime_seconds", "gauge",
            "Seconds since lockd started.",
            static_cast<double>(now_ns - node.started_ns) / 1e9);
+
+  if (node.cluster) render_cluster_metrics(w, node, now_ns);
 
   // Process metrics under the names every Prometheus client library uses.
   const ProcessStats p = read_process_stats();

@@ -54,6 +54,12 @@ void keep_smallest(std::vector<T>& heap, std::size_t limit, T v, Less less) {
 
 }  // namespace
 
+bool node_ready(const NodeInfo& node, TimeNs now_ns) {
+  if (!node.cluster) return true;
+  const ClusterStatus c = node.cluster(now_ns);
+  return c.role == "leader" ? c.serving : !c.leader_addr.empty();
+}
+
 std::int64_t ms_until(TimeNs at_ns, TimeNs now_ns) { return floor_div(at_ns - now_ns, kNsPerMs); }
 
 std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns) {
@@ -69,11 +75,60 @@ std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& 
   return exact ? count_holders(table, now_ns) : table.key_count();
 }
 
+json cluster_json(const ClusterStatus& c) {
+  json members = json::array();
+  for (const ClusterMember& m : c.members) {
+    members.push_back(json{
+        {"id", m.id},
+        {"client_addr", m.client_addr},
+        {"raft_addr", m.raft_addr},
+        {"role", m.role},
+        {"match_index", m.match_index ? json(*m.match_index) : json(nullptr)},
+        {"last_contact_ms", m.last_contact_ms ? json(*m.last_contact_ms) : json(nullptr)},
+    });
+  }
+  return json{
+      {"node_id", c.node_id},
+      {"leader_id", c.leader_id == 0 ? json(nullptr) : json(c.leader_id)},
+      {"term", c.term},
+      {"commit_index", c.commit_index},
+      {"members", std::move(members)},
+      // Beyond the spec's fields: what this node itself is and has applied.
+      {"role", c.role},
+      {"leader", c.leader_addr.empty() ? json(nullptr) : json(c.leader_addr)},
+      {"applied_index", c.applied_index},
+  };
+}
+
 json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns,
                  std::optional<std::size_t> exact_holders) {
   const locks::LockTable& table = server.table();
   bool exact = exact_holders.has_value();
   const std::size_t holders = exact ? *exact_holders : holders_bounded(table, now_ns, exact);
+  if (node.cluster) {
+    const ClusterStatus c = node.cluster(now_ns);
+    return json{
+        {"mode", node.mode},
+        {"node_id", c.node_id},
+        {"role", c.role},
+        {"term", c.term},
+        {"leader", c.leader_addr.empty() ? json(nullptr) : json(c.leader_addr)},
+        {"keys", table.key_count()},
+        {"holders", holders},
+        {"waiters", table.waiter_count()},
+        {"connections", server.connection_count()},
+        {"commit_index", c.commit_index},
+        {"applied_index", c.applied_index},
+        {"uptime_ms", floor_div(now_ns - node.started_ns, kNsPerMs)},
+        {"version", node.version},
+        {"listen", node.listen},
+        {"leader_id", c.leader_id == 0 ? json(nullptr) : json(c.leader_id)},
+        {"serving", c.serving},
+        {"holders_exact", exact},
+        {"requests", requests_json(server.stats())},
+        {"replies", replies_json(server.stats())},
+    };
+  }
   return json{
       {"mode", node.mode},
       {"node_id", nullptr},

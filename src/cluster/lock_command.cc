@@ -9,7 +9,7 @@
 namespace lockd::cluster {
 namespace {
 
-constexpr std::uint8_t kLockCommandVersion = 1;
+constexpr std::uint8_t kLockCommandVersion = 2;
 
 // The fields the lock table relies on, within the protocol's limits (§2).
 bool fields_valid(const LockCommand& c) {
@@ -28,6 +28,13 @@ bool fields_valid(const LockCommand& c) {
       return key_ok && c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs;
     case LockCommandType::kCancelWaiter:
       return true;
+    case LockCommandType::kLeaderStart:
+      // A base far below any wall clock since 2001 cannot be a real one;
+      // one near 2^64 would leave no room for the indexes added to it.
+      return c.owner.empty() && c.key.empty() && c.token_base >= kMinTokenBase &&
+             c.token_base <= kMaxTokenBase;
+    case LockCommandType::kClock:
+      return c.owner.empty() && c.key.empty();
   }
   return false;
 }
@@ -47,6 +54,7 @@ std::string encode_lock_command(const LockCommand& c) {
   w.u64(c.client);
   w.u64(c.waiter);
   w.u64(c.token);
+  w.u64(c.token_base);
   return out;
 }
 
@@ -57,7 +65,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   }
   std::uint8_t t = r.u8();
   if (r.error() != LockCommandError::kOk) return r.error();
-  if (t < 1 || t > 5) return LockCommandError::kBadType;
+  if (t < 1 || t > kMaxLockCommandType) return LockCommandError::kBadType;
   LockCommand c;
   c.type = static_cast<LockCommandType>(t);
   c.now_ns = static_cast<TimeNs>(r.u64());
@@ -68,6 +76,7 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   c.client = r.u64();
   c.waiter = r.u64();
   c.token = r.u64();
+  c.token_base = r.u64();
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;
   if (!fields_valid(c)) return LockCommandError::kBadField;
@@ -113,6 +122,12 @@ ApplyOutcome apply_lock_command(locks::LockTable& table, const LockCommand& c, T
       break;
     case LockCommandType::kCancelWaiter:
       out.summary = table.cancel_waiter(c.waiter) ? "cancelled" : "not-waiting";
+      break;
+    case LockCommandType::kLeaderStart:
+    case LockCommandType::kClock:
+      // Clock and leader bookkeeping live in LockStateMachine; the table
+      // itself is unchanged.
+      out.summary = "noop";
       break;
   }
   for (const locks::Delivery& d : out.deliveries) {

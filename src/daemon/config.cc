@@ -104,6 +104,7 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     if (!c.node_id) return "--mode cluster needs --node-id";
     if (!ids.contains(*c.node_id)) return "--node-id must be one of the --peer ids";
     if (c.data_dir.empty()) return "--mode cluster needs --data-dir";
+    if (c.snapshot_entries == 0) return "--snapshot-entries must be at least 1";
     if (c.heartbeat_ms == 0 || c.election_timeout_ms <= c.heartbeat_ms) {
       return "--election-timeout-ms must be larger than --heartbeat-ms (and that at least 1)";
     }
@@ -153,6 +154,8 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--data-dir", c.data_dir, "cluster: Raft log and snapshots");
   app.add_option("--election-timeout-ms", c.election_timeout_ms, "cluster");
   app.add_option("--heartbeat-ms", c.heartbeat_ms, "cluster");
+  app.add_option("--snapshot-entries", c.snapshot_entries,
+                 "cluster: snapshot and compact the log every N applied entries");
 
   try {
     app.parse(argc, argv);

@@ -6,6 +6,8 @@
 #include <csignal>
 
 #include "lockd/admin/admin_server.h"
+#include "lockd/cluster/cluster_node.h"
+#include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
@@ -17,6 +19,18 @@ namespace {
 
 // How long a graceful stop waits for slow clients to take their replies.
 constexpr timeval kDrainTimeout{5, 0};
+// SIGTERM on a leader: how often to look whether the hand-over is done.
+constexpr timeval kHandoverPoll{0, 5000};
+
+std::string_view role_name(raft::Role r) {
+  switch (r) {
+    case raft::Role::kLeader: return "leader";
+    case raft::Role::kFollower: return "follower";
+    case raft::Role::kPreCandidate:
+    case raft::Role::kCandidate: return "candidate";
+  }
+  return "follower";
+}
 
 // Single-mode tokens start at the wall clock in nanoseconds, so a restarted
 // lockd hands out tokens above every token of its previous life without
@@ -39,17 +53,14 @@ Daemon::Daemon(Config config) : config_(std::move(config)) {
 Daemon::~Daemon() {
   admin_.reset();
   server_.reset();
-  for (event* ev : {sigterm_, sigint_, drain_deadline_}) {
+  cluster_.reset();
+  for (event* ev : {sigterm_, sigint_, drain_deadline_, handover_poll_}) {
     if (ev != nullptr) event_free(ev);
   }
   event_base_free(base_);
 }
 
 bool Daemon::start(std::string& error) {
-  if (config_.mode == Mode::kCluster) {
-    error = "--mode cluster is not available in this build yet (single mode only)";
-    return false;
-  }
   std::signal(SIGPIPE, SIG_IGN);
   // Signal handlers before the `listening` line: whoever reads that line
   // may send SIGTERM at once.
@@ -57,19 +68,113 @@ bool Daemon::start(std::string& error) {
   sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
   event_add(sigterm_, nullptr);
   event_add(sigint_, nullptr);
+  if (config_.mode == Mode::kCluster) return start_cluster(error);
   server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
   if (!server_->listen(config_.listen, error)) return false;
   if (config_.admin) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
-                        net::monotonic_now_ns()});
+                        net::monotonic_now_ns(), {}, {}});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
                server_->bound().to_string());
   // After the client line: a reader taking the first `listening` line gets
   // the client port.
+  if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
+  return true;
+}
+
+bool Daemon::start_cluster(std::string& error) {
+  cluster::ClusterNodeConfig cc;
+  cc.self = *config_.node_id;
+  net::Endpoint client_ep;
+  for (const Peer& p : config_.peers) {
+    cc.members.push_back(cluster::Member{p.id, p.client, p.raft});
+    if (p.id == cc.self) client_ep = p.client;
+  }
+  cc.data_dir = config_.data_dir;
+  cc.heartbeat_ns = ms_to_ns(config_.heartbeat_ms);
+  cc.election_ticks =
+      static_cast<int>(std::max<std::uint64_t>(2, config_.election_timeout_ms / config_.heartbeat_ms));
+  cc.limits = config_.server.locks;
+  cc.snapshot_entries = config_.snapshot_entries;
+  cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
+  if (!cluster_->open(error)) return false;
+  server::ServerConfig sc = config_.server;
+  // Client ids name their node: the node id in the high 16 bits.
+  sc.first_client_id = (*config_.node_id << 48) + 1;
+  server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
+  if (!server_->listen(client_ep, error)) return false;
+  if (config_.admin) {
+    admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
+                         net::monotonic_now_ns(), {}, {}};
+    const cluster::ClusterNode* node = cluster_.get();
+    info.cluster = [node](TimeNs now) {
+      const cluster::NodeStatusView v = node->status(now);
+      admin::ClusterStatus c;
+      c.node_id = v.id;
+      c.role = std::string(role_name(v.role));
+      c.term = v.term;
+      c.leader_id = v.leader_id;
+      c.leader_addr = v.leader_addr;
+      c.commit_index = v.commit;
+      c.applied_index = v.applied;
+      c.serving = v.serving;
+      for (const cluster::MemberView& m : v.members) {
+        c.members.push_back(admin::ClusterMember{m.id, m.client_addr, m.raft_addr,
+                                                 m.leader ? "leader" : "follower", m.match,
+                                                 m.last_contact_ms});
+      }
+      return c;
+    };
+    info.cluster_metrics = [node](TimeNs now) {
+      admin::ClusterMetrics m;
+      const raft::RaftStats& r = node->raft_stats();
+      m.elections = r.elections_started;
+      m.pre_votes = r.pre_votes_started;
+      m.leaderships = r.leaderships;
+      m.leader_changes = node->leader_changes();
+      m.step_downs_check_quorum = r.step_downs_check_quorum;
+      m.snapshots_sent = r.snapshots_sent;
+      m.snapshots_installed = r.snapshots_installed;
+      const cluster::ReplicatedServiceStats& s = node->service_stats();
+      m.proposals = s.proposals;
+      m.proposals_refused = s.proposals_refused;
+      m.indeterminate = s.indeterminate;
+      m.commit_latency = node->commit_latency();
+      const storage::StorageStats& w = node->storage_stats();
+      m.wal_saves = w.saves;
+      m.wal_syncs = w.syncs;
+      m.wal_entries = w.entries;
+      m.wal_bytes = w.bytes;
+      m.snapshots_written = w.snapshots;
+      m.sync_latency = w.sync_latency;
+      for (const cluster::PeerStats& p : node->peer_stats()) {
+        admin::PeerLinkMetrics pm;
+        pm.id = p.id;
+        pm.link = std::string(cluster::to_string(p.link));
+        pm.inbound_connected = p.inbound_connected;
+        pm.bytes_sent = p.bytes_sent;
+        pm.bytes_received = p.bytes_received;
+        pm.messages_sent = p.messages_sent;
+        pm.messages_received = p.messages_received;
+        pm.messages_dropped = p.messages_dropped;
+        pm.reconnects = p.reconnects;
+        if (p.last_contact_ns != 0) {
+          pm.last_contact_seconds = static_cast<double>(now - p.last_contact_ns) / 1e9;
+        }
+        m.peers.push_back(std::move(pm));
+      }
+      return m;
+    };
+    admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
+    if (!admin_->listen(*config_.admin, error)) return false;
+  }
+  spdlog::info("lockd {} listening on {} (mode=cluster, node {})", version::full(),
+               server_->bound().to_string(), *config_.node_id);
+  if (!cluster_->listen(error)) return false;
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
   return true;
 }
@@ -84,6 +189,35 @@ void Daemon::begin_shutdown(int sig) {
   }
   stopping_ = true;
   spdlog::info("signal {}: stopping; finishing replies already decided", sig);
+  if (cluster_ && cluster_->transfer_leadership()) {
+    // Wait (bounded) until a follower has taken over, so clients are
+    // redirected at once instead of waiting out an election timeout.
+    handover_deadline_ns_ =
+        net::monotonic_now_ns() + 2 * ms_to_ns(config_.election_timeout_ms) + 200 * kNsPerMs;
+    handover_poll_ = evtimer_new(base_, &Daemon::on_handover_poll, this);
+    event_add(handover_poll_, &kHandoverPoll);
+    return;
+  }
+  drain();
+}
+
+void Daemon::on_handover_poll(int, short, void* arg) {
+  auto* self = static_cast<Daemon*>(arg);
+  const bool moved = self->cluster_->role() != raft::Role::kLeader;
+  if (moved || net::monotonic_now_ns() >= self->handover_deadline_ns_) {
+    if (moved) {
+      spdlog::info("leadership handed over to node {}", self->cluster_->leader());
+    } else {
+      spdlog::warn("leadership hand-over timed out; stopping anyway");
+    }
+    self->drain();
+    return;
+  }
+  event_add(self->handover_poll_, &kHandoverPoll);
+}
+
+void Daemon::drain() {
+  if (cluster_) cluster_->stop_accepting();
   server_->begin_shutdown();
   if (admin_) admin_->set_draining();
   drain_deadline_ = evtimer_new(
@@ -102,6 +236,9 @@ int Daemon::run() {
       spdlog::error("event loop failed");
       return 1;
     }
+    // Cluster first: applying entries queues replies that the server's
+    // end of turn then flushes.
+    if (cluster_) cluster_->after_turn();
     server_->after_turn();
     if (server_->drained()) break;
   }

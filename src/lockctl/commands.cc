@@ -34,7 +34,9 @@ int exit_for_http(int status) {
 
 // GETs `target` from the admin API. Returns the exit status; on success
 // (0) `out` holds the parsed body. With --json, prints the body as is.
-int fetch(const Globals& g, const std::string& target, json& out, int& http_status) {
+// `quiet_status`: an HTTP status the caller explains itself (no line here).
+int fetch(const Globals& g, const std::string& target, json& out, int& http_status,
+          int quiet_status = 0) {
   std::string error;
   const auto resp = http_get(g.admin, target, error);
   if (!resp) {
@@ -49,7 +51,7 @@ int fetch(const Globals& g, const std::string& target, json& out, int& http_stat
   out = json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
   if (resp->status == 404 && !g.json && out.is_object() && out.contains("key")) {
     fail(fmt::format("{}: not found (no such key)", cell(out["key"])));
-  } else if (resp->status != 200 && !g.json) {
+  } else if (resp->status != 200 && resp->status != quiet_status && !g.json) {
     std::string why = out.is_object() && out.contains("message") ? cell(out["message"])
                       : out.is_object() && out.contains("error")  ? cell(out["error"])
                                                                    : resp->body;
@@ -181,20 +183,13 @@ int cmd_lock(const Globals& g, const std::string& key) {
 int cmd_cluster(const Globals& g) {
   json j;
   int http = 0;
-  const int rc = fetch(g, "/v1/cluster", j, http);
-  if (rc != kExitOk || g.json) return rc;
-  print(fmt::format("node {}  leader {}  term {}  commit index {}\n\n", str_or_dash(j, "node_id"),
-                    str_or_dash(j, "leader_id"), str_or_dash(j, "term"),
-                    str_or_dash(j, "commit_index")));
-  Table t({"ID", "ROLE", "CLIENT", "RAFT", "MATCH INDEX", "LAST CONTACT"});
-  for (const json& m : j.value("members", json::array())) {
-    t.add({str_or_dash(m, "id"), str_or_dash(m, "role"), str_or_dash(m, "client_addr"),
-           str_or_dash(m, "raft_addr"), str_or_dash(m, "match_index"),
-           m.value("last_contact_ms", json()).is_number()
-               ? human_duration_ms(m["last_contact_ms"].get<std::int64_t>()) + " ago"
-               : "-"});
+  const int rc = fetch(g, "/v1/cluster", j, http, /*quiet_status=*/404);
+  if (http == 404 && !g.json) {
+    fail(fmt::format("{} runs in single mode: there is no cluster to show (HTTP 404)",
+                     g.admin.to_string()));
   }
-  print(t.render());
+  if (rc != kExitOk || g.json) return rc;
+  print(render_cluster(j));
   return kExitOk;
 }
 
@@ -204,11 +199,19 @@ namespace {
 // maps its letter to the exit status.
 int protocol_request(const Globals& g, const std::string& line, int timeout_ms) {
   net::Endpoint target = g.addr;
+  std::string redirected_by;  // the node whose `M` sent us to `target`
   for (int hop = 0;; ++hop) {
     std::string error;
     const auto reply = exchange_line(target, line, timeout_ms, error);
     if (!reply) {
-      fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+      if (redirected_by.empty()) {
+        fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+      } else {
+        // A follower that has not yet noticed its leader died points at it.
+        fail(fmt::format("cannot reach the leader {} that {} named: {} (a leader change under "
+                         "way? try again)",
+                         target.to_string(), redirected_by, error));
+      }
       return kExitUnreachable;
     }
     const char kind = reply->empty() ? '?' : (*reply)[0];
@@ -219,10 +222,23 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       std::string perr;
       if (a != std::string::npos) {
         if (auto ep = net::parse_endpoint(reply->substr(a + 1, b - a - 1), perr)) {
+          redirected_by = target.to_string();
           target = *ep;
           continue;
         }
       }
+      fail(fmt::format("{} redirected to a leader address lockctl cannot use", target.to_string()));
+    } else if (kind == 'M') {
+      fail(fmt::format("still redirected after {} hops (leadership moving?); try again",
+                       kMaxRedirects));
+    } else if (reply->starts_with("E no_leader")) {
+      fail(fmt::format("{} knows no leader (an election is under way?); the request was not "
+                       "processed, try again",
+                       target.to_string()));
+    } else if (reply->starts_with("E indeterminate")) {
+      fail(fmt::format("{} lost leadership before the request committed: it may or may not "
+                       "have taken effect",
+                       target.to_string()));
     }
     if (g.json) {
       json j{{"reply", std::string(1, kind)}, {"line", *reply}};

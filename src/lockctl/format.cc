@@ -28,6 +28,37 @@ std::string cell(const nlohmann::ordered_json& v) {
   return v.dump();
 }
 
+std::string render_cluster(const nlohmann::ordered_json& j) {
+  using json = nlohmann::ordered_json;
+  const auto field = [](const json& o, const char* name) {
+    return o.is_object() && o.contains(name) ? cell(o[name]) : std::string("-");
+  };
+  std::string out = fmt::format("node {}  leader {}  term {}  commit index {}\n\n",
+                                field(j, "node_id"), field(j, "leader_id"), field(j, "term"),
+                                field(j, "commit_index"));
+  // Lag needs the leader's commit index, which only the leader's own view
+  // pairs with match indexes.
+  const json commit = j.is_object() ? j.value("commit_index", json()) : json();
+  Table t({"ID", "ROLE", "CLIENT", "RAFT", "MATCH", "LAG", "LAST CONTACT"});
+  const json members = j.is_object() ? j.value("members", json::array()) : json::array();
+  for (const json& m : members) {
+    if (!m.is_object()) continue;
+    const json match = m.value("match_index", json());
+    std::string lag = "-";
+    if (match.is_number_unsigned() && commit.is_number_unsigned()) {
+      const auto c = commit.get<std::uint64_t>();
+      const auto mi = match.get<std::uint64_t>();
+      lag = std::to_string(c > mi ? c - mi : 0);  // a match past commit is not behind
+    }
+    const json contact = m.value("last_contact_ms", json());
+    t.add({field(m, "id"), field(m, "role"), field(m, "client_addr"), field(m, "raft_addr"),
+           field(m, "match_index"), lag,
+           contact.is_number() ? human_duration_ms(contact.get<std::int64_t>()) + " ago" : "-"});
+  }
+  out += t.render();
+  return out;
+}
+
 std::string Table::render(const std::string& indent) const {
   std::vector<std::size_t> width;
   for (const auto& row : rows_) {

@@ -1,4 +1,5 @@
-// Human output for lockctl: durations with units and aligned tables.
+// Human output for lockctl: durations with units, aligned tables and the
+// cluster view.
 // Pure functions, shared by the one-shot commands and `lockctl top`.
 #pragma once
 
@@ -16,6 +17,12 @@ std::string human_duration_ms(std::int64_t ms);
 std::string human_expiry_ms(std::int64_t expires_in_ms);
 // A JSON value as a table cell: strings bare, null as `-`.
 std::string cell(const nlohmann::ordered_json& v);
+
+// `lockctl cluster`'s human output from a GET /v1/cluster body: a header
+// line (node, leader, term, commit index), then one row per member with
+// LAG = the leader's commit index - the member's match index (only the
+// leader knows match indexes, so elsewhere MATCH and LAG are `-`).
+std::string render_cluster(const nlohmann::ordered_json& cluster);
 
 // A table with a header row; columns padded to their widest cell.
 class Table {

@@ -166,6 +166,19 @@ bool LockTable::cancel_waiter(WaiterId id) {
   return true;
 }
 
+void LockTable::set_next_token(Token next) {
+  LOCKD_CHECK(next >= next_token_);
+  next_token_ = next;
+}
+
+std::size_t LockTable::cancel_all_waiters() {
+  std::vector<WaiterId> ids;
+  ids.reserve(waiter_index_.size());
+  for (const auto& [id, ref] : waiter_index_) ids.push_back(id);
+  for (const WaiterId id : ids) cancel_waiter(id);
+  return ids.size();
+}
+
 void LockTable::push_deadline(Deadline d) {
   deadlines_.push_back(std::move(d));
   std::push_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});

@@ -11,14 +11,21 @@
 
 namespace lockd::server {
 
-LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Token first_token)
+LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Token first_token,
+                       LockService* service)
     : base_(base),
       config_(config),
+      service_(service),
       table_(config.locks, first_token),
       listener_(base, [this](int fd) { accept(fd); }),
       deadline_timer_(base, [this] { on_deadline_timer(); }),
       sweep_timer_(base, [this] { on_sweep_timer(); }),
-      sweep_continue_(base, [this] { run_sweep_slice(); }) {
+      sweep_continue_(base, [this] { run_sweep_slice(); }),
+      next_conn_id_(config.first_client_id) {
+  if (service_ != nullptr) {
+    service_->attach(*this);
+    return;  // the service owns every deadline; there is nothing to sweep here
+  }
   sweep_timer_.arm_every(config_.sweep_interval_ns);
 }
 
@@ -81,6 +88,16 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
 
 bool LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
   std::string& out = client.conn->out();
+  if (service_ != nullptr) {
+    if (req.verb == proto::Verb::kAcquire) {
+      ++stats_.requests_acquire;
+    } else if (req.verb == proto::Verb::kKeep) {
+      ++stats_.requests_keep;
+    } else {
+      ++stats_.requests_release;
+    }
+    return service_->handle(client.conn->id(), req, now, out, stats_);
+  }
   if (req.verb == proto::Verb::kAcquire) {
     ++stats_.requests_acquire;
     const locks::WaiterId waiter = next_waiter_id_++;
@@ -164,9 +181,22 @@ void LockServer::on_closed(net::Connection& conn) {
                  config_.output.max_bytes);
   }
   // A waiter belongs to its connection (§9): cancel without a reply.
+  if (service_ != nullptr) service_->client_closed(conn.id());
   for (const locks::WaiterId w : it->second.waiting) table_.cancel_waiter(w);
   it->second.waiting.clear();
   closed_.push_back(conn.id());
+}
+
+std::string* LockServer::reply_buffer(locks::ClientId client, ReplyKind kind) {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.conn->closed()) return nullptr;
+  stats_.count(kind);
+  return &it->second.conn->out();
+}
+
+void LockServer::reply_queued(locks::ClientId client) {
+  auto it = clients_.find(client);
+  if (it != clients_.end() && !it->second.conn->closed()) it->second.conn->reply_queued();
 }
 
 void LockServer::on_deadline_timer() {
@@ -213,7 +243,7 @@ void LockServer::after_turn() {
   pending_writes_.clear();
   for (const std::uint64_t id : closed_) clients_.erase(id);
   closed_.clear();
-  if (!shutting_down_) rearm_deadline_timer(net::monotonic_now_ns());
+  if (!shutting_down_ && service_ == nullptr) rearm_deadline_timer(net::monotonic_now_ns());
 }
 
 void LockServer::begin_shutdown() {

@@ -66,9 +66,9 @@ TEST(LockCommandKeep, RejectsWhatTheLockTableWouldRefuse) {
   bad = good;
   bad.now_ns = -1;
   EXPECT_EQ(decode(bad), LockCommandError::kBadField);
-  // A type past Keep is still unknown.
+  // A type past the last one (Clock) is still unknown.
   std::string bytes = encode_lock_command(good);
-  bytes[1] = 6;
+  bytes[1] = static_cast<char>(kMaxLockCommandType + 1);
   LockCommand back;
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }

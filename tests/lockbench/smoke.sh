@@ -3,7 +3,8 @@
 # free loopback port. Passes when each run completes with exit status 0
 # (zero protocol errors, every waiter served in FIFO order); never asserts
 # speed. Also checks the clear-error paths: a server that is down (exit 3)
-# and one that speaks another protocol (exit 4).
+# and one that speaks another protocol (exit 4). The cluster target runs
+# against a real cluster in cluster_smoke.sh.
 set -euo pipefail
 
 LOCKD=${1:?usage: smoke.sh LOCKD LOCKBENCH}
@@ -48,6 +49,15 @@ grep -qE '"kept": [1-9]' "$work/hold_keep.json"
 run -w waiters --waiters $WAITERS -d 30 --json >"$work/waiters.json"
 grep -q '"fifo_violations": 0' "$work/waiters.json"
 grep -q "\"served\": $WAITERS" "$work/waiters.json"
+
+# The cluster target's leader search, against one single-mode lockd listed
+# after a dead member: it skips the dead one and settles on the node that
+# answers the no-op probe itself.
+dead_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$LOCKBENCH" --cluster "127.0.0.1:$dead_port,127.0.0.1:$port" --quiet -w uncontended -c 4 -d 1 \
+  --json >"$work/cluster.json"
+grep -q "\"leader\": \"127.0.0.1:$port\"" "$work/cluster.json"
+grep -q '"protocol_errors": 0' "$work/cluster.json"
 
 # A server that answers in another protocol: one line, exit 4.
 set +e

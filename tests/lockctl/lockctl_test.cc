@@ -1,8 +1,12 @@
 // lockctl against a real lockd (and against none): every command, human and
 // JSON output, exit statuses 0/1/2/3, `acquire --wait` blocking, and
 // `lockctl top` driven under tmux (a real pseudo-terminal).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +17,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -284,6 +290,208 @@ TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   Outcome cl = f.ctl({"cluster"});
   EXPECT_EQ(cl.status, 1);  // 404 in single mode
   EXPECT_EQ(std::count(cl.err.begin(), cl.err.end(), '\n'), 1) << cl.err;
+}
+
+// A stand-in for a cluster node: a thread on a free loopback port that
+// reads one request (a protocol line, or an HTTP request head), answers
+// with whatever `answer` returns for it, and closes. Lets the tests play
+// followers that redirect, nodes that know no leader, and a leader's
+// /v1/cluster, without a cluster.
+class FakeNode {
+ public:
+  using Answer = std::function<std::string(const std::string& request)>;
+  explicit FakeNode(Answer answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeNode() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> requests() {
+    const std::lock_guard<std::mutex> g(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::string req;
+      char buf[4096];
+      const auto done = [&] {
+        return req.starts_with("GET ") ? req.find("\r\n\r\n") != std::string::npos
+                                       : req.find('\n') != std::string::npos;
+      };
+      while (!done()) {
+        pollfd q{c, POLLIN, 0};
+        if (::poll(&q, 1, 3000) <= 0) break;
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<std::size_t>(n));
+      }
+      if (!req.starts_with("GET ") && req.find('\n') != std::string::npos) {
+        req.resize(req.find('\n'));
+      }
+      {
+        const std::lock_guard<std::mutex> g(mu_);
+        requests_.push_back(req);
+      }
+      const std::string out = answer_(req);
+      (void)!::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+
+  Answer answer_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+  std::thread thread_;
+};
+
+std::string http_reply(int status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) +
+         " X\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// `A alice k` -> `alice k`, `R 5 k` -> `5 k`: the echo a cluster reply carries.
+std::string echo_of(const std::string& line) {
+  const auto f = fields(line);
+  std::string e;
+  for (std::size_t i = 1; i < f.size() && i < 3; ++i) e += (i > 1 ? " " : "") + f[i];
+  return e;
+}
+
+Outcome ctl_at(const std::string& addr, std::vector<std::string> args) {
+  std::vector<std::string> argv{lockctl_binary(), "--addr", addr, "--admin", addr};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+TEST(LockctlClusterTest, AcquireReleaseKeepFollowRedirectsToTheLeader) {
+  FakeNode leader([](const std::string& req) {
+    const auto f = fields(req);
+    if (f[0] == "A") return "A 77 " + echo_of(req) + "\n";
+    if (f[0] == "R") return "R " + echo_of(req) + "\n";
+    return "K " + echo_of(req) + "\n";
+  });
+  // Two hops: follower 1 points at follower 2, which points at the leader.
+  const std::string leader_addr = leader.addr();
+  FakeNode f2([&](const std::string& req) { return "M " + leader_addr + " " + echo_of(req) + "\n"; });
+  const std::string f2_addr = f2.addr();
+  FakeNode f1([&](const std::string& req) { return "M " + f2_addr + " " + echo_of(req) + "\n"; });
+
+  Outcome a = ctl_at(f1.addr(), {"acquire", "alice", "k", "--lease", "5000"});
+  EXPECT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out, "A 77 alice k\n");
+  EXPECT_EQ(leader.requests(), std::vector<std::string>{"A alice k 5000"});
+  EXPECT_EQ(f1.requests().size(), 1u);
+  EXPECT_EQ(f2.requests().size(), 1u);
+
+  Outcome r = ctl_at(f2.addr(), {"release", "77", "k"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "R 77 k\n");
+  Outcome k = ctl_at(f1.addr(), {"--json", "keep", "77", "k", "--lease", "9000"});
+  EXPECT_EQ(k.status, 0) << k.err;
+  EXPECT_EQ(json::parse(k.out)["reply"], "K");
+  EXPECT_EQ(leader.requests().back(), "K 77 k 9000");
+}
+
+TEST(LockctlClusterTest, RedirectToADeadLeaderSaysWhoSentUs) {
+  const std::string dead = dead_addr();
+  FakeNode follower([&](const std::string& req) { return "M " + dead + " " + echo_of(req) + "\n"; });
+  Outcome a = ctl_at(follower.addr(), {"acquire", "alice", "k"});
+  EXPECT_EQ(a.status, 3);
+  EXPECT_NE(a.err.find("cannot reach the leader " + dead + " that " + follower.addr()),
+            std::string::npos)
+      << a.err;
+  EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 1) << a.err;
+}
+
+TEST(LockctlClusterTest, GivesUpAfterThreeHops) {
+  // A node that redirects to itself forever: lockctl asks it 1 + 3 times.
+  std::string self;
+  FakeNode loop([&](const std::string& req) { return "M " + self + " " + echo_of(req) + "\n"; });
+  self = loop.addr();
+  Outcome a = ctl_at(loop.addr(), {"acquire", "alice", "k"});
+  EXPECT_EQ(a.status, 1);
+  EXPECT_EQ(loop.requests().size(), 4u);
+  EXPECT_NE(a.err.find("redirected"), std::string::npos) << a.err;
+  EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 1) << a.err;
+}
+
+TEST(LockctlClusterTest, NoLeaderAndIndeterminateExitOneWithAClearLine) {
+  FakeNode none([](const std::string& req) { return "E no_leader " + echo_of(req) + "\n"; });
+  Outcome a = ctl_at(none.addr(), {"acquire", "alice", "k"});
+  EXPECT_EQ(a.status, 1);
+  EXPECT_EQ(a.out, "E no_leader alice k\n");
+  EXPECT_NE(a.err.find("no leader"), std::string::npos) << a.err;
+  EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 1) << a.err;
+  Outcome aj = ctl_at(none.addr(), {"--json", "release", "5", "k"});
+  EXPECT_EQ(aj.status, 1);
+  EXPECT_EQ(json::parse(aj.out)["error"], "no_leader");
+
+  // Redirected to a leader that then loses leadership mid-request.
+  FakeNode lost([](const std::string& req) { return "E indeterminate " + echo_of(req) + "\n"; });
+  const std::string lost_addr = lost.addr();
+  FakeNode follower([&](const std::string& req) { return "M " + lost_addr + " " + echo_of(req) + "\n"; });
+  Outcome r = ctl_at(follower.addr(), {"release", "5", "k"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "E indeterminate 5 k\n");
+  EXPECT_NE(r.err.find("may or may not"), std::string::npos) << r.err;
+}
+
+TEST(LockctlClusterTest, ClusterTableShowsRolesMatchAndLag) {
+  const std::string body = R"({"node_id":1,"leader_id":1,"term":4,"commit_index":120,"members":[)"
+                           R"({"id":1,"client_addr":"127.0.0.1:7001","raft_addr":"127.0.0.1:8001","role":"leader","match_index":120,"last_contact_ms":0},)"
+                           R"({"id":2,"client_addr":"127.0.0.1:7002","raft_addr":"127.0.0.1:8002","role":"follower","match_index":117,"last_contact_ms":12},)"
+                           R"({"id":3,"client_addr":"127.0.0.1:7003","raft_addr":"127.0.0.1:8003","role":"follower","match_index":null,"last_contact_ms":null}]})";
+  FakeNode admin([&](const std::string& req) {
+    return req.starts_with("GET /v1/cluster ") ? http_reply(200, body) : http_reply(404, "{}");
+  });
+  Outcome c = ctl_at(admin.addr(), {"cluster"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("leader 1  term 4  commit index 120"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("ID  ROLE      CLIENT          RAFT            MATCH  LAG  LAST CONTACT"),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("2   follower  127.0.0.1:7002  127.0.0.1:8002  117    3    12ms ago"),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("3   follower  127.0.0.1:7003  127.0.0.1:8003  -      -    -"),
+            std::string::npos)
+      << c.out;
+  Outcome j = ctl_at(admin.addr(), {"--json", "cluster"});
+  EXPECT_EQ(j.status, 0);
+  EXPECT_EQ(j.out, body + "\n");  // unchanged
+}
+
+TEST(LockctlClusterTest, SingleModeClusterIsAClearOneLineExitOne) {
+  Fixture f;
+  Outcome cl = f.ctl({"cluster"});
+  EXPECT_EQ(cl.status, 1);
+  EXPECT_NE(cl.err.find("single mode"), std::string::npos) << cl.err;
+  EXPECT_EQ(std::count(cl.err.begin(), cl.err.end(), '\n'), 1) << cl.err;
+  Outcome j = f.ctl({"--json", "cluster"});
+  EXPECT_EQ(j.status, 1);
+  EXPECT_EQ(json::parse(j.out)["error"], "not_found");
 }
 
 TEST(LockctlTest, UsageErrorsExitTwo) {

@@ -218,3 +218,21 @@ TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
 
 }  // namespace
 }  // namespace lockd::storage
+
+namespace lockd::storage {
+namespace {
+
+TEST(SnapshotPolicy, DueAfterEntriesOrBytesWhicheverFirst) {
+  const SnapshotPolicy p{100, 1000};
+  EXPECT_FALSE(p.due(50, 0, 0));
+  EXPECT_TRUE(p.due(100, 0, 0));
+  EXPECT_FALSE(p.due(150, 100, 999));
+  EXPECT_TRUE(p.due(150, 100, 1000));
+  EXPECT_FALSE(p.due(100, 100, 5000));  // nothing applied since the snapshot
+  const SnapshotPolicy entries_only{10, 0};
+  EXPECT_FALSE(entries_only.due(5, 0, 1u << 30));
+  EXPECT_TRUE(entries_only.due(10, 0, 0));
+}
+
+}  // namespace
+}  // namespace lockd::storage

@@ -52,8 +52,13 @@ class LockdBackend final : public Backend {
       case LockdReplyKind::kNotReleased: out.outcome = Outcome::kNotReleased; break;
       case LockdReplyKind::kKept: out.outcome = Outcome::kKept; break;
       case LockdReplyKind::kMoved:
+        out.outcome = Outcome::kMoved;
+        out.detail = r.code;  // the leader's client address
+        break;
       case LockdReplyKind::kError:
-        out.outcome = Outcome::kError;
+        out.outcome = r.code == "no_leader"       ? Outcome::kNoLeader
+                      : r.code == "indeterminate" ? Outcome::kIndeterminate
+                                                  : Outcome::kError;
         out.detail = in.substr(0, consumed - 1);
         break;
     }

@@ -32,7 +32,10 @@ enum class Outcome : std::uint8_t {
   kKept,         // lockd `K`; Redis `:1` to the keep script
   kHandshakeOk,  // Redis: the script's SHA
   kPong,         // Redis `+PONG`
-  kError,        // lockd `E`/`M`, a Redis error, or a reply of the wrong type
+  kMoved,        // lockd cluster `M <leader> <echo>`: ask the leader (detail: its address)
+  kNoLeader,     // lockd cluster `E no_leader <echo>`: an election is under way
+  kIndeterminate,  // lockd cluster `E indeterminate <echo>`: leadership lost mid-request
+  kError,        // lockd `E`, a Redis error, or a reply of the wrong type
 };
 
 // One decoded reply. Views point into the connection's input buffer.

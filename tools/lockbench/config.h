@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend.h"
 
@@ -16,9 +17,20 @@ enum class Workload : std::uint8_t {
   kHoldKeep,     // random keys: acquire, extend the lease --keeps times, release
 };
 
+// A server address.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
 struct Config {
   std::string host = "127.0.0.1";
   std::uint16_t port = 7070;
+  // lockd cluster mode (--cluster or --addr given more than once): every
+  // member. lockbench finds the leader among them, follows `M` when
+  // leadership moves and reconnects when a node goes away.
+  std::vector<Endpoint> cluster;
   BackendKind backend = BackendKind::kLockd;
   Workload workload = Workload::kUncontended;
   std::uint32_t connections = 50;

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include "config.h"
 #include "keygen.h"
@@ -33,8 +35,13 @@ int main(int argc, char** argv) {
   using namespace lockbench;
   Config cfg;
   CLI::App app{"lockbench: load generator for lockd (and Redis, for comparison)"};
-  std::string addr = "127.0.0.1:7070";
-  app.add_option("--addr", addr, "server HOST:PORT")->capture_default_str();
+  std::vector<std::string> addrs;
+  app.add_option("--addr", addrs,
+                 "server HOST:PORT (default 127.0.0.1:7070); more than one: a lockd cluster");
+  std::vector<std::string> cluster;
+  app.add_option("--cluster", cluster,
+                 "lockd cluster members HOST:PORT,HOST:PORT,...: find the leader, follow M")
+      ->delimiter(',');
   const std::map<std::string, BackendKind> backends{{"lockd", BackendKind::kLockd},
                                                     {"redis", BackendKind::kRedis}};
   app.add_option("--backend", cfg.backend, "lockd or redis")
@@ -102,18 +109,36 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   cfg.progress = !quiet;
-  const auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    std::fprintf(stderr, "lockbench: --addr must be HOST:PORT, got '%s'\n", addr.c_str());
-    return kExitUsage;
+  const auto parse = [](const std::string& addr) -> std::optional<Endpoint> {
+    const auto colon = addr.rfind(':');
+    if (colon == std::string::npos || colon == 0) return std::nullopt;
+    try {
+      const unsigned long port = std::stoul(addr.substr(colon + 1));
+      if (port == 0 || port > 65535) return std::nullopt;
+      return Endpoint{addr.substr(0, colon), static_cast<std::uint16_t>(port)};
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  if (addrs.size() > 1) cluster.insert(cluster.begin(), addrs.begin(), addrs.end());
+  if (addrs.empty()) addrs.push_back("127.0.0.1:7070");
+  for (const std::string& a : cluster.empty() ? addrs : cluster) {
+    const auto ep = parse(a);
+    if (!ep) {
+      std::fprintf(stderr, "lockbench: addresses must be HOST:PORT, got '%s'\n", a.c_str());
+      return kExitUsage;
+    }
+    if (cluster.empty()) {
+      cfg.host = ep->host;
+      cfg.port = ep->port;
+    } else {
+      cfg.cluster.push_back(*ep);
+    }
   }
-  cfg.host = addr.substr(0, colon);
-  try {
-    const unsigned long port = std::stoul(addr.substr(colon + 1));
-    if (port == 0 || port > 65535) throw std::out_of_range("port");
-    cfg.port = static_cast<std::uint16_t>(port);
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "lockbench: bad port in --addr '%s'\n", addr.c_str());
+  if (!cfg.cluster.empty() &&
+      (cfg.backend != BackendKind::kLockd || cfg.workload == Workload::kWaiters)) {
+    std::fprintf(stderr, "lockbench: a cluster target takes the lockd backend and the "
+                         "uncontended, contended, hold or hold-keep workload\n");
     return kExitUsage;
   }
   if (dur->count() == 0 &&

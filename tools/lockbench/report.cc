@@ -62,6 +62,14 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
       {"ok", res.failure.empty()},
   };
   if (!res.failure.empty()) j["failure"] = res.failure;
+  if (!cfg.cluster.empty()) {
+    j["cluster"] = {{"leader", res.leader},
+                    {"moved", k.moved},
+                    {"no_leader", k.no_leader},
+                    {"indeterminate", k.indeterminate},
+                    {"lost", k.lost},
+                    {"reconnects", k.reconnects}};
+  }
   if (cfg.workload == Workload::kContended) {
     const auto& g = res.grants_per_connection;
     const auto [mn, mx] = std::minmax_element(g.begin(), g.end());
@@ -103,6 +111,11 @@ std::string report_text(const Config& cfg, const Results& res) {
       "protocol errors {}\n",
       k.granted, k.not_granted, k.busy, k.released, k.not_released, k.wait_timeouts,
       k.protocol_errors);
+  if (!cfg.cluster.empty()) {
+    s += fmt::format(
+        "  cluster: leader {}  M {}  no_leader {}  indeterminate {}  lost {}  reconnects {}\n",
+        res.leader, k.moved, k.no_leader, k.indeterminate, k.lost, k.reconnects);
+  }
   if (cfg.workload == Workload::kContended) {
     s += latency_line("acquire wait", res.acquire_wait_ns);
     s += latency_line("hand-off", res.handoff_ns);

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -20,9 +21,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "keygen.h"
+#include "lockd_codec.h"
 
 namespace lockbench {
 namespace {
@@ -44,6 +47,18 @@ constexpr std::uint64_t kMaxErrorsPrinted = 5;
 constexpr std::size_t kMaxQuotedBytes = 80;
 // Connections in `waiters` besides the waiters: the holder and the probe.
 constexpr std::uint32_t kWaitersExtraConnections = 2;
+// Cluster mode: how long to look for a leader before the run starts.
+constexpr std::int64_t kFindLeaderTimeoutMs = 10'000;
+// Cluster mode: one probe exchange (connect, `R 1 <fence>`, reply).
+constexpr int kProbeTimeoutMs = 1'000;
+// Cluster mode: `M` hops followed while looking for the leader.
+constexpr int kMaxProbeHops = 3;
+// Cluster mode: pause before a sequence that got `E no_leader` starts over,
+// and between rounds of reconnects when no member accepts.
+constexpr std::int64_t kNoLeaderPauseMs = 20;
+constexpr std::int64_t kReconnectPauseMs = 50;
+// Cluster mode: distinct addresses (members plus leaders named by `M`).
+constexpr std::size_t kMaxEndpoints = 64;
 
 std::int64_t now_ns() {
   timespec ts{};
@@ -93,6 +108,7 @@ struct Slot {
   std::int64_t first_attempt_ns = 0;   // when the current acquire began
   std::optional<PartitionKeys> hold_keys;
   event* retry_ev = nullptr;           // Redis: the sleep before a retry
+  bool restart_on_timer = false;       // cluster: retry_ev starts the sequence over
   std::uint32_t waiter_index = 0;      // waiters: order of enqueue
   bool enqueued = false;               // waiters: the server has it queued
   std::uint32_t keeps_left = 0;        // hold-keep: extensions still to send
@@ -123,6 +139,10 @@ struct Conn {
   std::size_t unstamped = 0;    // newest entries not yet given sent_ns
   bool handshaken = false;
   std::uint64_t grants = 0;
+  // Cluster mode.
+  std::size_t target = 0;  // index into Runner::endpoints_
+  bool lost = false;       // closed or moved: waits in Runner::lost_ for a reconnect
+  std::vector<Slot*> parked;  // slots whose requests were dropped, to start over
 };
 
 class Runner {
@@ -139,9 +159,20 @@ class Runner {
   static void on_end(evutil_socket_t, short, void* arg);
   static void on_drain_timeout(evutil_socket_t, short, void* arg);
   static void on_handshake_timeout(evutil_socket_t, short, void* arg);
+  static void on_reconnect(evutil_socket_t, short, void* arg);
 
   bool raise_fd_limit(std::uint64_t conns);
   bool connect_all(std::uint32_t conns);
+  // Opens `c` to endpoints_[index] (blocking connect) and arms its events.
+  bool open_conn(Conn& c, std::size_t index, std::string& error);
+
+  // Cluster mode.
+  bool find_leader();
+  std::optional<std::size_t> endpoint_index(std::string_view addr);
+  void conn_lost(Conn& c);
+  void reconnect(Conn& c);
+  void restart_slot(Slot& s);
+  bool cluster_reply(Conn& c, Slot& s, const Reply& r);
   void start();
   void stop_issuing();
   void fail(int code, std::string why);
@@ -185,6 +216,14 @@ class Runner {
   std::vector<Conn*> dirty_;
   std::vector<event*> timers_;
   UniformKeys keys_{1, 1};
+  // Cluster mode: members and leaders named by `M`; connections aim at
+  // endpoints_[leader_].
+  bool cluster_ = false;
+  std::vector<Endpoint> endpoints_;
+  std::vector<std::int64_t> down_until_ns_;  // per endpoint: refused a connect, skip until
+  std::size_t leader_ = 0;
+  std::vector<Conn*> lost_;       // connections waiting for on_reconnect
+  event* reconnect_ev_ = nullptr;
   std::vector<std::int64_t> hot_release_ns_;  // contended: last release sent, per hot key
 
   std::string prefix_;     // key prefix per workload
@@ -225,6 +264,7 @@ Runner::~Runner() {
     if (c->fd >= 0) close(c->fd);
   }
   for (event* t : timers_) event_free(t);
+  if (reconnect_ev_ != nullptr) event_free(reconnect_ev_);
   if (base_ != nullptr) event_base_free(base_);
 }
 
@@ -246,40 +286,57 @@ bool Runner::raise_fd_limit(std::uint64_t conns) {
   return true;
 }
 
-bool Runner::connect_all(std::uint32_t n) {
+bool Runner::open_conn(Conn& c, std::size_t index, std::string& error) {
+  const Endpoint& ep = endpoints_[index];
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* ai = nullptr;
-  const std::string port = std::to_string(cfg_.port);
-  const std::string where = cfg_.host + ":" + port;
-  if (int rc = getaddrinfo(cfg_.host.c_str(), port.c_str(), &hints, &ai); rc != 0) {
-    fail(kExitNoServer, "cannot resolve " + where + ": " + gai_strerror(rc));
+  const std::string port = std::to_string(ep.port);
+  if (int rc = getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &ai); rc != 0) {
+    error = "cannot resolve " + ep.to_string() + ": " + gai_strerror(rc);
     return false;
   }
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(ai, freeaddrinfo);
+  const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string("socket(): ") + std::strerror(errno);
+    return false;
+  }
+  // Blocking connect, one at a time: on loopback it completes at once,
+  // and it keeps set-up out of the measured interval.
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+    error = "cannot connect to " + ep.to_string() + " (connection " + std::to_string(c.id) +
+            "): " + std::strerror(errno);
+    close(fd);
+    // Cluster: a member that refuses is down for a while; an `M` naming it
+    // (followers still believe in a dead leader until they time out) must
+    // not send every connection back to it.
+    if (index < down_until_ns_.size()) down_until_ns_[index] = now_ns() + kReconnectPauseMs * kNsPerMs;
+    return false;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  c.fd = fd;
+  c.target = index;
+  c.lost = false;
+  c.read_ev = event_new(base_, c.fd, EV_READ | EV_PERSIST, &Runner::on_read, &c);
+  c.write_ev = event_new(base_, c.fd, EV_WRITE, &Runner::on_write, &c);
+  event_add(c.read_ev, nullptr);
+  return true;
+}
+
+bool Runner::connect_all(std::uint32_t n) {
   for (std::uint32_t i = 0; i < n; ++i) {
     auto c = std::make_unique<Conn>();
     c->runner = this;
     c->id = i;
-    c->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) {
-      fail(kExitNoServer, std::string("socket(): ") + std::strerror(errno));
+    std::string error;
+    if (!open_conn(*c, leader_, error)) {
+      fail(kExitNoServer, error);
       return false;
     }
-    // Blocking connect, one at a time: on loopback it completes at once,
-    // and it keeps set-up out of the measured interval.
-    if (connect(c->fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      fail(kExitNoServer, "cannot connect to " + where + " (connection " + std::to_string(i) +
-                              "): " + std::strerror(errno));
-      return false;
-    }
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
-    c->read_ev = event_new(base_, c->fd, EV_READ | EV_PERSIST, &Runner::on_read, c.get());
-    c->write_ev = event_new(base_, c->fd, EV_WRITE, &Runner::on_write, c.get());
-    event_add(c->read_ev, nullptr);
     conns_.push_back(std::move(c));
   }
   return true;
@@ -303,6 +360,16 @@ Results Runner::run() {
     fail(kExitFailed, "event_base_new failed");
     return res_;
   }
+  fence_key_ = cfg_.key_prefix + ":fence";
+  cluster_ = !cfg_.cluster.empty();
+  if (cluster_) {
+    endpoints_ = cfg_.cluster;
+    down_until_ns_.assign(endpoints_.size(), 0);
+    if (!find_leader()) return res_;
+    reconnect_ev_ = evtimer_new(base_, &Runner::on_reconnect, this);
+  } else {
+    endpoints_ = {Endpoint{cfg_.host, cfg_.port}};
+  }
   if (!connect_all(nconns)) return res_;
 
   // Slots: owners are unique per process and slot, so two runs (or a
@@ -321,7 +388,6 @@ Results Runner::run() {
   keys_ = UniformKeys(cfg_.workload == Workload::kContended ? cfg_.hot_keys : cfg_.keyspace,
                       cfg_.seed);
   prefix_ = cfg_.key_prefix + ":" + workload_name(cfg_.workload);
-  fence_key_ = cfg_.key_prefix + ":fence";
   probe_key_ = cfg_.key_prefix + ":probe";
   hot_release_ns_.assign(cfg_.hot_keys, 0);
 
@@ -353,6 +419,7 @@ Results Runner::run() {
     return res_;
   }
 
+  if (cluster_) res_.leader = endpoints_[leader_].to_string();
   const double elapsed_s = static_cast<double>(end_ns_ - start_ns_) / kNsPerSec;
   res_.elapsed_s = elapsed_s;
   res_.ops_per_s = elapsed_s > 0 ? static_cast<double>(res_.counters.ops) / elapsed_s : 0;
@@ -433,11 +500,16 @@ void Runner::finish() {
 }
 
 void Runner::after_callback() {
-  for (Conn* c : dirty_) {
-    c->dirty = false;
-    if (!c->write_armed) flush(*c);
+  // A flush can lose a connection, whose reconnect marks others dirty:
+  // take the list by value.
+  while (!dirty_.empty()) {
+    std::vector<Conn*> batch;
+    batch.swap(dirty_);
+    for (Conn* c : batch) {
+      c->dirty = false;
+      if (!c->write_armed) flush(*c);
+    }
   }
-  dirty_.clear();
   if (started_ && outstanding_ == 0 && res_.failure.empty()) finish();
 }
 
@@ -464,7 +536,7 @@ void Runner::mark_dirty(Conn& c) {
 }
 
 void Runner::flush(Conn& c) {
-  if (c.out_off >= c.out.size()) return;
+  if (c.lost || c.out_off >= c.out.size()) return;
   if (c.unstamped > 0) {
     // Requests are timed from the moment they first go to the socket.
     const std::int64_t t = now_ns();
@@ -480,6 +552,10 @@ void Runner::flush(Conn& c) {
   const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      if (cluster_) {
+        conn_lost(c);
+        return;
+      }
       fail(kExitNoServer, "connection " + std::to_string(c.id) + " lost: " + std::strerror(errno));
       return;
     }
@@ -496,7 +572,12 @@ void Runner::flush(Conn& c) {
 }
 
 void Runner::readable(Conn& c) {
+  if (c.lost) return;
   const ssize_t n = read(c.fd, c.in.data() + c.in_len, c.in.size() - c.in_len);
+  if (cluster_ && n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+    conn_lost(c);  // a member went away: find the leader again
+    return;
+  }
   if (n == 0) {
     fail(kExitNoServer, "the server closed connection " + std::to_string(c.id) +
                             (c.pending.empty() ? "" : " with requests outstanding"));
@@ -545,6 +626,9 @@ bool Runner::matches(const Pending& p, const Reply& r) const {
       if (r.outcome == Outcome::kReleased && p.kind != ReqKind::kRelease) return false;
       return (p.kind == ReqKind::kRelease || p.kind == ReqKind::kKeep) && p.token == r.token &&
              p.slot->key.view() == r.key;
+    case Outcome::kMoved:
+    case Outcome::kNoLeader:
+    case Outcome::kIndeterminate:
     case Outcome::kError:
       if (!r.owner.empty()) {
         return p.kind == ReqKind::kAcquire && p.slot->owner == r.owner &&
@@ -602,6 +686,8 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
   }
   --outstanding_;
   ++res_.counters.ops;
+  Slot& s = *p.slot;
+  if (cluster_reply(c, s, r)) return;
   const auto latency_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, now - p.sent_ns));
   res_.latency_ns.record(latency_ns);
   if (r.outcome == Outcome::kError) protocol_error(c, r.detail);
@@ -617,7 +703,6 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
     case Outcome::kKept: ++res_.counters.kept; break;
     default: break;
   }
-  Slot& s = *p.slot;
   if (r.outcome == Outcome::kGranted) s.token = r.token;
   if (p.kind == ReqKind::kKeep) res_.keep_ns.record(latency_ns);
   switch (cfg_.workload) {
@@ -674,8 +759,236 @@ void Runner::on_retry(evutil_socket_t, short, void* arg) {
   Slot& s = *static_cast<Slot*>(arg);
   Runner& r = *s.conn->runner;
   --r.outstanding_;
-  if (!r.stopping_) r.issue_acquire(s, r.cfg_.lease_ms, r.cfg_.wait_ms);
+  if (s.restart_on_timer) {
+    s.restart_on_timer = false;
+    r.restart_slot(s);
+  } else if (!r.stopping_) {
+    r.issue_acquire(s, r.cfg_.lease_ms, r.cfg_.wait_ms);
+  }
   r.after_callback();
+}
+
+// ---- cluster mode ---------------------------------------------------------------
+
+std::optional<std::size_t> Runner::endpoint_index(std::string_view addr) {
+  const std::size_t colon = addr.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  unsigned long port = 0;
+  try {
+    port = std::stoul(std::string(addr.substr(colon + 1)));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (port == 0 || port > 65535) return std::nullopt;
+  const Endpoint ep{std::string(addr.substr(0, colon)), static_cast<std::uint16_t>(port)};
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    if (endpoints_[i].host == ep.host && endpoints_[i].port == ep.port) return i;
+  }
+  if (endpoints_.size() >= kMaxEndpoints) return std::nullopt;
+  endpoints_.push_back(ep);
+  down_until_ns_.push_back(0);
+  return endpoints_.size() - 1;
+}
+
+// Asks each member in turn `R 1 <fence key>` (a no-op: nobody holds the
+// fence key) until one answers itself (`N`), following `M` to the leader.
+bool Runner::find_leader() {
+  const std::int64_t deadline = now_ns() + kFindLeaderTimeoutMs * kNsPerMs;
+  std::string last_error = "no member answered";
+  std::string probe;
+  encode_lockd_release(probe, 1, fence_key_);
+  for (std::size_t round = 0; now_ns() < deadline; ++round) {
+    std::size_t at = round % cfg_.cluster.size();
+    for (int hop = 0; hop <= kMaxProbeHops; ++hop) {
+      const Endpoint ep = endpoints_[at];
+      std::string line;
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(ep.port);
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* ai = nullptr;
+      bool ok = fd >= 0 && getaddrinfo(ep.host.c_str(), nullptr, &hints, &ai) == 0;
+      if (ok) {
+        sa.sin_addr = reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr;
+        freeaddrinfo(ai);
+        timeval tv{0, kProbeTimeoutMs * 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+             send(fd, probe.data(), probe.size(), MSG_NOSIGNAL) ==
+                 static_cast<ssize_t>(probe.size());
+      }
+      char buf[kMaxLockdReplyBytes];
+      while (ok && line.find('\n') == std::string::npos && line.size() < sizeof buf) {
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) ok = false;
+        if (n > 0) line.append(buf, static_cast<std::size_t>(n));
+      }
+      if (fd >= 0) close(fd);
+      LockdReply r;
+      if (!ok || line.find('\n') == std::string::npos ||
+          !parse_lockd_reply_line(std::string_view(line).substr(0, line.find('\n')), r)) {
+        last_error = ep.to_string() + (ok ? " answered '" + quote(line) + "'" : " did not answer");
+        break;
+      }
+      if (r.kind == LockdReplyKind::kNotReleased || r.kind == LockdReplyKind::kReleased) {
+        leader_ = at;
+        return true;
+      }
+      if (r.kind == LockdReplyKind::kMoved) {
+        const auto next = endpoint_index(r.code);
+        if (!next) break;
+        at = *next;
+        continue;
+      }
+      last_error = ep.to_string() + " answered '" + quote(line) + "'";
+      break;  // E no_leader: an election; try the next member
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kNoLeaderPauseMs));
+  }
+  fail(kExitNoServer, "no leader found within " + std::to_string(kFindLeaderTimeoutMs) +
+                          " ms (" + last_error + ")");
+  return false;
+}
+
+// A leader change seen in a reply (cluster mode): count it and start the
+// sequence over, at once or after a pause. Returns false for every other
+// reply (which also tells which node leads: the one that answered).
+bool Runner::cluster_reply(Conn& c, Slot& s, const Reply& r) {
+  const bool leader_change = r.outcome == Outcome::kMoved || r.outcome == Outcome::kNoLeader ||
+                             r.outcome == Outcome::kIndeterminate;
+  if (!cluster_) {
+    // One address: a cluster reply means lockbench was pointed at a
+    // cluster without --cluster. Say so (a protocol error, as before).
+    if (leader_change) {
+      protocol_error(c, std::string(r.outcome == Outcome::kMoved ? "M " : "") +
+                            std::string(r.detail) + " (a cluster? use --cluster)");
+    }
+    return false;
+  }
+  if (!leader_change) {
+    leader_ = c.target;  // it answered: it leads
+    return false;
+  }
+  bool pause = r.outcome == Outcome::kNoLeader;
+  if (r.outcome == Outcome::kNoLeader) ++res_.counters.no_leader;
+  if (r.outcome == Outcome::kIndeterminate) ++res_.counters.indeterminate;
+  if (r.outcome == Outcome::kMoved) {
+    ++res_.counters.moved;
+    const auto at = endpoint_index(r.detail);
+    if (!at) {
+      protocol_error(c, r.detail);  // an address we cannot use
+      pause = true;
+    } else if (down_until_ns_[*at] > now_ns()) {
+      // It names a member that just refused us: this follower has not yet
+      // noticed its leader died. Ask again after a pause.
+      pause = true;
+    } else {
+      leader_ = *at;
+      if (c.target != leader_) conn_lost(c);  // reconnect to the leader
+    }
+  }
+  if (!pause) {
+    restart_slot(s);  // after a move: lands on the new connection once open
+    return true;
+  }
+  if (stopping_) return true;
+  if (s.retry_ev == nullptr) s.retry_ev = evtimer_new(base_, &Runner::on_retry, &s);
+  s.restart_on_timer = true;
+  timeval tv{0, kNoLeaderPauseMs * 1000};
+  evtimer_add(s.retry_ev, &tv);
+  ++outstanding_;
+  return true;
+}
+
+void Runner::restart_slot(Slot& s) {
+  switch (cfg_.workload) {
+    case Workload::kUncontended: uncontended_next(s); break;
+    case Workload::kContended: contended_begin(s); break;
+    case Workload::kHold: hold_next(s); break;
+    case Workload::kHoldKeep: hold_keep_next(s); break;
+    case Workload::kWaiters: break;  // not run against a cluster (main refuses)
+  }
+}
+
+// Never frees the connection's events here: this may run inside their own
+// callbacks. on_reconnect does the closing, on the next loop turn.
+void Runner::conn_lost(Conn& c) {
+  if (c.lost) return;
+  c.lost = true;
+  event_del(c.read_ev);
+  event_del(c.write_ev);
+  c.write_armed = false;
+  lost_.push_back(&c);
+  ++outstanding_;  // the reconnect keeps the run alive
+  if (!evtimer_pending(reconnect_ev_, nullptr)) {
+    timeval tv{0, 0};
+    evtimer_add(reconnect_ev_, &tv);
+  }
+}
+
+void Runner::on_reconnect(evutil_socket_t, short, void* arg) {
+  Runner& r = *static_cast<Runner*>(arg);
+  std::vector<Conn*> todo;
+  todo.swap(r.lost_);
+  for (Conn* c : todo) {
+    --r.outstanding_;
+    r.reconnect(*c);
+  }
+  r.after_callback();
+}
+
+// Closes `c`, drops what it had outstanding, opens it to the leader (or,
+// failing that, any member) and starts its sequences over.
+void Runner::reconnect(Conn& c) {
+  if (c.read_ev != nullptr) event_free(c.read_ev);
+  if (c.write_ev != nullptr) event_free(c.write_ev);
+  c.read_ev = c.write_ev = nullptr;
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
+  const std::size_t sent = c.pending.size() - c.unstamped;
+  for (std::size_t i = 0; i < c.pending.size(); ++i) {
+    const Pending& p = c.pending[i];
+    --outstanding_;
+    if (i < sent) ++res_.counters.lost;  // the rest never left lockbench
+    if (p.slot != nullptr &&
+        std::find(c.parked.begin(), c.parked.end(), p.slot) == c.parked.end()) {
+      c.parked.push_back(p.slot);
+      ++outstanding_;  // until the slot starts over
+    }
+  }
+  c.pending.clear();
+  c.unstamped = 0;
+  c.out.clear();
+  c.out_off = 0;
+  c.in_len = 0;
+  bool open = false;
+  if (!stopping_) {
+    std::string error;
+    const std::int64_t now = now_ns();
+    for (std::size_t k = 0; k < endpoints_.size() && !open; ++k) {
+      const std::size_t at = (leader_ + k) % endpoints_.size();
+      if (down_until_ns_[at] <= now) open = open_conn(c, at, error);
+    }
+    if (!open) {
+      // Nobody accepts yet: try again shortly; the slots wait parked.
+      lost_.push_back(&c);
+      ++outstanding_;
+      timeval tv{0, kReconnectPauseMs * 1000};
+      evtimer_add(reconnect_ev_, &tv);
+      return;
+    }
+    ++res_.counters.reconnects;
+  }
+  std::vector<Slot*> parked;
+  parked.swap(c.parked);
+  for (Slot* sl : parked) {
+    --outstanding_;
+    restart_slot(*sl);  // nothing when stopping
+  }
 }
 
 bool Runner::limit_reached() {
@@ -940,6 +1253,15 @@ void Runner::on_progress(evutil_socket_t, short, void* arg) {
                static_cast<unsigned long long>(ops),
                static_cast<double>(r.res_.latency_ns.percentile(99)) / kNsPerMs,
                static_cast<unsigned long long>(r.res_.counters.protocol_errors));
+  if (r.cluster_) {
+    const Counters& k = r.res_.counters;
+    std::fprintf(stderr, "  leader %s  M %llu  no_leader %llu  indeterminate %llu  lost %llu",
+                 r.endpoints_[r.leader_].to_string().c_str(),
+                 static_cast<unsigned long long>(k.moved),
+                 static_cast<unsigned long long>(k.no_leader),
+                 static_cast<unsigned long long>(k.indeterminate),
+                 static_cast<unsigned long long>(k.lost));
+  }
   if (r.cfg_.workload == Workload::kWaiters) {
     std::fprintf(stderr, "  queued %u served %llu", r.next_enqueue_,
                  static_cast<unsigned long long>(r.res_.waiters_served));

@@ -37,6 +37,14 @@ struct Counters {
   std::uint64_t not_kept = 0;       // hold-keep: N / :0 to a keep of a lock we held
   std::uint64_t wait_timeouts = 0;  // a waiting acquire gave up
   std::uint64_t protocol_errors = 0;
+  // lockd cluster mode: replies and events of a leader change. Each is
+  // followed by starting that sequence over (after a short pause for
+  // no_leader), not counted as a protocol error.
+  std::uint64_t moved = 0;          // `M`: asked a follower
+  std::uint64_t no_leader = 0;      // `E no_leader`
+  std::uint64_t indeterminate = 0;  // `E indeterminate`
+  std::uint64_t lost = 0;           // requests dropped with a connection that closed or moved
+  std::uint64_t reconnects = 0;     // connections (re)opened after the first
 };
 
 struct Results {
@@ -56,6 +64,7 @@ struct Results {
   std::uint64_t fifo_violations = 0;
   double enqueue_ms = 0;  // time to queue every waiter
   double serve_ms = 0;    // first release to last waiter served
+  std::string leader;  // cluster: the address the run ended on
   // Empty on success; else a one-line reason and the exit status.
   std::string failure;
   int exit_code = kExitOk;

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lockd/common/latency_histogram.h"
 #include "lockd/common/time.h"
 #include "lockd/locks/lock_table.h"
 
@@ -40,13 +43,85 @@ constexpr std::size_t kMaxTopLimit = 100;
 // --max-waiters-per-key, which an operator may set very high).
 constexpr std::size_t kMaxWaitersListed = 10'000;
 
+// One cluster member as a node sees it (for /v1/cluster).
+struct ClusterMember {
+  std::uint64_t id = 0;
+  std::string client_addr;
+  std::string raft_addr;
+  std::string role;                            // "leader" for the leader, else "follower"
+  std::optional<std::uint64_t> match_index;    // known on the leader only
+  std::optional<std::int64_t> last_contact_ms; // known on the leader only
+};
+
+// A cluster node's Raft state, read fresh for every request (the seam
+// between the admin API and the cluster node).
+struct ClusterStatus {
+  std::uint64_t node_id = 0;
+  std::string role;           // leader | follower | candidate (a pre-candidate too)
+  std::uint64_t term = 0;
+  std::uint64_t leader_id = 0;  // 0: unknown
+  std::string leader_addr;    // the leader's client host:port; empty: unknown
+  std::uint64_t commit_index = 0;
+  std::uint64_t applied_index = 0;
+  bool serving = false;       // leader whose first entry of the term is applied
+  std::vector<ClusterMember> members;
+};
+
+// One peer link as this node's transport sees it, for /metrics.
+struct PeerLinkMetrics {
+  std::uint64_t id = 0;
+  std::string link;                // our outgoing link: down | connecting | connected
+  bool inbound_connected = false;  // the peer has a handshaken connection to us
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t messages_sent = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t messages_dropped = 0;  // link down, queue full, unsent at close
+  std::uint64_t reconnects = 0;
+  std::optional<double> last_contact_seconds;  // since its last byte; none: never
+};
+
+// A cluster node's counters for /metrics, read at scrape time. Counters
+// only grow; the histograms are copies (22 buckets each).
+struct ClusterMetrics {
+  // Raft core.
+  std::uint64_t elections = 0;        // campaigns started (term bumped)
+  std::uint64_t pre_votes = 0;        // pre-vote rounds started
+  std::uint64_t leaderships = 0;      // times this node became leader
+  std::uint64_t leader_changes = 0;   // times the leader this node knows changed
+  std::uint64_t step_downs_check_quorum = 0;
+  std::uint64_t snapshots_sent = 0;
+  std::uint64_t snapshots_installed = 0;
+  // Proposals (the leader's replicated lock service).
+  std::uint64_t proposals = 0;
+  std::uint64_t proposals_refused = 0;
+  std::uint64_t indeterminate = 0;    // E indeterminate replies
+  LatencyHistogram commit_latency;    // leader: WAL write -> applied, per entry
+  // WAL.
+  std::uint64_t wal_saves = 0;
+  std::uint64_t wal_syncs = 0;
+  std::uint64_t wal_entries = 0;
+  std::uint64_t wal_bytes = 0;
+  std::uint64_t snapshots_written = 0;
+  LatencyHistogram sync_latency;      // write + fdatasync of one save
+  std::vector<PeerLinkMetrics> peers;
+};
+
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
   std::string version;       // version::full(): "0.1.0+g9c497a1"
-  std::string mode;          // "single" (cluster fills the rest later)
+  std::string mode;          // "single" or "cluster"
   std::string listen;        // client address, host:port
   TimeNs started_ns = 0;     // monotonic, for uptime
+  // Cluster mode: the node's Raft state now. Empty in single mode.
+  std::function<ClusterStatus(TimeNs now_ns)> cluster;
+  // Cluster mode: the node's counters for /metrics. Empty in single mode.
+  std::function<ClusterMetrics(TimeNs now_ns)> cluster_metrics;
 };
+
+// `/readyz`: single mode always; cluster mode when this node can serve or
+// redirect A/R: the leader serving, or a follower that knows a leader.
+bool node_ready(const NodeInfo& node, TimeNs now_ns);
 
 // Milliseconds from `now` to `at`, rounded toward -infinity so a lease that
 // ran out even 1 ns ago is negative.
@@ -72,6 +147,9 @@ std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& 
 nlohmann::ordered_json status_json(const server::LockServer& server, const NodeInfo& node,
                                    TimeNs now_ns,
                                    std::optional<std::size_t> holders = std::nullopt);
+
+// `/v1/cluster` (cluster mode): every member as this node sees it.
+nlohmann::ordered_json cluster_json(const ClusterStatus& c);
 
 // `/v1/locks` query: keys starting with `prefix` and greater than `after`
 // (exclusive, for the next page), first `limit` in byte order.

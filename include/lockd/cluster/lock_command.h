@@ -25,9 +25,16 @@ enum class LockCommandType : std::uint8_t {
   kAcquire = 1,       // LockTable::acquire (queues when wait_ms > 0)
   kRelease = 2,       // LockTable::release(token, key)
   kExpire = 3,        // LockTable::expire(key, token), proposed by the leader's lease heap
-  kCancelWaiter = 4,  // LockTable::cancel_waiter(waiter): its client went away
+  kCancelWaiter = 4,  // LockTable::cancel_waiter(waiter): its client went away, or
+                      // its wait ran out (the leader answers `T` once this commits)
   kKeep = 5,          // LockTable::keep(token, key, lease_ms) (v1.1)
+  kLeaderStart = 6,   // a new leader's first entry: moves every lease onto its
+                      // clock (§8), drops every queued waiter (§10), and sets
+                      // the token base if the cluster has none yet
+  kClock = 7,         // the leader's clock reading, nothing else: keeps "the
+                      // latest old-leader reading" fresh while idle (§8)
 };
+constexpr std::uint8_t kMaxLockCommandType = 7;
 
 // One command; which fields matter depends on `type`.
 struct LockCommand {
@@ -40,6 +47,7 @@ struct LockCommand {
   locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
   locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
   locks::Token token = 0;      // kRelease, kExpire, kKeep
+  std::uint64_t token_base = 0;  // kLeaderStart: wall-clock ns, the token base if none is set yet
 
   bool operator==(const LockCommand&) const = default;
 };
@@ -49,6 +57,10 @@ constexpr std::size_t kMaxLockCommandField = 4096;
 // Longest lease or wait a command may carry: far above any --max-lease-ms
 // an operator would set, far below where now + lease overflows.
 constexpr std::uint64_t kMaxLockCommandMs = 366ull * 24 * 3600 * 1000;
+// Range of a LeaderStart token base (wall-clock ns): 2001-09-09 .. 2262,
+// so that base + any log index still fits in a token.
+constexpr std::uint64_t kMinTokenBase = 1'000'000'000'000'000'000ull;
+constexpr std::uint64_t kMaxTokenBase = 1ull << 63;
 
 // Why bytes were not a LockCommand.
 enum class LockCommandError {

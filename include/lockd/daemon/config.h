@@ -42,6 +42,7 @@ struct Config {
   std::string data_dir;
   std::uint64_t election_timeout_ms = 300;
   std::uint64_t heartbeat_ms = 50;
+  std::uint64_t snapshot_entries = 10'000;  // applied entries between snapshots
 };
 
 // The outcome of parsing: a config to run with, or an exit (help text

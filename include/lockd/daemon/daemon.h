@@ -1,6 +1,8 @@
 // Daemon: the one object main() builds (STYLE §4). Owns the event loop,
-// the lock server and (later) the admin API and the Raft node; runs the
-// loop until SIGTERM/SIGINT and drains before returning.
+// the lock server, the admin API and, in cluster mode, the cluster node
+// (Raft, storage, transport, replicated lock service); runs the loop until
+// SIGTERM/SIGINT and drains before returning. A leader first hands its
+// leadership to the most caught-up follower (bounded wait).
 //
 // The loop: each turn runs the ready callbacks (EVLOOP_ONCE), then the
 // end-of-turn work (flush replies, reap connections, re-arm timers), then
@@ -10,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "lockd/common/time.h"
 #include "lockd/daemon/config.h"
 
 struct event;
@@ -20,6 +23,9 @@ class LockServer;
 }
 namespace lockd::admin {
 class AdminServer;
+}
+namespace lockd::cluster {
+class ClusterNode;
 }
 
 namespace lockd::daemon {
@@ -39,14 +45,21 @@ class Daemon {
  private:
   static void on_signal(int sig, short, void* arg);
   void begin_shutdown(int sig);
+  // Stops the lock server and admin (after a leader's hand-over).
+  void drain();
+  bool start_cluster(std::string& error);
+  static void on_handover_poll(int, short, void* arg);
 
   Config config_;
   event_base* base_ = nullptr;
+  std::unique_ptr<cluster::ClusterNode> cluster_;  // cluster mode only; outlives server_
   std::unique_ptr<server::LockServer> server_;
   std::unique_ptr<admin::AdminServer> admin_;  // null with --admin off
   event* sigterm_ = nullptr;
   event* sigint_ = nullptr;
   event* drain_deadline_ = nullptr;  // gives up on slow readers at shutdown
+  event* handover_poll_ = nullptr;   // SIGTERM on a leader: waits for the transfer
+  TimeNs handover_deadline_ns_ = 0;
   bool stopping_ = false;
   bool stop_now_ = false;
 };

@@ -178,6 +178,17 @@ class LockTable {
   // if it is not waiting (already served or timed out).
   bool cancel_waiter(WaiterId id);
 
+  // Cluster mode: the token of the next grant. Each replicated entry sets
+  // it to (token base + entry index) before it applies, so every replica
+  // grants the same tokens. Tokens only grow: `next` below the current
+  // next token is our bug (checked).
+  void set_next_token(Token next);
+
+  // Cluster mode: drops every queued waiter without a reply (a new leader's
+  // first entry: the waiters' connections were on the old leader). Returns
+  // how many.
+  std::size_t cancel_all_waiters();
+
   // Single-mode clock: answers every wait that has run out (`T`) and hands
   // every expired key with waiters to its front waiter.
   void advance(TimeNs now, std::vector<Delivery>& out);

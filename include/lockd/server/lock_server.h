@@ -1,5 +1,9 @@
-// LockServer: the glue between client connections and the lock table, for
-// single mode.
+// LockServer: the glue between client connections and the lock table.
+//
+// Single mode: the server decides on its own LockTable (the local lock
+// service). Cluster mode: it is built with a LockService (lock_service.h)
+// that decides through Raft; the server then only frames, parses, routes
+// and flushes, and arms no deadline or sweep timer of its own.
 //
 // A request travels one straight line: a Connection hands bytes to
 // on_bytes(), the LineFramer cuts lines, the parser turns each into a
@@ -24,6 +28,7 @@
 #include "lockd/net/timer.h"
 #include "lockd/proto/line_framer.h"
 #include "lockd/proto/parser.h"
+#include "lockd/server/lock_service.h"
 #include "lockd/server/server_stats.h"
 
 struct event_base;
@@ -36,11 +41,18 @@ struct ServerConfig {
   std::size_t max_connections = 10'000;
   TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
   net::OutputLimits output;
+  // First client id. Cluster mode puts the node id in the high bits so a
+  // client id names its node in every replica's table.
+  std::uint64_t first_client_id = 1;
 };
 
-class LockServer final : public net::ConnectionHandler {
+class LockServer final : public net::ConnectionHandler, public ClientReplies {
  public:
-  LockServer(event_base* base, const ServerConfig& config, locks::Token first_token);
+  // `service` null: single mode on the server's own table, starting at
+  // `first_token`. Otherwise every request goes to `service` (not owned;
+  // outlives the server).
+  LockServer(event_base* base, const ServerConfig& config, locks::Token first_token,
+             LockService* service = nullptr);
   ~LockServer() override;
 
   // Starts accepting clients on `ep`. Returns false with `error` set.
@@ -59,7 +71,7 @@ class LockServer final : public net::ConnectionHandler {
   bool drained() const { return shutting_down_ && clients_.empty(); }
 
   // --- read-only views for the admin API and metrics ---
-  const locks::LockTable& table() const { return table_; }
+  const locks::LockTable& table() const { return service_ ? service_->table() : table_; }
   const ServerStats& stats() const { return stats_; }
   std::size_t connection_count() const { return clients_.size(); }
 
@@ -67,6 +79,10 @@ class LockServer final : public net::ConnectionHandler {
   void on_bytes(net::Connection& conn, std::string_view bytes) override;
   void on_pending_write(net::Connection& conn) override;
   void on_closed(net::Connection& conn) override;
+
+  // ClientReplies
+  std::string* reply_buffer(locks::ClientId client, ReplyKind kind) override;
+  void reply_queued(locks::ClientId client) override;
 
  private:
   // Per-connection protocol state.
@@ -88,6 +104,7 @@ class LockServer final : public net::ConnectionHandler {
 
   event_base* base_;
   ServerConfig config_;
+  LockService* service_;  // null in single mode
   locks::LockTable table_;
   net::Listener listener_;
   net::Timer deadline_timer_;

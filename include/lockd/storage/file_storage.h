@@ -14,6 +14,7 @@
 // Use:
 //   storage::FileStorage st({.dir = "/var/lib/lockd"});
 //   raft::StorageStatus s = st.open();        // refusals: print s.message, exit 2
+//   for (auto& line : st.recovery().notes) log it;   // torn tails truncated, leftovers removed
 //   ... restore the state machine from st.snapshot(), build Raft(cfg, st) ...
 //   per Ready: raft::drive_ready() -> persist_ready(st, rd) -> st.save(...)
 //   a failed save(): log s.message, exit non-zero, never advance()

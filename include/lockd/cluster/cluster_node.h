@@ -1,0 +1,159 @@
+// ClusterNode: one Raft member on the daemon's libevent loop.
+//
+// Owns the node's storage, the Raft core, the peer transport and the
+// replicated lock service, and drives them:
+// - a timer ticks the core every heartbeat (--heartbeat-ms is one tick;
+//   election_ticks = --election-timeout-ms / --heartbeat-ms);
+// - peer messages are stepped in as they arrive;
+// - once per loop turn, after_turn() runs the Ready cycle (raft::drive_ready:
+//   send, one save() = one fdatasync for the batch, install, apply,
+//   advance), lets the service notice leadership changes and propose what
+//   it deferred, and flushes the transport (one write per peer).
+// A failed save() stops the process at once (exit 1) without advance():
+// after a failed fsync nothing the node would say can be trusted.
+//
+// Storage is the file WAL in --data-dir (storage/file_storage.h). Every
+// snapshot_entries applied entries a forked child writes a snapshot of the
+// state machine (storage/snapshot_writer.h) and the log is compacted; a
+// follower too far behind gets the snapshot from the leader.
+//
+// Runs on the loop thread. Blocking fdatasync on the loop is accepted: it
+// is the node's commit latency either way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockd/cluster/commit_latency.h"
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/replicated_lock_service.h"
+#include "lockd/common/time.h"
+#include "lockd/net/timer.h"
+#include "lockd/raft/driver.h"
+#include "lockd/raft/raft.h"
+#include "lockd/raft/storage.h"
+#include "lockd/storage/file_storage.h"
+#include "lockd/storage/snapshot_writer.h"
+
+struct event_base;
+
+namespace lockd::cluster {
+
+struct PeerStats;  // peer_transport.h
+
+// Ready cycles per loop turn (each is one sync); more work waits a turn so
+// clients and peers are read in between.
+constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
+// Proposals beyond the commit index before requests are refused (`B` for
+// an `A`). Raft's default (4096) is a few loop turns of one pipelining
+// client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many
+// clients while still bounding the leader's memory.
+constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
+
+struct ClusterNodeConfig {
+  raft::NodeId self = raft::kNoNode;
+  std::vector<Member> members;  // every member, self included
+  std::string data_dir;
+  TimeNs heartbeat_ns = 50 * kNsPerMs;
+  int election_ticks = 6;
+  locks::Limits limits;
+  // A snapshot (and log compaction) once this many entries were applied
+  // since the last one.
+  std::uint64_t snapshot_entries = 10'000;
+};
+
+// One member as this node sees it, for /v1/status, /v1/cluster, metrics.
+struct MemberView {
+  raft::NodeId id = raft::kNoNode;
+  std::string client_addr;
+  std::string raft_addr;
+  bool leader = false;
+  std::optional<raft::Index> match;          // leader only
+  std::optional<std::int64_t> last_contact_ms;  // leader only, from the transport
+};
+
+// What the admin API reads instead of hard-coded role and term.
+struct NodeStatusView {
+  raft::NodeId id = raft::kNoNode;
+  raft::Role role = raft::Role::kFollower;
+  raft::Term term = 0;
+  raft::NodeId leader_id = raft::kNoNode;
+  std::string leader_addr;   // client host:port; empty when unknown
+  raft::Index commit = 0;
+  raft::Index applied = 0;
+  bool serving = false;      // leader with its first entry applied
+  std::vector<MemberView> members;
+};
+
+class ClusterNode final : private raft::ReadyHandler {
+ public:
+  ClusterNode(event_base* base, ClusterNodeConfig config);
+  ~ClusterNode() override;
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
+
+  // Opens storage, restores the state machine and builds the core and the
+  // service. False with `error` set on failure.
+  bool open(std::string& error);
+  // Listens on the raft address, dials peers and starts ticking.
+  bool listen(std::string& error);
+  // End-of-turn work (see the file comment).
+  void after_turn();
+
+  server::LockService& service() { return *service_; }
+  const ReplicatedLockService& replicated() const { return *service_; }
+  NodeStatusView status(TimeNs now_ns) const;
+  raft::Role role() const { return raft_->role(); }
+  raft::NodeId leader() const { return raft_->leader(); }
+
+  // Graceful stop on the leader: hands leadership to the follower with the
+  // highest match index. Returns false if not the leader (or no follower).
+  bool transfer_leadership();
+  // Stops taking requests (they get `E no_leader`).
+  void stop_accepting() { service_->stop_accepting(); }
+
+  // Counters for /metrics (admin reads them at scrape time).
+  const raft::RaftStats& raft_stats() const { return raft_->stats(); }
+  const storage::StorageStats& storage_stats() const { return storage_->stats(); }
+  const ReplicatedServiceStats& service_stats() const { return service_->stats(); }
+  std::vector<PeerStats> peer_stats() const;
+  const LatencyHistogram& commit_latency() const { return commit_latency_.histogram(); }
+  // Times the leader this node knows changed (to another node or to none).
+  std::uint64_t leader_changes() const { return leader_changes_; }
+
+ private:
+  // raft::ReadyHandler
+  void send(std::vector<raft::Message>& messages) override;
+  raft::StorageStatus persist(const raft::Ready& rd) override;
+  void install(const raft::Snapshot& snapshot) override;
+  void apply(const raft::Entry& entry) override;
+
+  void on_tick();
+  void on_service_timer();
+  void rearm_service_timer(TimeNs now);
+  // Starts a snapshot when enough was applied; finishes one in progress.
+  void maybe_snapshot();
+  [[noreturn]] void fail_storage(const std::string& message);
+
+  event_base* base_;
+  ClusterNodeConfig config_;
+  std::unique_ptr<storage::FileStorage> storage_;
+  std::unique_ptr<storage::SnapshotWriter> snapshots_;
+  raft::Index last_snapshot_index_ = 0;
+  std::unique_ptr<raft::Raft> raft_;
+  std::unique_ptr<class PeerTransport> transport_;
+  std::unique_ptr<ReplicatedLockService> service_;
+  net::Timer tick_timer_;
+  net::Timer service_timer_;  // the service's next expiry / wait / clock deadline
+  net::Timer kick_timer_;     // another Ready cycle next turn when one is left over
+  std::optional<TimeNs> armed_service_ns_;
+  CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
+  raft::NodeId last_leader_ = raft::kNoNode;
+  std::uint64_t leader_changes_ = 0;
+};
+
+}  // namespace lockd::cluster

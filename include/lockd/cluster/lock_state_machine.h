@@ -1,0 +1,93 @@
+// LockStateMachine: the replicated lock table, as every replica applies it
+// from the Raft log. Pure: no clock, socket or file.
+//
+// It wraps a LockTable with the three things replication adds:
+// - Tokens from the log. The token granted by the entry at index i is
+//   token_base + i (an entry grants at most one token), so every replica
+//   grants the same tokens and they only grow. The base is the wall clock
+//   in ns of the first leader, carried by its LeaderStart entry: a cluster's
+//   tokens start above every single-mode token handed out before (§10).
+//   Nothing is granted before the base is set.
+// - Table time. Commands carry their leader's monotonic clock reading
+//   (`now_ns`), meaningless on any other node. The table runs on "table
+//   time" = now_ns + offset, where the offset is set by each leader's first
+//   entry (LeaderStart) so that the new leader's now maps to the latest
+//   table time applied before it (`floor`), i.e. the latest old-leader
+//   reading the new leader has seen. Table time never goes back, and a
+//   lease is extended by the leader change's duration (the gap between the
+//   old leader's last stamped entry and the new leader's first), never
+//   ended early (§8). Only commands from the term of the latest LeaderStart
+//   advance the clock: anything else applies at the floor.
+// - Waiter ids from the log: an acquire's waiter id is its entry index.
+//
+// Runs on the node's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/cluster/lock_command.h"
+#include "lockd/common/time.h"
+#include "lockd/locks/lock_table.h"
+#include "lockd/raft/types.h"
+
+namespace lockd::cluster {
+
+// What applying one entry did; the leader turns it into replies.
+struct EntryResult {
+  bool command = false;  // a lock command (false: a Raft no-op or undecodable bytes)
+  LockCommand cmd;       // when `command`
+  TimeNs table_now_ns = 0;  // the table time it applied at
+  bool skipped = false;  // no token base yet: changed nothing
+  locks::AcquireOutcome acquire = locks::AcquireOutcome::kHeld;  // kAcquire
+  locks::Token granted = 0;  // kAcquire: the token granted to the caller
+  bool changed = false;  // kRelease released, kKeep kept, kExpire expired, kCancelWaiter cancelled
+  std::size_t waiters_dropped = 0;  // kLeaderStart
+  std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
+};
+
+class LockStateMachine {
+ public:
+  explicit LockStateMachine(locks::Limits limits);
+
+  // Applies the entry at applied() + 1. The result is valid until the next call.
+  const EntryResult& apply(const raft::Entry& e);
+
+  // Snapshot bytes: a small header (version, applied index, token base,
+  // clock offset, floor, clock term) as the lock table snapshot's app
+  // header (locks/lock_table_snapshot.h), then the table.
+  std::string snapshot() const;
+  // Replaces everything with a snapshot taken at `index` (untrusted bytes:
+  // false with a one-line `error`, and the machine unchanged, when they do
+  // not decode).
+  bool restore(std::string_view bytes, raft::Index index, std::string& error);
+
+  // The leader's clock <-> table time, with the offset of the latest
+  // LeaderStart applied (only meaningful on the node that proposed it).
+  TimeNs to_table_ns(TimeNs leader_now_ns) const { return leader_now_ns + offset_ns_; }
+  TimeNs to_leader_ns(TimeNs table_ns) const { return table_ns - offset_ns_; }
+
+  const locks::LockTable& table() const { return *table_; }
+  raft::Index applied() const { return applied_; }
+  std::uint64_t token_base() const { return token_base_; }
+  TimeNs offset_ns() const { return offset_ns_; }
+  TimeNs floor_ns() const { return floor_ns_; }
+  raft::Term clock_term() const { return clock_term_; }
+  std::uint64_t undecodable() const { return undecodable_; }
+
+ private:
+  locks::Limits limits_;
+  std::unique_ptr<locks::LockTable> table_;  // replaced whole by restore()
+  raft::Index applied_ = 0;
+  std::uint64_t token_base_ = 0;  // 0: no leader has started the cluster yet
+  TimeNs offset_ns_ = 0;          // table time = leader clock + offset
+  TimeNs floor_ns_ = 0;           // latest table time applied
+  raft::Term clock_term_ = 0;     // term of the LeaderStart that set the offset
+  std::uint64_t undecodable_ = 0; // entries that were not lock commands (a peer bug)
+  EntryResult result_;
+};
+
+}  // namespace lockd::cluster

@@ -1,0 +1,176 @@
+// ReplicatedLockService: the cluster-mode LockService (§8, §10).
+//
+// On the leader, every request becomes a LockCommand stamped with the
+// leader's monotonic clock and proposed to Raft; the reply is sent when the
+// entry at the proposal's (index, term) is applied. The leader also
+// proposes, on its own clock: Expire(key, token) when a lease runs out (its
+// min-heap of table deadlines), a CancelWaiter when a wait runs out (`T` is
+// sent only if that cancel commits with the waiter still queued), a
+// CancelWaiter without reply when a waiting client disconnects, a
+// LeaderStart as the first entry of its term, and a Clock entry while idle
+// with locks held (so the next leader's LeaderStart knows a recent reading).
+//
+// A follower answers `M <leader client addr> <echo>` or `E no_leader <echo>`.
+// On losing leadership every request not yet answered — proposals and
+// queued waiters — gets `E indeterminate <echo>`.
+//
+// Pure apart from the replies: no clock reads, no timers, no sockets. The
+// driver (ClusterNode) calls apply()/sync() around Raft's Ready cycle and
+// on_time() when next_deadline() passes; unit tests drive it with a
+// one-node Raft and a fake ClientReplies.
+//
+// Runs on the node's loop thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "lockd/cluster/lock_state_machine.h"
+#include "lockd/raft/raft.h"
+#include "lockd/server/lock_service.h"
+
+namespace lockd::cluster {
+
+// How often an idle leader with locks stamps its clock into the log. A
+// leader change extends leases by up to this much plus the change itself.
+constexpr TimeNs kDefaultClockIntervalNs = 250 * kNsPerMs;
+// Proposals made by one on_time() call (expiries, wait cancels); the rest
+// wait for the next turn so timers cannot starve client requests.
+constexpr std::size_t kMaxTimedProposalsPerTurn = 512;
+// After back-pressure (too many uncommitted entries) a timed proposal is
+// retried this much later.
+constexpr TimeNs kRetryDelayNs = 5 * kNsPerMs;
+
+struct ReplicatedServiceOptions {
+  locks::Limits limits;
+  std::map<raft::NodeId, std::string> client_addrs;  // every member's client host:port
+  TimeNs clock_interval_ns = kDefaultClockIntervalNs;
+  // The wall clock in ns, read once per leadership for the token base
+  // (injected so tests choose it).
+  std::function<TimeNs()> wall_clock_ns;
+};
+
+// Counters for logs and metrics; only grow.
+struct ReplicatedServiceStats {
+  std::uint64_t proposals = 0;            // every accepted propose()
+  std::uint64_t proposals_refused = 0;    // back-pressure or not leader
+  std::uint64_t indeterminate = 0;        // `E indeterminate` replies
+  std::uint64_t expiries_proposed = 0;
+  std::uint64_t wait_timeouts_proposed = 0;
+  std::uint64_t leaderships = 0;          // LeaderStart entries proposed
+};
+
+class ReplicatedLockService final : public server::LockService {
+ public:
+  ReplicatedLockService(raft::Raft& raft, ReplicatedServiceOptions options);
+
+  // --- server::LockService ---
+  void attach(server::ClientReplies& replies) override { replies_ = &replies; }
+  bool handle(locks::ClientId client, const proto::Request& req, TimeNs now_ns, std::string& out,
+              server::ServerStats& stats) override;
+  void client_closed(locks::ClientId client) override;
+  const locks::LockTable& table() const override { return sm_.table(); }
+
+  // --- the driver's side ---
+  // Applies one committed entry (Ready cycle) and answers whoever waits for it.
+  // Never proposes: Raft is between ready() and advance().
+  void apply(const raft::Entry& e);
+  // Replaces the state machine with a snapshot (a follower behind the
+  // leader's log, or a restart). False with `error` when the bytes are bad.
+  bool install(const raft::Snapshot& snapshot, std::string& error);
+  // The state machine's snapshot bytes (run in SnapshotWriter's child).
+  std::string snapshot() const { return sm_.snapshot(); }
+  // Outside the Ready cycle, after it: notices leadership gained or lost,
+  // proposes what apply() or client_closed() deferred.
+  void sync(TimeNs now_ns);
+  // Proposes expiries, wait cancels and clock entries due at `now_ns`.
+  void on_time(TimeNs now_ns);
+  // When on_time() next has work (leader only), on the local monotonic clock.
+  std::optional<TimeNs> next_deadline(TimeNs now_ns) const;
+  // Stops taking requests (graceful stop): new ones get `E no_leader`.
+  void stop_accepting() { accepting_ = false; }
+
+  // --- views ---
+  const LockStateMachine& state_machine() const { return sm_; }
+  // Leader of the current term, with its LeaderStart applied.
+  bool serving() const { return leader_ready_; }
+  std::size_t pending_count() const { return pending_.size(); }
+  const ReplicatedServiceStats& stats() const { return stats_; }
+
+ private:
+  // What an accepted proposal is waiting for.
+  enum class PendingKind : std::uint8_t {
+    kAcquire,        // a client's `A`
+    kRelease,        // a client's `R`
+    kKeep,           // a client's `K`
+    kTimeoutCancel,  // a waiter's wait ran out: `T` if the cancel takes effect
+    kInternal,       // no reply: LeaderStart, Clock, Expire, disconnect cancel
+  };
+  struct Pending {
+    raft::Term term = 0;
+    PendingKind kind = PendingKind::kInternal;
+    locks::ClientId client = 0;
+    std::string owner;  // kAcquire
+    std::string key;    // kAcquire, kRelease, kKeep
+    locks::Token token = 0;  // kRelease, kKeep
+    TimeNs wait_deadline_ns = 0;  // kAcquire: local clock
+    bool client_gone = false;     // kAcquire: cancel it if it queues
+  };
+  // A queued acquire proposed by this leader.
+  struct Waiter {
+    locks::ClientId client = 0;
+    std::string owner;
+    std::string key;
+    TimeNs wait_deadline_ns = 0;  // local clock
+    bool cancel_proposed = false;
+  };
+  struct TimedWaiter {
+    TimeNs at_ns;  // local clock
+    locks::WaiterId waiter;
+    bool operator>(const TimedWaiter& o) const { return at_ns > o.at_ns; }
+  };
+  struct TimedLease {
+    TimeNs at_table_ns;
+    locks::Token token;
+    std::string key;
+    bool operator>(const TimedLease& o) const { return at_table_ns > o.at_table_ns; }
+  };
+
+  bool is_leader() const;
+  raft::ProposeResult propose(LockCommand c, Pending p);
+  void lose_leadership();
+  void answer_pending(const Pending& p, const EntryResult& r, raft::Index index);
+  void deliver(const locks::Delivery& d);
+  void watch_lease(std::string_view key);
+  void rebuild_lease_heap();
+  void compact_heaps();
+  void reply_indeterminate(locks::ClientId client, const proto::Request& echo);
+
+  raft::Raft& raft_;
+  ReplicatedServiceOptions options_;
+  LockStateMachine sm_;
+  server::ClientReplies* replies_ = nullptr;
+  bool accepting_ = true;
+  raft::Term leader_term_ = 0;      // term we lead and have noticed; 0: not leading
+  bool leader_start_proposed_ = false;
+  raft::Index leader_start_index_ = 0;
+  bool leader_ready_ = false;       // our LeaderStart is applied: offset is ours
+  TimeNs last_proposal_ns_ = 0;     // for the idle clock entry
+  std::map<raft::Index, Pending> pending_;  // bounded by Raft's max_uncommitted_entries
+  std::unordered_map<locks::WaiterId, Waiter> waiters_;  // bounded by the table's waiter caps
+  std::unordered_map<locks::ClientId, std::unordered_set<locks::WaiterId>> client_waiters_;
+  std::vector<locks::WaiterId> to_cancel_;  // disconnects and gone clients, proposed in sync()
+  std::priority_queue<TimedWaiter, std::vector<TimedWaiter>, std::greater<>> wait_heap_;
+  std::priority_queue<TimedLease, std::vector<TimedLease>, std::greater<>> lease_heap_;
+  ReplicatedServiceStats stats_;
+};
+
+}  // namespace lockd::cluster

@@ -1,0 +1,243 @@
+// ClusterNode; see cluster_node.h.
+#include "lockd/cluster/cluster_node.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+
+#include "lockd/cluster/peer_transport.h"
+#include "lockd/common/check.h"
+#include "lockd/net/clock.h"
+#include "lockd/raft/driver.h"
+
+namespace lockd::cluster {
+
+ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
+    : base_(base),
+      config_(std::move(config)),
+      tick_timer_(base, [this] { on_tick(); }),
+      service_timer_(base, [this] { on_service_timer(); }),
+      kick_timer_(base, [] {}) {}
+
+ClusterNode::~ClusterNode() = default;
+
+bool ClusterNode::open(std::string& error) {
+  storage_ = std::make_unique<storage::FileStorage>(storage::FileStorageOptions{config_.data_dir});
+  const raft::StorageStatus st = storage_->open();
+  if (!st.ok()) {
+    error = st.message;
+    return false;
+  }
+  snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
+  raft::Config rc;
+  rc.id = config_.self;
+  for (const Member& m : config_.members) rc.voters.push_back(m.id);
+  rc.election_ticks = config_.election_ticks;
+  rc.heartbeat_ticks = 1;
+  rc.max_uncommitted_entries = kMaxUncommittedProposals;
+  // Elections must not run in lockstep across restarts of the same node.
+  rc.rng_seed = std::random_device{}() ^ (static_cast<std::uint64_t>(net::monotonic_now_ns()) << 16) ^
+                config_.self;
+  if (raft::validate(rc) != raft::ConfigError::kOk) {
+    error = std::string("raft config: ") + std::string(raft::to_string(raft::validate(rc)));
+    return false;
+  }
+  raft_ = std::make_unique<raft::Raft>(rc, *storage_);
+  ReplicatedServiceOptions so;
+  so.limits = config_.limits;
+  for (const Member& m : config_.members) so.client_addrs[m.id] = m.client.to_string();
+  so.wall_clock_ns = [] { return net::realtime_now_ns(); };
+  service_ = std::make_unique<ReplicatedLockService>(*raft_, std::move(so));
+  // Restart: the state machine starts from the stored snapshot; Raft
+  // replays the committed entries after it.
+  if (const raft::Snapshot& snap = storage_->snapshot(); snap.meta.index != 0) {
+    if (!service_->install(snap, error)) {
+      error = "data dir " + config_.data_dir + ": " + error;
+      return false;
+    }
+    last_snapshot_index_ = snap.meta.index;
+  }
+  transport_ = std::make_unique<PeerTransport>(
+      base_, config_.self, config_.members, [this](const raft::Message& m) {
+        const raft::StepError e = raft_->step(m);
+        if (e != raft::StepError::kOk) {
+          spdlog::debug("peer message from {} refused: {}", m.from, raft::to_string(e));
+        }
+      });
+  spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}", config_.self,
+               config_.members.size(), raft_->term(), raft_->status().first_index,
+               raft_->last_index(), raft_->commit());
+  return true;
+}
+
+bool ClusterNode::listen(std::string& error) {
+  if (!transport_->listen(error)) return false;
+  tick_timer_.arm_every(config_.heartbeat_ns);
+  return true;
+}
+
+void ClusterNode::on_tick() { raft_->tick(); }
+
+void ClusterNode::on_service_timer() {
+  armed_service_ns_.reset();
+  service_->on_time(net::monotonic_now_ns());
+}
+
+void ClusterNode::after_turn() {
+  if (!raft_) return;
+  // Each round: notice role changes and propose what was deferred, then
+  // one Ready cycle. Apply never proposes (Raft is mid-cycle), so what it
+  // defers goes out in the next round.
+  for (std::size_t round = 0; round < kMaxReadyRoundsPerTurn; ++round) {
+    service_->sync(net::monotonic_now_ns());
+    if (!raft_->has_ready()) break;
+    const raft::StorageStatus st = raft::drive_ready(*raft_, *this, 1);
+    // Never advance() past a failed write: stop now (storage.h).
+    if (!st.ok()) fail_storage(st.message);
+  }
+  service_->sync(net::monotonic_now_ns());
+  if (raft_->leader() != last_leader_) {
+    last_leader_ = raft_->leader();
+    ++leader_changes_;
+  }
+  maybe_snapshot();
+  if (raft_->has_ready()) {
+    kick_timer_.arm_after(0);
+  } else if (snapshots_->busy()) {
+    kick_timer_.arm_after(kNsPerMs);  // read the child's file back soon
+  }
+  transport_->flush();
+  rearm_service_timer(net::monotonic_now_ns());
+}
+
+void ClusterNode::fail_storage(const std::string& message) {
+  spdlog::critical("storage failed, stopping: {}", message);
+  spdlog::default_logger()->flush();
+  std::_Exit(1);
+}
+
+void ClusterNode::maybe_snapshot() {
+  if (snapshots_->busy()) {
+    std::optional<storage::SnapshotWriter::Done> done = snapshots_->poll();
+    if (!done) return;
+    if (!done->status.ok()) fail_storage(done->status.message);
+    last_snapshot_index_ = done->meta.index;
+    const auto& t = snapshots_->timing();
+    spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms)",
+                 done->meta.index, t.bytes, t.fork_ms, t.child_ms);
+    // A leader's snapshot installed meanwhile may already cover more.
+    if (done->meta.index > raft_->snapshot_meta().index) {
+      raft_->compact(done->meta.index, std::move(done->data));
+    }
+    return;
+  }
+  const raft::Index applied = service_->state_machine().applied();
+  if (applied < last_snapshot_index_ + config_.snapshot_entries) return;
+  const std::optional<raft::Term> term = raft_->term_at(applied);
+  if (!term) return;  // just installed a snapshot there
+  const raft::StorageStatus st = snapshots_->start(
+      raft::SnapshotMeta{applied, *term}, [this] { return service_->snapshot(); });
+  if (!st.ok()) fail_storage(st.message);
+}
+
+void ClusterNode::rearm_service_timer(TimeNs now) {
+  const std::optional<TimeNs> next = service_->next_deadline(now);
+  if (next == armed_service_ns_) return;
+  armed_service_ns_ = next;
+  if (next) {
+    service_timer_.arm_after(std::max<TimeNs>(*next - now, 0));
+  } else {
+    service_timer_.cancel();
+  }
+}
+
+void ClusterNode::send(std::vector<raft::Message>& messages) {
+  for (const raft::Message& m : messages) transport_->send(m);
+}
+
+raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
+  raft::StorageStatus st = raft::persist_ready(*storage_, rd);
+  if (raft_->role() == raft::Role::kLeader) {
+    const TimeNs now = net::monotonic_now_ns();
+    for (const raft::Entry& e : rd.entries) commit_latency_.written(e.index, now);
+  } else {
+    commit_latency_.clear();
+  }
+  return st;
+}
+
+void ClusterNode::install(const raft::Snapshot& snapshot) {
+  std::string error;
+  if (!service_->install(snapshot, error)) {
+    // Raft accepted and stored it, so the state machine cannot go on
+    // without it: stop, loudly (a leader bug or a corrupt transfer).
+    spdlog::critical("snapshot at index {} cannot be installed: {}", snapshot.meta.index, error);
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }
+  last_snapshot_index_ = snapshot.meta.index;
+  spdlog::info("installed the leader's snapshot at index {}", snapshot.meta.index);
+}
+
+void ClusterNode::apply(const raft::Entry& entry) {
+  service_->apply(entry);
+  if (commit_latency_.inflight() > 0) commit_latency_.applied(entry.index, net::monotonic_now_ns());
+}
+
+std::vector<PeerStats> ClusterNode::peer_stats() const { return transport_->peer_stats(); }
+
+bool ClusterNode::transfer_leadership() {
+  if (raft_->role() != raft::Role::kLeader) return false;
+  raft::NodeId best = raft::kNoNode;
+  raft::Index best_match = 0;
+  for (const raft::PeerProgress& p : raft_->progress()) {
+    if (p.id == config_.self) continue;
+    if (best == raft::kNoNode || p.match > best_match) {
+      best = p.id;
+      best_match = p.match;
+    }
+  }
+  if (best == raft::kNoNode) return false;
+  spdlog::info("handing leadership to node {} (match {})", best, best_match);
+  return raft_->transfer_leadership(best);
+}
+
+NodeStatusView ClusterNode::status(TimeNs now_ns) const {
+  NodeStatusView v;
+  const raft::Status s = raft_->status();
+  v.id = s.id;
+  v.role = s.role;
+  v.term = s.term;
+  v.leader_id = s.leader;
+  v.commit = s.commit;
+  v.applied = service_->state_machine().applied();
+  v.serving = service_->serving();
+  const std::vector<raft::PeerProgress> progress = raft_->progress();
+  for (const Member& m : config_.members) {
+    MemberView mv;
+    mv.id = m.id;
+    mv.client_addr = m.client.to_string();
+    mv.raft_addr = m.raft.to_string();
+    mv.leader = m.id == s.leader;
+    if (m.id == s.leader) v.leader_addr = mv.client_addr;
+    if (s.role == raft::Role::kLeader) {
+      if (m.id == s.id) {
+        mv.match = raft_->last_index();
+        mv.last_contact_ms = 0;
+      }
+      for (const raft::PeerProgress& p : progress) {
+        if (p.id != m.id) continue;
+        mv.match = p.match;
+        if (const PeerStats* ps = transport_->peer_stats(m.id); ps && ps->last_contact_ns != 0) {
+          mv.last_contact_ms = (now_ns - ps->last_contact_ns) / kNsPerMs;
+        }
+      }
+    }
+    v.members.push_back(std::move(mv));
+  }
+  return v;
+}
+
+}  // namespace lockd::cluster

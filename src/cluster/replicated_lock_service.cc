@@ -1,0 +1,489 @@
+// ReplicatedLockService; see replicated_lock_service.h.
+#include "lockd/cluster/replicated_lock_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include "lockd/common/check.h"
+#include "lockd/proto/reply.h"
+
+namespace lockd::cluster {
+
+namespace {
+
+// Heaps are rebuilt without stale entries once they hold this many more
+// than the live ones.
+constexpr std::size_t kHeapSlack = 1024;
+
+proto::Request acquire_echo(std::string_view owner, std::string_view key) {
+  proto::Request r{};
+  r.verb = proto::Verb::kAcquire;
+  r.owner = owner;
+  r.key = key;
+  return r;
+}
+
+// `R` and `K` echo the same fields: `<token> <key>`.
+proto::Request release_echo(locks::Token token, std::string_view key) {
+  proto::Request r{};
+  r.verb = proto::Verb::kRelease;
+  r.token = token;
+  r.key = key;
+  return r;
+}
+
+}  // namespace
+
+ReplicatedLockService::ReplicatedLockService(raft::Raft& raft, ReplicatedServiceOptions options)
+    : raft_(raft), options_(std::move(options)), sm_(options_.limits) {}
+
+bool ReplicatedLockService::is_leader() const {
+  return leader_term_ != 0 && leader_start_proposed_ && raft_.role() == raft::Role::kLeader &&
+         raft_.term() == leader_term_;
+}
+
+bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request& req,
+                                   TimeNs now_ns, std::string& out, server::ServerStats& stats) {
+  if (!is_leader() || !accepting_) {
+    const raft::NodeId leader = raft_.leader();
+    auto addr = options_.client_addrs.find(leader);
+    if (accepting_ && leader != raft::kNoNode && leader != raft_.id() &&
+        addr != options_.client_addrs.end()) {
+      stats.count(server::ReplyKind::kMoved);
+      proto::append_moved(out, addr->second, req);
+    } else {
+      stats.count(server::ReplyKind::kError);
+      proto::append_error_echo(out, "no_leader", req);
+    }
+    return true;
+  }
+  LockCommand c;
+  c.now_ns = now_ns;
+  c.key.assign(req.key);
+  c.client = client;
+  Pending p;
+  p.client = client;
+  p.key.assign(req.key);
+  if (req.verb == proto::Verb::kAcquire) {
+    c.type = LockCommandType::kAcquire;
+    c.owner.assign(req.owner);
+    c.lease_ms = req.lease_ms;
+    c.wait_ms = req.wait_ms;
+    p.kind = PendingKind::kAcquire;
+    p.owner.assign(req.owner);
+    p.wait_deadline_ns = now_ns + ms_to_ns(req.wait_ms);
+  } else if (req.verb == proto::Verb::kKeep) {
+    c.type = LockCommandType::kKeep;
+    c.token = req.token;
+    c.lease_ms = req.lease_ms;
+    p.kind = PendingKind::kKeep;
+    p.token = req.token;
+  } else {
+    c.type = LockCommandType::kRelease;
+    c.token = req.token;
+    p.kind = PendingKind::kRelease;
+    p.token = req.token;
+  }
+  const raft::ProposeResult r = propose(std::move(c), std::move(p));
+  switch (r.error) {
+    case raft::ProposeError::kOk:
+      last_proposal_ns_ = now_ns;
+      return false;
+    case raft::ProposeError::kTooManyUncommitted:
+      // Overload. An `A` is refused like any full cap (`B`, nothing
+      // enqueued). `R` and `K` have no busy reply in the protocol: they get
+      // `E indeterminate`, true as far as it goes (not proposed, so it did
+      // not take effect) and what a client already retries on.
+      if (req.verb == proto::Verb::kAcquire) {
+        stats.count(server::ReplyKind::kBusy);
+        proto::append_busy(out, req.owner, req.key);
+      } else {
+        ++stats_.indeterminate;
+        stats.count(server::ReplyKind::kError);
+        proto::append_error_echo(out, "indeterminate", req);
+      }
+      return true;
+    case raft::ProposeError::kNotLeader:
+    case raft::ProposeError::kTransferring:
+    case raft::ProposeError::kTooLarge:  // cannot happen: keys and owners are short
+      stats.count(server::ReplyKind::kError);
+      proto::append_error_echo(out, "no_leader", req);
+      return true;
+  }
+  return true;
+}
+
+raft::ProposeResult ReplicatedLockService::propose(LockCommand c, Pending p) {
+  const raft::ProposeResult r = raft_.propose(encode_lock_command(c));
+  if (r.error != raft::ProposeError::kOk) {
+    ++stats_.proposals_refused;
+    return r;
+  }
+  ++stats_.proposals;
+  p.term = r.term;
+  pending_.emplace(r.index, std::move(p));
+  return r;
+}
+
+void ReplicatedLockService::client_closed(locks::ClientId client) {
+  auto it = client_waiters_.find(client);
+  if (it != client_waiters_.end()) {
+    for (const locks::WaiterId w : it->second) {
+      auto wit = waiters_.find(w);
+      if (wit == waiters_.end()) continue;
+      wit->second.client = 0;  // nobody to answer any more
+      if (!wit->second.cancel_proposed) to_cancel_.push_back(w);
+    }
+    client_waiters_.erase(it);
+  }
+  // Acquires still in flight: cancel them if they end up queued.
+  for (auto& [index, p] : pending_) {
+    if (p.client == client) p.client_gone = true;
+  }
+}
+
+void ReplicatedLockService::reply_indeterminate(locks::ClientId client,
+                                                const proto::Request& echo) {
+  if (replies_ == nullptr || client == 0) return;
+  std::string* out = replies_->reply_buffer(client, server::ReplyKind::kError);
+  if (out == nullptr) return;
+  ++stats_.indeterminate;
+  proto::append_error_echo(*out, "indeterminate", echo);
+  replies_->reply_queued(client);
+}
+
+void ReplicatedLockService::apply(const raft::Entry& e) {
+  const EntryResult& r = sm_.apply(e);
+  auto pit = pending_.find(e.index);
+  if (pit != pending_.end()) {
+    Pending p = std::move(pit->second);
+    pending_.erase(pit);
+    if (p.term == e.term) {
+      answer_pending(p, r, e.index);
+    } else if (p.kind == PendingKind::kAcquire && !p.client_gone) {
+      // Another leader's entry replaced ours: it never happened.
+      reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+    } else if ((p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) &&
+               !p.client_gone) {
+      reply_indeterminate(p.client, release_echo(p.token, p.key));
+    }
+  }
+  if (!r.command) return;
+  for (const locks::Delivery& d : r.deliveries) deliver(d);
+  if (r.cmd.type == LockCommandType::kLeaderStart) {
+    // Every waiter queued through an earlier leader is gone from the table;
+    // ours were answered `E indeterminate` when we lost leadership.
+    if (e.term == leader_term_ && e.index == leader_start_index_ && is_leader()) {
+      leader_ready_ = true;
+      rebuild_lease_heap();
+      spdlog::info("leader of term {} serving: table time offset {} ns, {} waiters dropped",
+                   e.term, sm_.offset_ns(), r.waiters_dropped);
+    }
+    return;
+  }
+  if (!leader_ready_) return;
+  if (r.granted != 0 || (r.cmd.type == LockCommandType::kKeep && r.changed)) {
+    watch_lease(r.cmd.key);  // a keep moved the deadline: the heap follows
+  }
+  for (const locks::Delivery& d : r.deliveries) {
+    if (d.kind == locks::DeliveryKind::kGranted) watch_lease(d.key);
+  }
+}
+
+bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string& error) {
+  if (!sm_.restore(snapshot.data, snapshot.meta.index, error)) return false;
+  // Only a follower installs a leader's snapshot; anything it had pending
+  // as a former leader was answered when it lost leadership.
+  for (auto& [index, p] : pending_) {
+    if (p.client_gone) continue;
+    if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+    if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
+      reply_indeterminate(p.client, release_echo(p.token, p.key));
+    }
+  }
+  pending_.clear();
+  waiters_.clear();
+  client_waiters_.clear();
+  if (leader_ready_) rebuild_lease_heap();
+  return true;
+}
+
+void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& r,
+                                           raft::Index index) {
+  switch (p.kind) {
+    case PendingKind::kAcquire: {
+      if (r.skipped || !r.command) {
+        if (!p.client_gone) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+        return;
+      }
+      if (r.acquire == locks::AcquireOutcome::kQueued) {
+        const locks::WaiterId w = index;
+        if (p.client_gone || !leader_ready_) {
+          // Nobody to answer (or we no longer lead): take it out again.
+          waiters_.emplace(w, Waiter{0, p.owner, p.key, p.wait_deadline_ns, false});
+          to_cancel_.push_back(w);
+          return;
+        }
+        waiters_.emplace(w, Waiter{p.client, p.owner, p.key, p.wait_deadline_ns, false});
+        client_waiters_[p.client].insert(w);
+        wait_heap_.push({p.wait_deadline_ns, w});
+        return;
+      }
+      if (p.client_gone || replies_ == nullptr) return;
+      server::ReplyKind kind = server::ReplyKind::kHeld;
+      if (r.acquire == locks::AcquireOutcome::kGranted) kind = server::ReplyKind::kAcquired;
+      if (r.acquire == locks::AcquireOutcome::kBusy) kind = server::ReplyKind::kBusy;
+      std::string* out = replies_->reply_buffer(p.client, kind);
+      if (out == nullptr) return;
+      switch (r.acquire) {
+        case locks::AcquireOutcome::kGranted:
+          proto::append_acquired(*out, r.granted, p.owner, p.key);
+          break;
+        case locks::AcquireOutcome::kBusy: proto::append_busy(*out, p.owner, p.key); break;
+        default: proto::append_held(*out, p.owner, p.key); break;
+      }
+      replies_->reply_queued(p.client);
+      return;
+    }
+    case PendingKind::kRelease: {
+      if (p.client_gone || replies_ == nullptr) return;
+      if (r.skipped || !r.command) {
+        reply_indeterminate(p.client, release_echo(p.token, p.key));
+        return;
+      }
+      const auto kind = r.changed ? server::ReplyKind::kReleased : server::ReplyKind::kNotReleased;
+      std::string* out = replies_->reply_buffer(p.client, kind);
+      if (out == nullptr) return;
+      if (r.changed) {
+        proto::append_released(*out, p.token, p.key);
+      } else {
+        proto::append_not_released(*out, p.token, p.key);
+      }
+      replies_->reply_queued(p.client);
+      return;
+    }
+    case PendingKind::kKeep: {
+      if (p.client_gone || replies_ == nullptr) return;
+      if (r.skipped || !r.command) {
+        reply_indeterminate(p.client, release_echo(p.token, p.key));
+        return;
+      }
+      const auto kind = r.changed ? server::ReplyKind::kKept : server::ReplyKind::kNotKept;
+      std::string* out = replies_->reply_buffer(p.client, kind);
+      if (out == nullptr) return;
+      if (r.changed) {
+        proto::append_kept(*out, p.token, p.key);
+      } else {
+        proto::append_not_released(*out, p.token, p.key);
+      }
+      replies_->reply_queued(p.client);
+      return;
+    }
+    case PendingKind::kTimeoutCancel: {
+      auto wit = waiters_.find(r.cmd.waiter);
+      if (wit == waiters_.end()) return;  // served by a hand-off first
+      Waiter w = std::move(wit->second);
+      waiters_.erase(wit);
+      if (w.client == 0) return;
+      auto cw = client_waiters_.find(w.client);
+      if (cw != client_waiters_.end()) cw->second.erase(r.cmd.waiter);
+      // `T` only when the cancel took the waiter out of the queue: had a
+      // hand-off come first, the waiter holds the key (and got `A`).
+      if (!r.changed || replies_ == nullptr) return;
+      std::string* out = replies_->reply_buffer(w.client, server::ReplyKind::kHeld);
+      if (out == nullptr) return;
+      proto::append_held(*out, w.owner, w.key);
+      replies_->reply_queued(w.client);
+      return;
+    }
+    case PendingKind::kInternal:
+      if (r.command && r.cmd.type == LockCommandType::kCancelWaiter) waiters_.erase(r.cmd.waiter);
+      return;
+  }
+}
+
+void ReplicatedLockService::deliver(const locks::Delivery& d) {
+  auto wit = waiters_.find(d.waiter);
+  if (wit == waiters_.end()) return;  // queued through another leader (or already answered)
+  Waiter w = std::move(wit->second);
+  waiters_.erase(wit);
+  if (w.client == 0 || replies_ == nullptr) return;
+  auto cw = client_waiters_.find(w.client);
+  if (cw != client_waiters_.end()) cw->second.erase(d.waiter);
+  const bool granted = d.kind == locks::DeliveryKind::kGranted;
+  std::string* out = replies_->reply_buffer(
+      w.client, granted ? server::ReplyKind::kAcquired : server::ReplyKind::kHeld);
+  if (out == nullptr) return;
+  if (granted) {
+    proto::append_acquired(*out, d.token, d.owner, d.key);
+  } else {
+    proto::append_held(*out, d.owner, d.key);
+  }
+  replies_->reply_queued(w.client);
+}
+
+void ReplicatedLockService::watch_lease(std::string_view key) {
+  const locks::KeyState* s = sm_.table().find(key);
+  if (s == nullptr) return;
+  lease_heap_.push({s->expires_at_ns, s->token, std::string(key)});
+}
+
+void ReplicatedLockService::rebuild_lease_heap() {
+  lease_heap_ = {};
+  sm_.table().for_each([this](std::string_view key, const locks::KeyState& s) {
+    lease_heap_.push({s.expires_at_ns, s.token, std::string(key)});
+  });
+}
+
+void ReplicatedLockService::compact_heaps() {
+  if (lease_heap_.size() > 2 * sm_.table().key_count() + kHeapSlack) rebuild_lease_heap();
+  if (wait_heap_.size() > 2 * waiters_.size() + kHeapSlack) {
+    wait_heap_ = {};
+    for (const auto& [id, w] : waiters_) {
+      if (w.client != 0 && !w.cancel_proposed) wait_heap_.push({w.wait_deadline_ns, id});
+    }
+  }
+}
+
+void ReplicatedLockService::lose_leadership() {
+  spdlog::info("leadership of term {} lost: {} requests and {} waiters answered indeterminate",
+               leader_term_, pending_.size(), waiters_.size());
+  // Answer in index order, then waiters: every request not yet answered.
+  for (auto& [index, p] : pending_) {
+    if (p.client_gone) continue;
+    if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+    if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
+      reply_indeterminate(p.client, release_echo(p.token, p.key));
+    }
+  }
+  for (auto& [id, w] : waiters_) {
+    if (w.client != 0) reply_indeterminate(w.client, acquire_echo(w.owner, w.key));
+  }
+  pending_.clear();
+  waiters_.clear();
+  client_waiters_.clear();
+  to_cancel_.clear();
+  wait_heap_ = {};
+  lease_heap_ = {};
+  leader_term_ = 0;
+  leader_start_proposed_ = false;
+  leader_start_index_ = 0;
+  leader_ready_ = false;
+}
+
+void ReplicatedLockService::sync(TimeNs now_ns) {
+  const bool raft_leads = raft_.role() == raft::Role::kLeader;
+  if (leader_term_ != 0 && (!raft_leads || raft_.term() != leader_term_)) lose_leadership();
+  if (raft_leads && leader_term_ == 0) {
+    leader_term_ = raft_.term();
+    spdlog::info("node {} became leader of term {}", raft_.id(), leader_term_);
+  }
+  if (leader_term_ == 0) return;
+  if (!leader_start_proposed_) {
+    LockCommand c;
+    c.type = LockCommandType::kLeaderStart;
+    c.now_ns = now_ns;
+    // Only the first leader's base is used (the state machine keeps it).
+    const TimeNs wall = options_.wall_clock_ns ? options_.wall_clock_ns() : 0;
+    c.token_base = static_cast<std::uint64_t>(std::max<TimeNs>(wall, 0));
+    if (c.token_base < kMinTokenBase) c.token_base = kMinTokenBase;
+    const raft::ProposeResult r = propose(std::move(c), Pending{});
+    if (r.error != raft::ProposeError::kOk) return;  // retried next turn
+    ++stats_.leaderships;
+    leader_start_proposed_ = true;
+    leader_start_index_ = r.index;
+    last_proposal_ns_ = now_ns;
+  }
+  // Waiters whose client left: take them out of the queue, no reply.
+  std::size_t done = 0;
+  for (; done < to_cancel_.size(); ++done) {
+    const locks::WaiterId w = to_cancel_[done];
+    auto wit = waiters_.find(w);
+    if (wit != waiters_.end() && wit->second.cancel_proposed) continue;
+    LockCommand c;
+    c.type = LockCommandType::kCancelWaiter;
+    c.now_ns = now_ns;
+    c.waiter = w;
+    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;
+    if (wit != waiters_.end()) wit->second.cancel_proposed = true;
+  }
+  to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
+  compact_heaps();
+}
+
+void ReplicatedLockService::on_time(TimeNs now_ns) {
+  if (!leader_ready_ || !is_leader()) return;
+  std::size_t budget = kMaxTimedProposalsPerTurn;
+  // Waits that ran out: propose their removal; `T` follows the commit.
+  while (budget > 0 && !wait_heap_.empty() && wait_heap_.top().at_ns <= now_ns) {
+    const TimedWaiter t = wait_heap_.top();
+    wait_heap_.pop();
+    auto wit = waiters_.find(t.waiter);
+    if (wit == waiters_.end() || wit->second.cancel_proposed || wit->second.client == 0) continue;
+    LockCommand c;
+    c.type = LockCommandType::kCancelWaiter;
+    c.now_ns = now_ns;
+    c.waiter = t.waiter;
+    Pending p;
+    p.kind = PendingKind::kTimeoutCancel;
+    if (propose(std::move(c), std::move(p)).error != raft::ProposeError::kOk) {
+      wait_heap_.push({now_ns + kRetryDelayNs, t.waiter});
+      break;
+    }
+    wit->second.cancel_proposed = true;
+    ++stats_.wait_timeouts_proposed;
+    last_proposal_ns_ = now_ns;
+    --budget;
+  }
+  // Leases that ran out on our clock: propose Expire; the key changes
+  // when it commits.
+  const TimeNs table_now = sm_.to_table_ns(now_ns);
+  while (budget > 0 && !lease_heap_.empty() && lease_heap_.top().at_table_ns <= table_now) {
+    TimedLease t = lease_heap_.top();
+    lease_heap_.pop();
+    const locks::KeyState* s = sm_.table().find(t.key);
+    if (s == nullptr || s->token != t.token) continue;  // released or handed on
+    if (s->expires_at_ns > table_now) {                  // moved later: watch again
+      if (s->expires_at_ns != t.at_table_ns) lease_heap_.push({s->expires_at_ns, t.token, t.key});
+      continue;
+    }
+    LockCommand c;
+    c.type = LockCommandType::kExpire;
+    c.now_ns = now_ns;
+    c.key = t.key;
+    c.token = t.token;
+    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) {
+      lease_heap_.push({table_now + kRetryDelayNs, t.token, std::move(t.key)});
+      break;
+    }
+    // Watched again in case this proposal is lost; a second Expire of the
+    // same token is harmless (it changes nothing).
+    lease_heap_.push({table_now + kRetryDelayNs * 100, t.token, std::move(t.key)});
+    ++stats_.expiries_proposed;
+    last_proposal_ns_ = now_ns;
+    --budget;
+  }
+  // An idle leader with locks stamps its clock into the log, so that a
+  // successor knows a recent reading (§8: a lease grows by about the
+  // leader change, not by however long the leader was idle).
+  if (sm_.table().key_count() > 0 && now_ns - last_proposal_ns_ >= options_.clock_interval_ns) {
+    LockCommand c;
+    c.type = LockCommandType::kClock;
+    c.now_ns = now_ns;
+    if (propose(std::move(c), Pending{}).error == raft::ProposeError::kOk) last_proposal_ns_ = now_ns;
+  }
+}
+
+std::optional<TimeNs> ReplicatedLockService::next_deadline(TimeNs now_ns) const {
+  if (!leader_ready_) return std::nullopt;
+  std::optional<TimeNs> next;
+  auto consider = [&next](TimeNs t) {
+    if (!next || t < *next) next = t;
+  };
+  if (!wait_heap_.empty()) consider(wait_heap_.top().at_ns);
+  if (!lease_heap_.empty()) consider(sm_.to_leader_ns(lease_heap_.top().at_table_ns));
+  if (sm_.table().key_count() > 0) consider(last_proposal_ns_ + options_.clock_interval_ns);
+  if (next && *next < now_ns) next = now_ns;
+  return next;
+}
+
+}  // namespace lockd::cluster

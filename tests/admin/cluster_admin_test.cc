@@ -1,0 +1,166 @@
+// The admin API of a real 3-node lockd cluster: /v1/cluster on the leader
+// and on a follower, and the cluster metrics appearing and moving under
+// load and across a leader kill.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "http_get.h"
+#include "lockd_cluster.h"
+
+namespace lockd::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// Every unlabelled or labelled sample of a scrape: `name{labels}` -> value.
+std::map<std::string, double> scrape(LockdCluster& c, int id) {
+  const HttpReply r = http(c.admin_port(id), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  std::map<std::string, double> out;
+  std::istringstream in(r.body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return out;
+}
+
+json get_json(LockdCluster& c, int id, const std::string& target) {
+  const HttpReply r = http(c.admin_port(id), target);
+  EXPECT_EQ(r.status, 200) << target << ": " << r.body;
+  return json::parse(r.body, nullptr, false);
+}
+
+// Polls `pred` until it holds or the (generous) deadline passes.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+TEST(ClusterAdmin, ClusterViewOnLeaderAndFollower) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int follower = leader % 3 + 1;
+
+  // The leader knows every member's match index once they have acked.
+  ASSERT_TRUE(eventually([&] {
+    const json j = get_json(c, leader, "/v1/cluster");
+    for (const json& m : j["members"]) {
+      if (!m["match_index"].is_number()) return false;
+    }
+    return true;
+  }));
+  const json lj = get_json(c, leader, "/v1/cluster");
+  EXPECT_EQ(lj["node_id"], leader);
+  EXPECT_EQ(lj["leader_id"], leader);
+  EXPECT_GE(lj["term"].get<std::uint64_t>(), 1u);
+  EXPECT_TRUE(lj["commit_index"].is_number());
+  ASSERT_EQ(lj["members"].size(), 3u);
+  for (const json& m : lj["members"]) {
+    const int id = m["id"].get<int>();
+    EXPECT_EQ(m["client_addr"], c.client_addr(id));
+    EXPECT_EQ(m["raft_addr"], "127.0.0.1:" + std::to_string(c.raft_port(id)));
+    EXPECT_EQ(m["role"], id == leader ? "leader" : "follower");
+    EXPECT_TRUE(m["last_contact_ms"].is_number()) << m;
+  }
+
+  const json fj = get_json(c, follower, "/v1/cluster");
+  EXPECT_EQ(fj["node_id"], follower);
+  EXPECT_EQ(fj["leader_id"], leader);
+  ASSERT_EQ(fj["members"].size(), 3u);
+  for (const json& m : fj["members"]) {
+    EXPECT_TRUE(m["match_index"].is_null()) << m;
+    EXPECT_TRUE(m["last_contact_ms"].is_null()) << m;
+  }
+}
+
+TEST(ClusterAdmin, MetricsAppearAndMove) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::string p1 = std::to_string(leader % 3 + 1);
+  const std::string p2 = std::to_string((leader + 1) % 3 + 1);
+
+  // Links come up; the role is one-hot.
+  ASSERT_TRUE(eventually([&] {
+    auto m = scrape(c, leader);
+    return m["lockd_peer_up{peer=\"" + p1 + "\"}"] == 1 &&
+           m["lockd_peer_up{peer=\"" + p2 + "\"}"] == 1;
+  }));
+  auto before = scrape(c, leader);
+  EXPECT_EQ(before["lockd_raft_role{role=\"leader\"}"], 1);
+  EXPECT_EQ(before["lockd_raft_role{role=\"follower\"}"], 0);
+  EXPECT_GE(before["lockd_raft_term"], 1);
+  EXPECT_EQ(before["lockd_raft_leader_id"], leader);
+  EXPECT_GE(before["lockd_raft_leaderships_total"], 1);
+  EXPECT_GE(before["lockd_raft_elections_total"], 1);
+  EXPECT_GE(before["lockd_raft_leader_changes_total"], 1);
+  for (const char* name :
+       {"lockd_raft_commit_index", "lockd_raft_applied_index", "lockd_raft_proposals_total",
+        "lockd_raft_commit_duration_seconds_count", "lockd_wal_syncs_total",
+        "lockd_wal_entries_total", "lockd_wal_sync_duration_seconds_count",
+        "lockd_snapshots_written_total", "lockd_raft_snapshots_sent_total"}) {
+    EXPECT_TRUE(before.count(name)) << name;
+  }
+  const auto follower = scrape(c, std::stoi(p1));
+  EXPECT_EQ(follower.at("lockd_raft_role{role=\"follower\"}"), 1);
+  EXPECT_EQ(follower.at("lockd_raft_leader_id"), leader);
+
+  // 50 acquire/release pairs through the leader.
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "metrics-k" + std::to_string(i);
+    const std::string a = call_once(c.client_port(leader), "A alice " + key + " 60000");
+    ASSERT_EQ(a.substr(0, 2), "A ") << a;
+    const std::string token = a.substr(2, a.find(' ', 2) - 2);
+    ASSERT_EQ(call_once(c.client_port(leader), "R " + token + " " + key).substr(0, 2), "R ");
+  }
+  auto after = scrape(c, leader);
+  EXPECT_GE(after["lockd_raft_proposals_total"] - before["lockd_raft_proposals_total"], 100);
+  EXPECT_GE(after["lockd_raft_commit_duration_seconds_count"] -
+                before["lockd_raft_commit_duration_seconds_count"],
+            100);
+  EXPECT_GT(after["lockd_raft_commit_duration_seconds_sum"],
+            before["lockd_raft_commit_duration_seconds_sum"]);
+  EXPECT_GE(after["lockd_raft_commit_index"] - before["lockd_raft_commit_index"], 100);
+  EXPECT_GE(after["lockd_wal_entries_total"] - before["lockd_wal_entries_total"], 100);
+  EXPECT_GT(after["lockd_wal_syncs_total"], before["lockd_wal_syncs_total"]);
+  EXPECT_GT(after["lockd_peer_sent_bytes_total{peer=\"" + p1 + "\"}"],
+            before["lockd_peer_sent_bytes_total{peer=\"" + p1 + "\"}"]);
+  EXPECT_GT(after["lockd_peer_received_messages_total{peer=\"" + p2 + "\"}"],
+            before["lockd_peer_received_messages_total{peer=\"" + p2 + "\"}"]);
+
+  // Kill the leader: a survivor wins an election, counts a leader change,
+  // and sees its link to the dead node go down.
+  const int survivor = std::stoi(p1);
+  const double changes_before = scrape(c, survivor)["lockd_raft_leader_changes_total"];
+  c.kill9(leader);
+  const int next = c.wait_leader(10000ms, leader);
+  ASSERT_NE(next, 0);
+  const std::string dead = "lockd_peer_up{peer=\"" + std::to_string(leader) + "\"}";
+  ASSERT_TRUE(eventually([&] { return scrape(c, next)[dead] == 0; }));
+  auto m = scrape(c, next);
+  EXPECT_EQ(m["lockd_raft_role{role=\"leader\"}"], 1);
+  EXPECT_GE(m["lockd_raft_elections_total"], 1);
+  EXPECT_GT(m["lockd_raft_term"], after["lockd_raft_term"]);
+  EXPECT_GT(scrape(c, survivor)["lockd_raft_leader_changes_total"], changes_before);
+}
+
+}  // namespace
+}  // namespace lockd::testing

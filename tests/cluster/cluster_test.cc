@@ -1,0 +1,381 @@
+// Cluster mode end to end: real lockd processes on loopback (§8, §10).
+// Timeouts are short (150 ms elections, 30 ms heartbeats); every wait is a
+// poll against a generous deadline.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "http_get.h"
+#include "lockd_cluster.h"
+
+namespace lockd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+std::uint64_t token_of(const std::string& reply) {
+  const auto f = fields(reply);
+  return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
+}
+
+// Retries `line` on the current leader until it gets a reply that is not
+// a redirect or no_leader (leadership may move while a test runs).
+std::string call_leader(LockdCluster& c, const std::string& line, int except = 0) {
+  const auto deadline = steady_clock::now() + milliseconds(10000);
+  std::string reply;
+  while (steady_clock::now() < deadline) {
+    const int leader = c.wait_leader(milliseconds(10000), except);
+    if (leader == 0) return "<no leader>";
+    reply = call_once(c.client_port(leader), line);
+    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
+        reply.rfind("E indeterminate", 0) != 0) {
+      return reply;
+    }
+  }
+  return reply;
+}
+
+TEST(Cluster, ElectsOneLeaderAndFollowersRedirect) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  for (int i = 1; i <= 3; ++i) {
+    if (i == leader) continue;
+    // A follower names the leader's client address, echoing the request.
+    EXPECT_EQ(call_once(c.client_port(i), "A alice k1"), "M " + c.client_addr(leader) + " alice k1");
+    EXPECT_EQ(call_once(c.client_port(i), "R 42 k1"), "M " + c.client_addr(leader) + " 42 k1");
+    // Malformed lines get their own error on any node.
+    EXPECT_EQ(call_once(c.client_port(i), "A alice"), "E bad_arity");
+    EXPECT_EQ(call_once(c.client_port(i), "X"), "E unknown_command");
+    const std::string st = c.status_json(i);
+    EXPECT_NE(st.find("\"role\":\"follower\""), std::string::npos) << st;
+    EXPECT_NE(st.find("\"leader\":\"" + c.client_addr(leader) + "\""), std::string::npos) << st;
+  }
+  const std::string st = c.status_json(leader);
+  EXPECT_NE(st.find("\"mode\":\"cluster\""), std::string::npos) << st;
+  EXPECT_NE(st.find("\"role\":\"leader\""), std::string::npos) << st;
+  // Exactly one node says it leads; /readyz is 200 everywhere.
+  int leaders = 0;
+  for (int i = 1; i <= 3; ++i) {
+    if (c.status_json(i).find("\"role\":\"leader\"") != std::string::npos) ++leaders;
+    EXPECT_EQ(http(c.admin_port(i), "/readyz").status, 200) << i;
+  }
+  EXPECT_EQ(leaders, 1);
+}
+
+TEST(Cluster, ContractRowsOnTheLeader) {
+  LockdCluster c(3, {"--max-waiters-per-key", "1"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  LineClient a(c.client_port(leader));
+  const std::string granted = a.call("A alice k1 30000");
+  const std::uint64_t t1 = token_of(granted);
+  ASSERT_NE(t1, 0u) << granted;
+  // Tokens start above the wall clock at formation (§10).
+  EXPECT_GT(t1, 1'700'000'000'000'000'000ull);
+  EXPECT_EQ(a.call("A bob k1"), "T bob k1");
+  // K through the log: the holder's token extends, any other is N.
+  EXPECT_EQ(a.call("K " + std::to_string(t1) + " k1 60000"), "K " + std::to_string(t1) + " k1");
+  EXPECT_EQ(a.call("K " + std::to_string(t1 + 1) + " k1 60000"),
+            "N " + std::to_string(t1 + 1) + " k1");
+  EXPECT_EQ(a.call("R " + std::to_string(t1 + 1000) + " k1"),
+            "N " + std::to_string(t1 + 1000) + " k1");
+  // A waiter queued through consensus, served on release (FIFO hand-off).
+  LineClient w(c.client_port(leader));
+  w.send("A carol k1 30000 10000\n");
+  // The queue is full (cap 1): B.
+  const auto deadline = steady_clock::now() + milliseconds(5000);
+  std::string busy;
+  while (steady_clock::now() < deadline) {
+    busy = call_once(c.client_port(leader), "A dave k1 1000 5000");
+    if (busy == "B dave k1") break;  // carol is queued
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(busy, "B dave k1");
+  EXPECT_EQ(a.call("R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+  const std::string handed = w.read_line().value_or("");
+  const std::uint64_t t2 = token_of(handed);
+  EXPECT_GT(t2, t1) << handed;
+  EXPECT_EQ(fields(handed).at(2), "carol");
+  // A wait that runs out: T after the cancel committed.
+  LineClient x(c.client_port(leader));
+  EXPECT_EQ(x.call("A erin k1 1000 100"), "T erin k1");
+  EXPECT_EQ(a.call("R " + std::to_string(t2) + " k1"), "R " + std::to_string(t2) + " k1");
+  EXPECT_EQ(a.call("R " + std::to_string(t2) + " k1"), "N " + std::to_string(t2) + " k1");
+}
+
+TEST(Cluster, ExpiryHandsOffInFifoOrder) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_once(c.client_port(leader), "A holder k 300"));
+  ASSERT_NE(t1, 0u);
+  LineClient w1(c.client_port(leader));
+  LineClient w2(c.client_port(leader));
+  w1.send("A first k 60000 20000\n");
+  // w2 queues strictly after w1: wait until w1 shows in the leader's table.
+  const auto deadline = steady_clock::now() + milliseconds(5000);
+  while (steady_clock::now() < deadline &&
+         c.status_json(leader).find("\"waiters\":1") == std::string::npos) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  w2.send("A second k 60000 20000\n");
+  // The holder never releases: Expire through the log hands k to `first`.
+  const std::string r1 = w1.read_line(milliseconds(5000)).value_or("");
+  const std::uint64_t t2 = token_of(r1);
+  ASSERT_GT(t2, t1) << r1;
+  EXPECT_EQ(fields(r1).at(2), "first");
+  EXPECT_EQ(w1.call("R " + std::to_string(t2) + " k"), "R " + std::to_string(t2) + " k");
+  const std::string r2 = w2.read_line(milliseconds(5000)).value_or("");
+  EXPECT_GT(token_of(r2), t2) << r2;
+  EXPECT_EQ(fields(r2).at(2), "second");
+}
+
+TEST(Cluster, LockSurvivesLeaderKillAndTokensGrow) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_once(c.client_port(leader), "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  c.kill9(leader);
+  const int next = c.wait_leader();
+  ASSERT_NE(next, 0);
+  ASSERT_NE(next, leader);
+  // Still held after failover, by the same token.
+  EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+  const std::uint64_t t2 = token_of(call_leader(c, "A bob k2"));
+  EXPECT_GT(t2, t1);
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+  // The killed node comes back as a follower and catches up.
+  c.start(leader);
+  const std::uint64_t t3 = token_of(call_leader(c, "A carol k1"));
+  EXPECT_GT(t3, t2);
+}
+
+TEST(Cluster, MinorityNeverGrants) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  // Leave the leader alone: it must stop serving (CheckQuorum) and never grant.
+  for (int i = 1; i <= 3; ++i) {
+    if (i != leader) c.kill9(i);
+  }
+  LineClient a(c.client_port(leader));
+  a.send("A alice lonely 1000\n");
+  const std::string r = a.read_line(milliseconds(1500)).value_or("<no reply>");
+  EXPECT_TRUE(r == "E indeterminate alice lonely" || r == "E no_leader alice lonely" ||
+              r == "<no reply>")
+      << r;
+  const auto deadline = steady_clock::now() + milliseconds(3000);
+  std::string again;
+  while (steady_clock::now() < deadline) {
+    again = call_once(c.client_port(leader), "A alice lonely 1000", milliseconds(300));
+    EXPECT_NE(again.substr(0, 2), "A ") << again;
+    if (again == "E no_leader alice lonely") break;
+  }
+  EXPECT_EQ(again, "E no_leader alice lonely");
+}
+
+// §10: `T` for a wait that ran out is sent only once the cancel committed.
+// With both followers paused nothing commits: the waiter must never see
+// `T` (it sees `E indeterminate` when the leader steps down).
+TEST(Cluster, TimeoutReplyOnlyAfterTheCancelCommits) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_NE(token_of(call_once(c.client_port(leader), "A alice k1 60000")), 0u);
+  LineClient w(c.client_port(leader));
+  w.send("A bob k1 60000 150\n");
+  // Let the acquire commit and queue before the followers stop.
+  const auto deadline = steady_clock::now() + milliseconds(5000);
+  while (steady_clock::now() < deadline &&
+         c.status_json(leader).find("\"waiters\":1") == std::string::npos) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  for (int i = 1; i <= 3; ++i) {
+    if (i != leader) c.signal(i, SIGSTOP);
+  }
+  const std::string r = w.read_line(milliseconds(3000)).value_or("<no reply>");
+  for (int i = 1; i <= 3; ++i) {
+    if (i != leader) c.signal(i, SIGCONT);
+  }
+  // The cancel may have committed in the instant before the pause.
+  if (r != "T bob k1") {
+    EXPECT_EQ(r, "E indeterminate bob k1");
+  }
+}
+
+TEST(Cluster, PausedLeaderThatResumesGrantsNothing) {
+  LockdCluster c(3);
+  const int old_leader = c.wait_leader();
+  ASSERT_NE(old_leader, 0);
+  c.signal(old_leader, SIGSTOP);
+  // A request reaches the paused leader's socket; the others elect anew.
+  LineClient stale(c.client_port(old_leader));
+  stale.send("A alice k1 60000\n");
+  const int next = c.wait_leader(milliseconds(10000), old_leader);
+  ASSERT_NE(next, 0);
+  const std::uint64_t t = token_of(call_once(c.client_port(next), "A bob k1 60000"));
+  ASSERT_NE(t, 0u);
+  c.signal(old_leader, SIGCONT);
+  const std::string r = stale.read_line(milliseconds(5000)).value_or("<no reply>");
+  EXPECT_NE(r.substr(0, 2), "A ") << r;
+  // bob still holds k1.
+  EXPECT_EQ(call_leader(c, "A carol k1"), "T carol k1");
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t) + " k1"), "R " + std::to_string(t) + " k1");
+}
+
+TEST(Cluster, SigtermOnTheLeaderHandsOver) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  c.signal(leader, SIGTERM);
+  EXPECT_TRUE(c.process(leader).wait_for_line("leadership handed over", std::chrono::seconds(5)))
+      << c.process(leader).stderr_text();
+  EXPECT_EQ(c.process(leader).wait_exit(milliseconds(10000)), 0);
+  EXPECT_NE(c.wait_leader(milliseconds(5000), leader), 0);
+}
+
+TEST(Cluster, EveryNodeKilledAndRestartedKeepsLocksAndTokensGrow) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) c.start(i);
+  ASSERT_NE(c.wait_leader(), 0);
+  EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+  const std::uint64_t t2 = token_of(call_leader(c, "A bob k2"));
+  EXPECT_GT(t2, t1);
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+}
+
+TEST(Cluster, WipedFollowerCatchesUpThroughASnapshot) {
+  LockdCluster c(3, {"--snapshot-entries", "20"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t held = token_of(call_leader(c, "A alice held 60000"));
+  ASSERT_NE(held, 0u);
+  // Enough entries for a snapshot and compaction on every node.
+  // (Through call_leader: on a loaded machine leadership may move.)
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const std::uint64_t t = token_of(call_leader(c, "A bob " + key + " 60000"));
+    ASSERT_NE(t, 0u);
+    call_leader(c, "R " + std::to_string(t) + " " + key);
+  }
+  const int now_leader = c.wait_leader();
+  ASSERT_NE(now_leader, 0);
+  EXPECT_TRUE(c.process(now_leader).wait_for_line("snapshot at index", std::chrono::seconds(10)));
+  const int follower = now_leader == 1 ? 2 : 1;
+  c.kill9(follower);
+  c.wipe(follower);
+  c.start(follower);
+  EXPECT_TRUE(c.process(follower).wait_for_line("installed the leader's snapshot",
+                                                std::chrono::seconds(10)))
+      << c.process(follower).stderr_text();
+  // Its own state (read locally by the admin API) has the held lock.
+  const auto deadline = steady_clock::now() + milliseconds(5000);
+  HttpReply r;
+  while (steady_clock::now() < deadline) {
+    r = http(c.admin_port(follower), "/v1/locks/held");
+    if (r.status == 200) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find(std::to_string(held)), std::string::npos) << r.body;
+}
+
+TEST(Cluster, DataDirInUseIsRefusedWithExit2) {
+  LockdCluster c(3);
+  ChildProcess second;
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "1",
+                                "--data-dir", c.data_dir(1), "--admin", "off"};
+  for (int i = 1; i <= 3; ++i) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=127.0.0.1:1/127.0.0.1:" + std::to_string(i + 1));
+  }
+  ASSERT_TRUE(second.start(argv));
+  EXPECT_EQ(second.wait_exit(milliseconds(10000)), 2);
+  EXPECT_NE(second.stderr_text().find("lockd: "), std::string::npos) << second.stderr_text();
+}
+
+// A process that claims to be node 2 with another member list (so another
+// cluster hash) is refused by the transport and changes nothing.
+TEST(Cluster, PeerFromAnotherClusterIsRefused) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  ChildProcess stranger;
+  const std::string self = "2=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
+                           std::to_string(free_port());
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "2",
+                                "--admin", "off", "--election-timeout-ms", "150",
+                                "--heartbeat-ms", "30", "--peer", self};
+  for (int i : {1, 3}) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/127.0.0.1:" +
+                   std::to_string(c.raft_port(i)));
+  }
+  char dir[] = "/tmp/lockd-stranger-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  argv.push_back("--data-dir");
+  argv.push_back(dir);
+  ASSERT_TRUE(stranger.start(argv));
+  const int victim = leader == 1 ? 1 : (leader == 3 ? 3 : 1);
+  EXPECT_TRUE(c.process(victim).wait_for_line("refusing a connection from", std::chrono::seconds(10)))
+      << c.process(victim).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+  stranger.signal(SIGKILL);
+  stranger.wait_exit(milliseconds(5000));
+  std::filesystem::remove_all(dir);
+}
+
+// A failed fsync stops the node at once (exit 1) and nothing it had not
+// made durable is acknowledged; the others go on.
+TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) {
+  char ctl_dir[] = "/tmp/lockd-faults-XXXXXX";
+  ASSERT_NE(::mkdtemp(ctl_dir), nullptr);
+  const std::string ctl = std::string(ctl_dir) + "/node";
+  LockdCluster c(3, {}, {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
+                         "LOCKD_FAULTFS_DIR={DIR}", "LOCKD_FAULTFS_CONTROL=" + ctl + "{ID}"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  {
+    std::ofstream f(ctl + std::to_string(leader));
+    f << "fdatasync EIO\n";
+  }
+  LineClient a(c.client_port(leader));
+  a.send("A alice k1 60000\n");
+  const std::string r = a.read_line(milliseconds(5000)).value_or("<closed>");
+  EXPECT_NE(r.substr(0, 2), "A ") << r;
+  EXPECT_EQ(c.process(leader).wait_exit(milliseconds(10000)), 1);
+  EXPECT_NE(c.process(leader).stderr_text().find("storage failed"), std::string::npos);
+  EXPECT_NE(c.wait_leader(milliseconds(10000), leader), 0);
+  std::filesystem::remove_all(ctl_dir);
+}
+
+TEST(Cluster, FiveNodesServeWithTwoDown) {
+  LockdCluster c(5);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  c.kill9(leader);
+  c.kill9(leader == 1 ? 2 : 1);
+  ASSERT_NE(c.wait_leader(), 0);
+  EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+  EXPECT_GT(token_of(call_leader(c, "A bob k2")), t1);
+}
+
+}  // namespace
+}  // namespace lockd::testing

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""lockbench's cluster target against a real 3-node lockd cluster.
+
+Starts three `lockd --mode cluster` nodes on free loopback ports (own temp
+data dirs, short Raft timeouts), runs `lockbench --cluster` listing a
+follower first, kills the leader with SIGKILL a second into the run, and
+checks that lockbench found the leader, followed it to the new one
+(reconnects >= 1), finished with exit 0, zero protocol errors, and kept
+completing pairs after the kill. Never asserts speed.
+
+usage: cluster_smoke.py LOCKD LOCKBENCH
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+DEADLINE_S = 20  # generous: the machine may be busy
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ask(port, line, timeout=1.0):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(line.encode() + b"\n")
+            return s.makefile("rb").readline().decode().strip()
+    except OSError:
+        return ""
+
+
+def main():
+    lockd, lockbench = sys.argv[1], sys.argv[2]
+    root = tempfile.mkdtemp(prefix="lockbench_cluster.")
+    client = [free_port() for _ in range(3)]
+    raft = [free_port() for _ in range(3)]
+    peers = []
+    for i in range(3):
+        peers += ["--peer", f"{i + 1}=127.0.0.1:{client[i]}/127.0.0.1:{raft[i]}"]
+    procs = []
+    try:
+        for i in range(3):
+            d = os.path.join(root, f"n{i + 1}")
+            os.makedirs(d)
+            procs.append(subprocess.Popen(
+                [lockd, "--mode", "cluster", "--node-id", str(i + 1), *peers, "--data-dir", d,
+                 "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30"],
+                stderr=open(d + ".log", "wb")))
+        leader = None
+        deadline = time.monotonic() + DEADLINE_S
+        while leader is None and time.monotonic() < deadline:
+            for i in range(3):
+                if ask(client[i], "R 1 smoke-probe").startswith("N "):
+                    leader = i
+            time.sleep(0.05)
+        assert leader is not None, "no leader elected"
+        follower = (leader + 1) % 3
+        order = [follower] + [i for i in range(3) if i != follower]
+        bench = subprocess.Popen(
+            [lockbench, "--cluster", ",".join(f"127.0.0.1:{client[i]}" for i in order),
+             "-w", "uncontended", "-c", "8", "-d", "4", "--json", "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        procs[leader].kill()
+        out, err = bench.communicate(timeout=60)
+        print(err, file=sys.stderr)
+        print(out)
+        assert bench.returncode == 0, f"lockbench exit {bench.returncode}"
+        rep = json.loads(out)
+        c = rep["cluster"]
+        assert rep["counters"]["protocol_errors"] == 0
+        assert c["reconnects"] >= 1, c
+        assert c["leader"] != f"127.0.0.1:{client[leader]}", c  # moved off the dead leader
+        assert rep["counters"]["released"] > 0
+        print("cluster_smoke: ok")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

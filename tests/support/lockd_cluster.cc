@@ -1,0 +1,143 @@
+#include "lockd_cluster.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "http_get.h"
+
+namespace lockd::testing {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// A port the kernel just handed out (bound and closed again): free unless
+// someone grabs it in the short window before the node binds it.
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    port = ntohs(sa.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
+                           std::vector<std::string> env_prefix)
+    : extra_flags_(std::move(extra_flags)), env_prefix_(std::move(env_prefix)) {
+  char tmpl[] = "/tmp/lockd-cluster-XXXXXX";
+  const char* dir = ::mkdtemp(tmpl);
+  EXPECT_NE(dir, nullptr);
+  root_dir_ = dir ? dir : "/tmp";
+  nodes_.resize(static_cast<std::size_t>(n));
+  for (int i = 1; i <= n; ++i) {
+    Node& nd = node(i);
+    nd.client_port = free_port();
+    nd.raft_port = free_port();
+    nd.admin_port = free_port();
+    nd.data_dir = root_dir_ + "/node" + std::to_string(i);
+    std::filesystem::create_directories(nd.data_dir);
+  }
+  for (int i = 1; i <= n; ++i) start(i);
+}
+
+LockdCluster::~LockdCluster() {
+  for (int i = 1; i <= size(); ++i) {
+    if (running(i)) kill9(i);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(root_dir_, ec);
+}
+
+std::string LockdCluster::client_addr(int id) const {
+  return "127.0.0.1:" + std::to_string(client_port(id));
+}
+
+void LockdCluster::start(int id) {
+  Node& nd = node(id);
+  std::vector<std::string> argv{lockd_binary(),
+                                "--mode", "cluster",
+                                "--node-id", std::to_string(id),
+                                "--data-dir", nd.data_dir,
+                                "--admin", "127.0.0.1:" + std::to_string(nd.admin_port),
+                                "--election-timeout-ms", "150",
+                                "--heartbeat-ms", "30"};
+  for (int i = 1; i <= size(); ++i) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(node(i).client_port) +
+                   "/127.0.0.1:" + std::to_string(node(i).raft_port));
+  }
+  argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  std::vector<std::string> prefix = env_prefix_;
+  for (std::string& p : prefix) {
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"{DIR}", nd.data_dir},
+                                   {"{ID}", std::to_string(id)}}) {
+      for (auto at = p.find(from); at != std::string::npos; at = p.find(from)) p.replace(at, from.size(), to);
+    }
+  }
+  argv.insert(argv.begin(), prefix.begin(), prefix.end());
+  nd.proc = std::make_unique<ChildProcess>();
+  ASSERT_TRUE(nd.proc->start(argv));
+  auto line = nd.proc->wait_for_line("listening on", std::chrono::seconds(10));
+  ASSERT_TRUE(line.has_value()) << "node " << id << ": " << nd.proc->stderr_text();
+}
+
+void LockdCluster::kill9(int id) {
+  Node& nd = node(id);
+  if (!nd.proc) return;
+  nd.proc->signal(SIGKILL);
+  nd.proc->wait_exit(milliseconds(5000));
+  nd.proc.reset();
+}
+
+void LockdCluster::signal(int id, int sig) { node(id).proc->signal(sig); }
+
+void LockdCluster::wipe(int id) {
+  EXPECT_FALSE(running(id));
+  std::error_code ec;
+  std::filesystem::remove_all(node(id).data_dir, ec);
+  std::filesystem::create_directories(node(id).data_dir);
+}
+
+int LockdCluster::wait_leader(milliseconds timeout, int except) {
+  const auto deadline = steady_clock::now() + timeout;
+  while (steady_clock::now() < deadline) {
+    for (int i = 1; i <= size(); ++i) {
+      if (!running(i) || i == except) continue;
+      if (call_once(client_port(i), "R 1 lockd-probe", milliseconds(500)) == "N 1 lockd-probe") {
+        return i;
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return 0;
+}
+
+std::string LockdCluster::status_json(int id) {
+  const HttpReply r = http(admin_port(id), "/v1/status");
+  return r.status == 200 ? r.body : std::string();
+}
+
+std::string call_once(std::uint16_t port, const std::string& line, milliseconds timeout) {
+  LineClient c(port);
+  if (!c.connected()) return "<no connection>";
+  c.send(line + "\n");
+  return c.read_line(timeout).value_or("<no reply>");
+}
+
+}  // namespace lockd::testing
