@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lockd/server/lock_server.h"
+#include "lockd/version/version.h"
 
 namespace lockd::admin {
 
@@ -263,8 +264,12 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   out.reserve(8192);
   MetricsWriter w(out);
 
-  w.family("lockd_build_info", "gauge", "Always 1; labels carry the version and mode.");
-  w.sample("lockd_build_info", {{"version", node.version}, {"mode", node.mode}},
+  w.family("lockd_build_info", "gauge",
+           "Always 1; labels carry the version, the git revision (empty outside a checkout) "
+           "and the mode.");
+  w.sample("lockd_build_info",
+           {{"version", node.version}, {"revision", version::revision()},
+            {"mode", node.mode}},
            std::uint64_t{1});
 
   w.family("lockd_requests_total", "counter",

@@ -6,10 +6,19 @@
 #include <set>
 
 #include "lockd/proto/parser.h"
+#include "lockd/version/version.h"
 
 namespace lockd::daemon {
 
 namespace {
+
+// `lockd --version`: "lockd 0.1.0 (git 9c497a1)", or "lockd 0.1.0" when
+// built outside a git checkout.
+std::string version_line() {
+  std::string line = "lockd " + std::string(version::number());
+  if (!version::revision().empty()) line += " (git " + std::string(version::revision()) + ")";
+  return line;
+}
 
 constexpr std::size_t kMinOutputBytes = 1024 * 1024;
 // Longest lease or wait an operator may allow: a year. Far above any real
@@ -108,7 +117,7 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
 ParseOutcome parse_config(int argc, char** argv) {
   Config c;
   CLI::App app{"lockd: a lock server with fencing tokens"};
-  app.set_version_flag("--version", std::string(LOCKD_VERSION));
+  app.set_version_flag("--version", version_line());
   app.set_config("--config", "", "TOML config file (keys named like the long flags)");
   app.allow_config_extras(CLI::config_extras_mode::error);
 
@@ -151,7 +160,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForVersion&) {
-    return {std::nullopt, 0, std::string(LOCKD_VERSION) + "\n"};
+    return {std::nullopt, 0, version_line() + "\n"};
   } catch (const CLI::Success&) {  // --help
     return {std::nullopt, 0, app.help()};
   } catch (const CLI::ConfigError& e) {

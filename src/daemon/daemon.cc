@@ -11,6 +11,7 @@
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
+#include "lockd/version/version.h"
 
 namespace lockd::daemon {
 
@@ -73,11 +74,11 @@ bool Daemon::start(std::string& error) {
   if (config_.admin) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
-        admin::NodeInfo{LOCKD_VERSION, "single", server_->bound().to_string(),
+        admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
                         net::monotonic_now_ns(), {}, {}});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
-  spdlog::info("lockd {} listening on {} (mode=single)", LOCKD_VERSION,
+  spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
                server_->bound().to_string());
   // After the client line: a reader taking the first `listening` line gets
   // the client port.
@@ -107,7 +108,7 @@ bool Daemon::start_cluster(std::string& error) {
   server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
-    admin::NodeInfo info{LOCKD_VERSION, "cluster", server_->bound().to_string(),
+    admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
                          net::monotonic_now_ns(), {}, {}};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
@@ -171,7 +172,7 @@ bool Daemon::start_cluster(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
     if (!admin_->listen(*config_.admin, error)) return false;
   }
-  spdlog::info("lockd {} listening on {} (mode=cluster, node {})", LOCKD_VERSION,
+  spdlog::info("lockd {} listening on {} (mode=cluster, node {})", version::full(),
                server_->bound().to_string(), *config_.node_id);
   if (!cluster_->listen(error)) return false;
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());

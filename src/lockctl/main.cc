@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.h"
+#include "lockd/version/version.h"
 #include "run.h"
 
 namespace {
@@ -38,6 +39,12 @@ int main(int argc, char** argv) {
   app.add_option("--admin", admin, "lockd admin API address")
       ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
   app.add_flag("--json", json, "print the admin API's JSON unchanged");
+  // "lockctl 0.1.0 (git 9c497a1)": the same version as the lockd it ships with.
+  std::string version = "lockctl " + std::string(lockd::version::number());
+  if (!lockd::version::revision().empty()) {
+    version += " (git " + std::string(lockd::version::revision()) + ")";
+  }
+  app.set_version_flag("--version", version);
 
   auto* status = app.add_subcommand("status", "node status");
 
@@ -96,7 +103,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::fprintf(stderr, "lockctl: %s (see lockctl --help)\n", e.what());
     return kExitUsage;
   }

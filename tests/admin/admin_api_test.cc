@@ -271,12 +271,17 @@ TEST(AdminApiTest, HandoffsByReleaseAndExpiryAreCounted) {
   Node n;
   LineClient c(n.lockd.port()), w(n.lockd.port());
   const std::uint64_t t = token_of(c.call("A alice h 60000"));
-  w.send("A bob h 80 5000\n");
-  std::this_thread::sleep_for(50ms);
+  // bob, then carol, queue behind alice; the `T` for the probe proves both
+  // are queued (same connection, in order) before alice releases.
+  w.send("A bob h 80 5000\nA carol h 60000 5000\nA probe h\n");
+  ASSERT_EQ(w.read_line(), "T probe h");
   c.call("R " + std::to_string(t) + " h");
-  ASSERT_TRUE(w.read_line().has_value());  // bob holds it for 80 ms
-  w.send("A carol h 60000 5000\n");
-  ASSERT_TRUE(w.read_line(3000ms).has_value());  // handed to carol on expiry
+  const auto bob = w.read_line();  // handed to bob on release, for 80 ms
+  ASSERT_TRUE(bob.has_value());
+  EXPECT_EQ(fields(*bob)[2], "bob");
+  const auto carol = w.read_line(10'000ms);  // handed to carol on bob's expiry
+  ASSERT_TRUE(carol.has_value());
+  EXPECT_EQ(fields(*carol)[2], "carol");
   const std::string m = http(n.lockd.admin_port(), "/metrics").body;
   EXPECT_EQ(metric(m, R"(lockd_handoffs_total{cause="release"})"), 1);
   EXPECT_EQ(metric(m, R"(lockd_handoffs_total{cause="expiry"})"), 1);
@@ -377,6 +382,28 @@ TEST(AdminApiTest, AdminOffListensNowhere) {
   LockdProcess lockd;  // the harness default: --admin off
   EXPECT_EQ(lockd.admin_port(), 0);
   EXPECT_EQ(lockd.process().stderr_text().find("admin listening"), std::string::npos);
+}
+
+TEST(AdminApiTest, VersionIsTheSameInFlagStatusAndMetric) {
+  // `lockd --version`: "lockd 0.1.0" or "lockd 0.1.0 (git 9c497a1)".
+  FILE* out = ::popen((lockd_binary() + " --version").c_str(), "r");
+  ASSERT_NE(out, nullptr);
+  char buf[256] = {};
+  const std::string line(buf, std::fread(buf, 1, sizeof buf - 1, out));
+  ASSERT_EQ(::pclose(out), 0);
+  static const std::regex kLine(R"(lockd ([0-9]+\.[0-9]+\.[0-9]+)(?: \(git ([0-9a-f]+(-dirty)?)\))?\n)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(line, m, kLine)) << line;
+  const std::string number = m[1], revision = m[2];
+  std::string full = number;
+  if (!revision.empty()) full += "+g" + std::regex_replace(revision, std::regex("-"), ".");
+
+  Node n;
+  EXPECT_EQ(n.get_json("/v1/status")["version"], full);
+  const std::string metrics = http(n.lockd.admin_port(), "/metrics").body;
+  const std::string series = "lockd_build_info{version=\"" + full + "\",revision=\"" + revision +
+                             "\",mode=\"single\"}";
+  EXPECT_EQ(metric(metrics, series), 1) << metrics;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "lockd_process.h"
 
@@ -104,7 +106,7 @@ std::string dead_addr() {
   LockdProcess l;
   const std::string a = "127.0.0.1:" + std::to_string(l.port());
   l.process().signal(SIGKILL);
-  l.process().wait_exit(5s);
+  l.process().wait_exit(20s);
   return a;
 }
 
@@ -179,18 +181,23 @@ TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
   LineClient holder(f.lockd.port());
   const auto h = fields(holder.call("A alice k 60000"));
   ASSERT_EQ(h.size(), 4u);
+  // Releases only once lockctl's acquire is queued (the admin API shows
+  // the waiter), so the grant can only be a hand-off.
+  bool queued = false;
   std::thread releaser([&] {
-    std::this_thread::sleep_for(500ms);
+    queued = eventually([&] {
+      const HttpReply r = http(f.lockd.admin_port(), "/v1/locks/k");
+      const json j = json::parse(r.body, nullptr, false);
+      return r.status == 200 && j.is_object() && j["waiters"].size() == 1;
+    });
     holder.call("R " + h[1] + " k");
   });
-  const auto t0 = std::chrono::steady_clock::now();
-  Outcome w = f.ctl({"acquire", "bob", "k", "--wait", "10000"});
-  const auto took = std::chrono::steady_clock::now() - t0;
+  Outcome w = f.ctl({"acquire", "bob", "k", "--wait", "30000"}, 40s);
   releaser.join();
+  EXPECT_TRUE(queued) << "lockctl's acquire never showed as a waiter";
   EXPECT_EQ(w.status, 0) << w.err;
   EXPECT_TRUE(w.out.starts_with("A ")) << w.out;
   EXPECT_NE(w.out.find(" bob k"), std::string::npos) << w.out;
-  EXPECT_GE(took, 450ms);
 
   // A wait that runs out is `T`, exit 1.
   Outcome to = f.ctl({"acquire", "carol", "k", "--lease", "1000", "--wait", "200"});
@@ -198,10 +205,32 @@ TEST(LockctlTest, AcquireWaitBlocksUntilTheKeyIsHandedOver) {
   EXPECT_EQ(to.out, "T carol k\n");
 }
 
+// The expiry lockctl shows on the first line containing `row` after
+// `marker`, in seconds ("in 58.7s" or "in 1m00s"); -1 when absent.
+double shown_expiry_s(const std::string& out, const std::string& row, const std::string& marker) {
+  const auto line_at = out.find(row);
+  if (line_at == std::string::npos) return -1;
+  const std::string line = out.substr(line_at, out.find('\n', line_at) - line_at);
+  const auto at = line.find(marker);
+  if (at == std::string::npos) return -1;
+  const std::string rest = line.substr(at + marker.size());
+  if (rest.starts_with("1m00s")) return 60;
+  return rest.empty() || !std::isdigit(static_cast<unsigned char>(rest[0])) ? -1 : std::stod(rest);
+}
+
 TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   Fixture f;
   LineClient c(f.lockd.port());
+  const auto acquired = std::chrono::steady_clock::now();
   const auto g = fields(c.call("A alice orders/42 60000"));
+  // A 60 s lease shown after `elapsed`: between 60 s minus that (and a
+  // rounding) and 60 s, however slow lockctl was to start.
+  const auto expect_expiry = [&](double shown, const std::string& out) {
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - acquired).count();
+    EXPECT_GE(shown, 60 - elapsed_s - 0.1) << out;
+    EXPECT_LE(shown, 60.0) << out;
+  };
   c.call("A dave a/b%c?d");
   LineClient w(f.lockd.port());
   w.send("A bob orders/42 5000 20000\nA probe orders/42\n");
@@ -227,8 +256,7 @@ TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   EXPECT_NE(l.out.find("EXPIRES"), std::string::npos);
   EXPECT_LT(l.out.find("a/b%c?d"), l.out.find("orders/42")) << "sorted by key: " << l.out;
   EXPECT_NE(l.out.find(g[1]), std::string::npos) << "token shown: " << l.out;
-  EXPECT_TRUE(l.out.find("in 59.") != std::string::npos || l.out.find("in 1m00s") != std::string::npos)
-      << "human expiry: " << l.out;
+  expect_expiry(shown_expiry_s(l.out, "orders/42", " in "), l.out);
 
   Outcome lp = f.ctl({"--json", "locks", "--prefix", "orders/", "--limit", "1"});
   EXPECT_EQ(lp.status, 0);
@@ -243,9 +271,7 @@ TEST(LockctlTest, StatusLocksAndLockHumanAndJson) {
   EXPECT_EQ(k.status, 0) << k.err;
   EXPECT_NE(k.out.find("owner    alice"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("token    " + g[1]), std::string::npos) << k.out;
-  EXPECT_TRUE(k.out.find("expires  in 59.") != std::string::npos ||
-              k.out.find("expires  in 1m00s") != std::string::npos)
-      << k.out;
+  expect_expiry(shown_expiry_s(k.out, "expires  ", "expires  in "), k.out);
   EXPECT_NE(k.out.find("(lease 1m00s"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("bob"), std::string::npos) << k.out;
   EXPECT_NE(k.out.find("WAIT LEFT"), std::string::npos) << k.out;
@@ -546,7 +572,7 @@ TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
   ASSERT_EQ(tmux.sh("new-session -d -s top -x 120 -y 40 '" + cmd + "'"), 0);
 
   std::string screen;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto deadline = std::chrono::steady_clock::now() + kEventuallyTimeout;
   while (std::chrono::steady_clock::now() < deadline) {
     screen = tmux.capture();
     if (screen.find("hot/key") != std::string::npos &&
@@ -565,10 +591,7 @@ TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
 
   tmux.sh("send-keys -t top q");
   std::string status;
-  for (int i = 0; i < 50 && status.empty(); ++i) {
-    std::this_thread::sleep_for(100ms);
-    status = slurp(status_file);
-  }
+  eventually([&] { return !(status = slurp(status_file)).empty(); });
   EXPECT_EQ(status, "0\n") << "top did not quit on q; screen:\n" << tmux.capture();
 }
 
@@ -584,17 +607,13 @@ TEST(LockctlTopTest, CtrlCQuitsAndRestoresTheTerminal) {
                           std::to_string(f.lockd.admin_port()) + " top; stty -a > " + out_file;
   ASSERT_EQ(tmux.sh("new-session -d -s top -x 100 -y 30 '" + cmd + "'"), 0);
   std::string screen;
-  for (int i = 0; i < 50 && screen.find("OLDEST HOLDERS") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    screen = tmux.capture();
-  }
+  eventually(
+      [&] { return (screen = tmux.capture()).find("OLDEST HOLDERS") != std::string::npos; },
+      kEventuallyTimeout, 100ms);
   ASSERT_NE(screen.find("OLDEST HOLDERS"), std::string::npos) << screen;
   tmux.sh("send-keys -t top C-c");
   std::string stty;
-  for (int i = 0; i < 50 && stty.empty(); ++i) {
-    std::this_thread::sleep_for(100ms);
-    stty = slurp(out_file);
-  }
+  eventually([&] { return !(stty = slurp(out_file)).empty(); });
   ASSERT_FALSE(stty.empty()) << "top did not exit on Ctrl-C";
   EXPECT_EQ(stty.find("-icanon"), std::string::npos) << stty;
   EXPECT_EQ(stty.find("-echo "), std::string::npos) << stty;

@@ -125,7 +125,7 @@ LockdProcess::LockdProcess(std::vector<std::string> flags) {
     ADD_FAILURE() << "cannot start lockd";
     return;
   }
-  auto line = proc_.wait_for_line("listening on", seconds(10));
+  auto line = proc_.wait_for_line("listening on", seconds(30));
   if (!line) {
     ADD_FAILURE() << "lockd did not log 'listening'; stderr: " << proc_.stderr_text();
     return;
@@ -139,7 +139,7 @@ LockdProcess::LockdProcess(std::vector<std::string> flags) {
     if (flags[i].rfind("--admin=", 0) == 0) admin_on = flags[i] != "--admin=off";
   }
   if (admin_on) {
-    if (auto admin = proc_.wait_for_line("admin listening on", seconds(5))) {
+    if (auto admin = proc_.wait_for_line("admin listening on", seconds(30))) {
       static const std::regex kAdmin(R"(admin listening on \S+:(\d+))");
       if (std::regex_search(*admin, m, kAdmin)) {
         admin_port_ = static_cast<std::uint16_t>(std::stoi(m[1]));

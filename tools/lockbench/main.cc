@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "keygen.h"
+#include "lockd/version/version.h"
 #include "report.h"
 #include "runner.h"
 
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", cfg.json, "print the report as JSON on stdout");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
+  app.set_version_flag("--version", "lockbench " + std::string(lockd::version::full()));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

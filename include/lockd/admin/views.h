@@ -109,7 +109,7 @@ struct ClusterMetrics {
 
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
-  std::string version;       // LOCKD_VERSION
+  std::string version;       // version::full(): "0.1.0+g9c497a1"
   std::string mode;          // "single" or "cluster"
   std::string listen;        // client address, host:port
   TimeNs started_ns = 0;     // monotonic, for uptime

@@ -21,7 +21,7 @@ int run_expecting_exit(const std::vector<std::string>& args, std::string* err) {
   std::vector<std::string> argv{lockd_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   EXPECT_TRUE(p.start(argv));
-  auto st = p.wait_exit(5s);
+  auto st = p.wait_exit(20s);
   *err = p.stderr_text();
   return st.value_or(-1);
 }
@@ -110,7 +110,7 @@ TEST(ProcessTest, JsonLogFormatWritesJsonLines) {
 TEST(ProcessTest, SigintAlsoStopsCleanly) {
   LockdProcess lockd;
   lockd.process().signal(SIGINT);
-  EXPECT_EQ(lockd.process().wait_exit(5s), 0);
+  EXPECT_EQ(lockd.process().wait_exit(20s), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "lockd_process.h"
 
@@ -174,16 +175,27 @@ TEST(KeepTest, KeepAfterReleaseHandOffWithTheOldTokenIsN) {
 }
 
 TEST(KeepTest, SweepRespectsTheExtendedExpiry) {
-  LockdProcess lockd({"--sweep-interval-ms", "50"});
+  LockdProcess lockd({"--sweep-interval-ms", "50", "--admin", "127.0.0.1:0"});
   LineClient c(lockd.port());
+  // Sweeps completed so far, from /metrics: how the test knows sweeps ran
+  // (a loaded machine may delay them far past their interval).
+  const auto sweeps = [&] {
+    const std::string m = http(lockd.admin_port(), "/metrics").body;
+    const std::string name = "\nlockd_sweeps_total ";
+    const auto at = m.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size()));
+  };
   const auto t = token_of(c.call("A a k 100"));
   ASSERT_EQ(c.call("K " + std::to_string(t) + " k 60000"), "K " + std::to_string(t) + " k");
-  std::this_thread::sleep_for(400ms);  // several sweeps past the first lease
+  std::this_thread::sleep_for(150ms);  // past the first lease
+  const double after_first_lease = sweeps();
+  ASSERT_GE(after_first_lease, 0);
+  ASSERT_TRUE(eventually([&] { return sweeps() >= after_first_lease + 3; }));
   EXPECT_EQ(c.call("R " + std::to_string(t) + " k"), "R " + std::to_string(t) + " k");
-  // Shortened: swept soon after the new end.
+  // Shortened: swept soon after the new end (the key is gone).
   const auto t2 = token_of(c.call("A a k2 60000"));
   ASSERT_EQ(c.call("K " + std::to_string(t2) + " k2 50"), "K " + std::to_string(t2) + " k2");
-  std::this_thread::sleep_for(400ms);
+  ASSERT_TRUE(eventually([&] { return http(lockd.admin_port(), "/v1/locks/k2").status == 404; }));
   EXPECT_EQ(c.call("R " + std::to_string(t2) + " k2"), "N " + std::to_string(t2) + " k2");
 }
 
