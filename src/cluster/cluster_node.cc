@@ -155,6 +155,11 @@ void ClusterNode::rearm_service_timer(TimeNs now) {
 
 void ClusterNode::send(std::vector<raft::Message>& messages) {
   for (const raft::Message& m : messages) transport_->send(m);
+  // Out now, before this Ready's fdatasync: the core only hands out
+  // messages that depend on nothing unpersisted (raft.h), so followers can
+  // write the leader's appends while the leader writes them itself —
+  // one sync of latency per commit instead of two in series.
+  if (!messages.empty()) transport_->flush();
 }
 
 raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
