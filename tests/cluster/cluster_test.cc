@@ -346,7 +346,10 @@ TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) {
   char ctl_dir[] = "/tmp/lockd-faults-XXXXXX";
   ASSERT_NE(::mkdtemp(ctl_dir), nullptr);
   const std::string ctl = std::string(ctl_dir) + "/node";
+  // verify_asan_link_order=0: under ASan the shim is preloaded ahead of
+  // the ASan runtime, which ASan refuses by default (ignored otherwise).
   LockdCluster c(3, {}, {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
+                         "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0",
                          "LOCKD_FAULTFS_DIR={DIR}", "LOCKD_FAULTFS_CONTROL=" + ctl + "{ID}"});
   const int leader = c.wait_leader();
   ASSERT_NE(leader, 0);
