@@ -3,7 +3,8 @@
 
 Starts three `lockd --mode cluster` nodes on free loopback ports (own temp
 data dirs, short Raft timeouts), runs `lockbench --cluster` listing a
-follower first, kills the leader with SIGKILL a second into the run, and
+follower first, kills the leader with SIGKILL once the leader has applied
+the bench's first hundred requests (polled on its /v1/status), and
 checks that lockbench found the leader, followed it to the new one
 (reconnects >= 1), finished with exit 0, zero protocol errors, and kept
 completing pairs after the kill. Never asserts speed.
@@ -11,6 +12,7 @@ completing pairs after the kill. Never asserts speed.
 usage: cluster_smoke.py LOCKD LOCKBENCH
 """
 import json
+import urllib.request
 import os
 import shutil
 import signal
@@ -39,11 +41,20 @@ def ask(port, line, timeout=1.0):
         return ""
 
 
+def applied_index(admin_port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/v1/status", timeout=1.0) as r:
+            return json.loads(r.read())["applied_index"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
 def main():
     lockd, lockbench = sys.argv[1], sys.argv[2]
     root = tempfile.mkdtemp(prefix="lockbench_cluster.")
     client = [free_port() for _ in range(3)]
     raft = [free_port() for _ in range(3)]
+    admin = [free_port() for _ in range(3)]
     peers = []
     for i in range(3):
         peers += ["--peer", f"{i + 1}=127.0.0.1:{client[i]}/127.0.0.1:{raft[i]}"]
@@ -54,7 +65,7 @@ def main():
             os.makedirs(d)
             procs.append(subprocess.Popen(
                 [lockd, "--mode", "cluster", "--node-id", str(i + 1), *peers, "--data-dir", d,
-                 "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30"],
+                 "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30"],
                 stderr=open(d + ".log", "wb")))
         leader = None
         deadline = time.monotonic() + DEADLINE_S
@@ -70,7 +81,14 @@ def main():
             [lockbench, "--cluster", ",".join(f"127.0.0.1:{client[i]}" for i in order),
              "-w", "uncontended", "-c", "8", "-d", "4", "--json", "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)
+        # Kill the leader only once the bench is committing through it: poll
+        # its applied index rather than guess how long start-up takes.
+        base = applied_index(admin[leader])
+        deadline = time.monotonic() + DEADLINE_S
+        while applied_index(admin[leader]) < base + 100 and time.monotonic() < deadline:
+            assert bench.poll() is None, "lockbench ended before the kill"
+            time.sleep(0.02)
+        assert applied_index(admin[leader]) >= base + 100, "the bench never reached the leader"
         procs[leader].kill()
         out, err = bench.communicate(timeout=60)
         print(err, file=sys.stderr)
