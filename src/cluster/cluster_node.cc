@@ -163,6 +163,9 @@ void ClusterNode::send(std::vector<raft::Message>& messages) {
 }
 
 raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
+  // Replies to entries applied just before (driver.h) go out now, not after
+  // the sync of the next batch.
+  if (before_sync_ && (!rd.entries.empty() || rd.snapshot || rd.hard_state)) before_sync_();
   raft::StorageStatus st = raft::persist_ready(*storage_, rd);
   if (raft_->role() == raft::Role::kLeader) {
     const TimeNs now = net::monotonic_now_ns();

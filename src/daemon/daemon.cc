@@ -106,6 +106,7 @@ bool Daemon::start_cluster(std::string& error) {
   // Client ids name their node: the node id in the high 16 bits.
   sc.first_client_id = (*config_.node_id << 48) + 1;
   server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
+  cluster_->set_before_sync([server = server_.get()] { server->flush_replies(); });
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),

@@ -237,10 +237,14 @@ void LockServer::rearm_deadline_timer(TimeNs now) {
   }
 }
 
-void LockServer::after_turn() {
-  // Flushing may close connections (peer gone), so flush before reaping.
+void LockServer::flush_replies() {
   for (std::size_t i = 0; i < pending_writes_.size(); ++i) pending_writes_[i]->flush();
   pending_writes_.clear();
+}
+
+void LockServer::after_turn() {
+  // Flushing may close connections (peer gone), so flush before reaping.
+  flush_replies();
   for (const std::uint64_t id : closed_) clients_.erase(id);
   closed_.clear();
   if (!shutting_down_ && service_ == nullptr) rearm_deadline_timer(net::monotonic_now_ns());

@@ -399,15 +399,18 @@ class FailingDiskHandler final : public ReadyHandler {
   explicit FailingDiskHandler(int ok_saves) : ok_saves_(ok_saves) {}
   void send(std::vector<Message>& messages) override { sent += messages.size(); }
   StorageStatus persist(const Ready& rd) override {
+    applied_at_persist.push_back(applied.size());
     if (ok_saves_-- <= 0) return {StorageError::kIo, "wal: fdatasync: Input/output error"};
     return persist_ready(disk, rd);
   }
   void install(const Snapshot&) override {}
   void apply(const Entry& e) override { applied.push_back(e.index); }
+  void fail_from_now() { ok_saves_ = 0; }
 
   MemoryStorage disk;
   std::size_t sent = 0;
   std::vector<Index> applied;
+  std::vector<std::size_t> applied_at_persist;  // applied.size() when each persist began
 
  private:
   int ok_saves_;
@@ -439,6 +442,26 @@ TEST(Driver, FailedPersistStopsBeforeAdvanceAndAppliesNothing) {
   // advance() was not called: the core still waits for it, so asking for
   // another Ready is a caller bug the core refuses (checked).
   EXPECT_DEATH(r.ready(), "internal check failed");
+}
+
+// Committed entries are durable from earlier Readies, so the cycle applies
+// them before it persists the Ready's new entries (their answers need not
+// wait for that sync); the new entries stay unapplied when the sync fails.
+TEST(Driver, AppliesEarlierDurableEntriesBeforeTheSyncOfNewOnes) {
+  FailingDiskHandler h(1000);
+  Raft r(make_config(1, {1}), h.disk);
+  r.campaign();
+  ASSERT_TRUE(drive_ready(r, h, 16).ok());
+  ASSERT_EQ(r.propose("x").error, ProposeError::kOk);  // index 2
+  ASSERT_TRUE(drive_ready(r, h, 1).ok());               // persisted and committed, not applied
+  ASSERT_EQ(h.applied, (std::vector<Index>{1}));
+  ASSERT_EQ(r.propose("y").error, ProposeError::kOk);  // index 3
+  h.fail_from_now();
+  h.applied_at_persist.clear();
+  EXPECT_EQ(drive_ready(r, h, 1).error, StorageError::kIo);
+  EXPECT_EQ(h.applied, (std::vector<Index>{1, 2}));          // "x" went out, "y" did not
+  EXPECT_EQ(h.applied_at_persist, (std::vector<std::size_t>{2}));  // before the failed sync
+  EXPECT_EQ(h.disk.last_index(), 2u);
 }
 
 TEST(MemoryStorage, SaveWritesSnapshotThenEntriesThenHardState) {

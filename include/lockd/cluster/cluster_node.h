@@ -6,8 +6,8 @@
 //   election_ticks = --election-timeout-ms / --heartbeat-ms);
 // - peer messages are stepped in as they arrive;
 // - once per loop turn, after_turn() runs the Ready cycle (raft::drive_ready:
-//   send, one save() = one fdatasync for the batch, install, apply,
-//   advance), lets the service notice leadership changes and propose what
+//   send, apply what earlier syncs made durable, one save() = one
+//   fdatasync for the batch, install, advance), lets the service notice leadership changes and propose what
 //   it deferred, and flushes the transport (one write per peer).
 // A failed save() stops the process at once (exit 1) without advance():
 // after a failed fsync nothing the node would say can be trusted.
@@ -103,6 +103,9 @@ class ClusterNode final : private raft::ReadyHandler {
   bool listen(std::string& error);
   // End-of-turn work (see the file comment).
   void after_turn();
+  // Called right before every blocking save(): the daemon flushes the
+  // client replies applied so far, so they leave while the disk syncs.
+  void set_before_sync(std::function<void()> f) { before_sync_ = std::move(f); }
 
   server::LockService& service() { return *service_; }
   const ReplicatedLockService& replicated() const { return *service_; }
@@ -150,6 +153,7 @@ class ClusterNode final : private raft::ReadyHandler {
   net::Timer tick_timer_;
   net::Timer service_timer_;  // the service's next expiry / wait / clock deadline
   net::Timer kick_timer_;     // another Ready cycle next turn when one is left over
+  std::function<void()> before_sync_;  // see set_before_sync()
   std::optional<TimeNs> armed_service_ns_;
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
   raft::NodeId last_leader_ = raft::kNoNode;

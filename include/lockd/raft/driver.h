@@ -8,9 +8,13 @@
 //                                   message that depends on state not yet
 //                                   durable, so sending before the sync lets
 //                                   followers write while the leader writes)
+//   apply    rd.committed, in order (without a snapshot in this Ready:
+//                                   committed entries are always durable
+//                                   from earlier Readies, so their answers
+//                                   need not wait for this Ready's sync)
 //   persist  snapshot, entries, hard state — one group commit, one sync
 //   install  rd.snapshot           (restore the state machine from it)
-//   apply    rd.committed, in order
+//   apply    rd.committed, in order (only when a snapshot came: after it)
 //   advance                        ("all of that is durable and applied")
 //
 // A failed persist stops the cycle before advance(): the node must stop

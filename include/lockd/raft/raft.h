@@ -130,13 +130,15 @@ std::string_view to_string(ConfigError e);
 // be done: persist snapshot, entries, then hard_state (last, so a torn write
 // that kept the hard state also kept the entries its commit index covers);
 // send messages (they never depend on anything in this batch); install the
-// snapshot; apply committed.
+// snapshot; apply committed. `committed` only holds entries that earlier
+// Readies already made durable (up to min(commit, stable index)), so
+// without a snapshot they may be applied before this Ready's persist.
 struct Ready {
   std::optional<HardState> hard_state;  // write when set
   std::optional<Snapshot> snapshot;     // received from the leader: persist, then restore the state machine from it
   std::vector<Entry> entries;           // append; the first may overwrite a stored suffix
   std::vector<Message> messages;        // send, in any order, over any transport
-  std::vector<Entry> committed;         // apply in order (after `snapshot`)
+  std::vector<Entry> committed;         // apply in order (after `snapshot`); all already durable
 
   bool empty() const {
     return !hard_state && !snapshot && entries.empty() && messages.empty() && committed.empty();

@@ -63,6 +63,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // connections and re-arms the deadline timer. Called by the loop owner
   // after each turn of callbacks.
   void after_turn();
+  // Sends every reply decided so far (after_turn() does this too). The
+  // cluster node calls it before it blocks in fdatasync.
+  void flush_replies();
 
   // Graceful stop: accepts no more clients, reads no more requests, sends
   // every reply already decided, then closes each connection.
