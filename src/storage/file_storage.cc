@@ -41,6 +41,20 @@ int write_all(int fd, std::string_view bytes) {
   return 0;
 }
 
+// Writes all of `bytes` at `offset` (pwrite may stop short); 0 or an errno.
+int pwrite_all(int fd, std::string_view bytes, std::uint64_t offset) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
 // A read-only mapping of a whole file: segments are scanned in place, with
 // no copy and no zero-filled buffer (recovery reads every byte once).
 class MappedFile {
@@ -260,6 +274,7 @@ StorageStatus FileStorage::open() {
                   "header says sequence " + std::to_string(scan.sequence) + ", not the one in its name");
     }
     seg.bytes = scan.valid_bytes;
+    if (last) seg_end_ = scan.valid_bytes + scan.zero_tail;
     recovery_.wal_bytes += scan.valid_bytes;
     segments_.push_back(seg);
   }
@@ -278,7 +293,7 @@ StorageStatus FileStorage::open() {
 
   if (!segments_.empty()) {
     const std::string name = segment_name(segments_.back().sequence);
-    seg_fd_ = ::open(path(name).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    seg_fd_ = ::open(path(name).c_str(), O_WRONLY | O_CLOEXEC);
     if (seg_fd_ < 0) return fail_io(name, 0, "open", errno);
   }
   opened_ = true;
@@ -420,10 +435,30 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
   std::string name = roll ? segment_name(segments_.empty() ? 1 : segments_.back().sequence + 1)
                           : segment_name(segments_.back().sequence);
   if (roll) {
-    fd = ::open(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    // The closed segment keeps its records only: recovery reads a zero
+    // runway as a clean end in the last segment alone.
+    if (seg_fd_ >= 0 && seg_end_ > segments_.back().bytes) {
+      const std::string old = segment_name(segments_.back().sequence);
+      if (::ftruncate(seg_fd_, static_cast<off_t>(segments_.back().bytes)) != 0) {
+        return fail_io(old, segments_.back().bytes, "truncate", errno);
+      }
+      if (options_.sync && ::fdatasync(seg_fd_) != 0) return fail_io(old, segments_.back().bytes, "fdatasync", errno);
+      seg_end_ = segments_.back().bytes;
+    }
+    fd = ::open(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return fail_io(name, 0, "open", errno);
   }
-  if (int err = write_all(fd, batch); err != 0) {
+  const std::uint64_t end = offset + batch.size();
+  const std::uint64_t old_end = roll ? 0 : seg_end_;
+  // Past the runway: lay the next one down in the same sync (one size
+  // change per runway_bytes of log instead of one per save).
+  if (end > old_end && options_.runway_bytes > 0) {
+    if (int err = write_runway(fd, end); err != 0) {
+      if (roll) ::close(fd);
+      return fail_io(name, end, "write", err);
+    }
+  }
+  if (int err = pwrite_all(fd, batch, offset); err != 0) {
     if (roll) ::close(fd);
     return fail_io(name, offset, "write", err);
   }
@@ -432,6 +467,7 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
     if (roll) ::close(fd);
     return fail_io(name, offset, "fdatasync", err);
   }
+  seg_end_ = end > old_end ? end + options_.runway_bytes : old_end;
   if (roll) {
     if (seg_fd_ >= 0) ::close(seg_fd_);
     seg_fd_ = fd;
@@ -450,6 +486,16 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
   stats_.sync_latency.record(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   return StorageStatus::Ok();
+}
+
+int FileStorage::write_runway(int fd, std::uint64_t from) {
+  static const std::string kZeros(64u << 10, '\0');
+  for (std::uint64_t done = 0; done < options_.runway_bytes;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kZeros.size(), options_.runway_bytes - done));
+    if (int err = pwrite_all(fd, std::string_view(kZeros).substr(0, n), from + done); err != 0) return err;
+    done += n;
+  }
+  return 0;
 }
 
 StorageStatus FileStorage::drop_covered() {

@@ -1,6 +1,7 @@
 // Pure on-disk format of a data directory; see wal_format.h.
 #include "lockd/storage/wal_format.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -10,6 +11,10 @@ namespace lockd::storage {
 namespace {
 
 enum class Fail { kOk, kShort };
+
+bool all_zero(std::string_view bytes) {
+  return std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == '\0'; });
+}
 using Reader = ByteReader<Fail>;
 
 std::optional<std::uint64_t> parse_hex_name(std::string_view name, std::string_view prefix,
@@ -107,6 +112,13 @@ SegmentScan scan_segment(std::string_view bytes, bool last, const RecordFn& on_r
     scan.what = "segment shorter than its header";
     return scan;
   }
+  if (last && all_zero(bytes)) {
+    // The crash hit the creation after the runway's zeros reached the disk
+    // and before the header did: nothing in it was acknowledged.
+    scan.end = ScanEnd::kTornTail;
+    scan.what = "segment never written (zeros only)";
+    return scan;
+  }
   if (bytes.substr(0, kSegmentMagic.size()) != kSegmentMagic) {
     scan.end = ScanEnd::kCorrupt;
     scan.what = "not a lockd WAL segment (bad magic)";
@@ -141,6 +153,10 @@ SegmentScan scan_segment(std::string_view bytes, bool last, const RecordFn& on_r
   std::size_t pos = kSegmentHeaderBytes;
   raft::WalRecord rec;
   while (pos < bytes.size()) {
+    if (last && bytes[pos] == '\0' && all_zero(bytes.substr(pos))) {
+      scan.zero_tail = bytes.size() - pos;  // the runway: no record was ever written here
+      break;
+    }
     std::size_t n = 0;
     const raft::DecodeError e = decode_at(bytes, pos, rec, n);
     if (e != raft::DecodeError::kOk) {

@@ -25,15 +25,26 @@ Entry entry(raft::Index i, raft::Term t, std::string data = "") {
   return Entry{t, i, EntryType::kCommand, std::move(data)};
 }
 
-std::unique_ptr<FileStorage> open_ok(const std::string& dir, std::size_t segment_bytes = 64u << 20) {
-  auto st = std::make_unique<FileStorage>(FileStorageOptions{dir, segment_bytes, false});
+// Most tests model a crash by cutting or editing the file, so they run the
+// WAL in plain-append mode (runway 0); the "Runway" tests below cover the
+// zero runway the daemon uses.
+FileStorageOptions options(const std::string& dir, std::size_t segment_bytes = 64u << 20,
+                           std::size_t runway_bytes = 0) {
+  FileStorageOptions o{dir, segment_bytes, false};
+  o.runway_bytes = runway_bytes;
+  return o;
+}
+
+std::unique_ptr<FileStorage> open_ok(const std::string& dir, std::size_t segment_bytes = 64u << 20,
+                                     std::size_t runway_bytes = 0) {
+  auto st = std::make_unique<FileStorage>(options(dir, segment_bytes, runway_bytes));
   raft::StorageStatus s = st->open();
   EXPECT_TRUE(s.ok()) << s.message;
   return st;
 }
 
-raft::StorageStatus open_status(const std::string& dir) {
-  FileStorage st(FileStorageOptions{dir, 64u << 20, false});
+raft::StorageStatus open_status(const std::string& dir, std::size_t runway_bytes = 0) {
+  FileStorage st(options(dir, 64u << 20, runway_bytes));
   return st.open();
 }
 
@@ -348,6 +359,164 @@ TEST(FileStorage, StatsCountEntriesPerSync) {
   EXPECT_EQ(st->stats().entries, 64u);
   EXPECT_EQ(st->stats().sync_latency.count(), 1u);
   EXPECT_EQ(st->stats().bytes, test::file_size(dir.path() + "/" + segment_name(1)));
+}
+
+// --- the zero runway (FileStorageOptions::runway_bytes) ---
+
+constexpr std::size_t kRunway = 4096;
+
+// Overwrites [from, to) of a file with zeros: a write that reached the disk
+// only up to `from` over the runway.
+void zero_range(const std::string& path, std::uint64_t from, std::uint64_t to) {
+  std::string bytes = test::read_all(path);
+  std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(from), bytes.begin() + static_cast<std::ptrdiff_t>(to), '\0');
+  test::write_all(path, bytes);
+}
+
+TEST(FileStorage, RunwaySavesOverwriteZerosAndReopenClean) {
+  TempDir dir;
+  const std::string wal = dir.path() + "/" + segment_name(1);
+  State want;
+  {
+    auto st = open_ok(dir.path(), 64u << 20, kRunway);
+    ASSERT_TRUE(st->save(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, nullptr).ok());
+    const std::uint64_t size = test::file_size(wal);
+    EXPECT_EQ(size, st->live_segment_bytes() + kRunway);
+    for (raft::Index i = 2; i <= 5; ++i) {
+      ASSERT_TRUE(st->save(HardState{1, 1, i - 1}, std::vector<Entry>{entry(i, 1)}, nullptr).ok());
+    }
+    EXPECT_EQ(test::file_size(wal), size);  // written over the runway: no growth
+    want = state_of(*st);
+  }
+  auto st = open_ok(dir.path(), 64u << 20, kRunway);
+  EXPECT_EQ(state_of(*st), want);
+  EXPECT_TRUE(st->recovery().notes.empty());  // zeros after the records are a clean end
+  // Past the runway, the next one is laid down and reopening still works.
+  ASSERT_TRUE(st->save(std::nullopt, std::vector<Entry>{entry(6, 1, std::string(2 * kRunway, 'r'))}, nullptr).ok());
+  EXPECT_EQ(test::file_size(wal), st->live_segment_bytes() + kRunway);
+  want = state_of(*st);
+  st.reset();
+  auto again = open_ok(dir.path(), 64u << 20, kRunway);
+  EXPECT_EQ(state_of(*again), want);
+  EXPECT_TRUE(again->recovery().notes.empty());
+}
+
+// A crash cuts the last write over the runway anywhere: the rest of its
+// bytes are still zeros, and the restart sees the state before it.
+TEST(FileStorage, RunwayCrashAtEveryByteOfTheLastRecordRecoversThePreviousRecord) {
+  for (bool hs : {false, true}) {
+    TempDir dir;
+    std::uint64_t before = 0, after = 0;
+    State state_before, state_after;
+    {
+      auto st = open_ok(dir.sub("orig"), 64u << 20, kRunway);
+      for (raft::Index i = 1; i <= 6; ++i) {
+        ASSERT_TRUE(st->save(HardState{1, 1, i - 1}, std::vector<Entry>{entry(i, 1)}, nullptr).ok());
+      }
+      before = st->live_segment_bytes();
+      state_before = state_of(*st);
+      if (hs) {
+        ASSERT_TRUE(st->save(HardState{2, 3, 6}, {}, nullptr).ok());
+      } else {
+        ASSERT_TRUE(st->save(std::nullopt, std::vector<Entry>{entry(7, 1, std::string(300, 'z'))}, nullptr).ok());
+      }
+      after = st->live_segment_bytes();
+      state_after = state_of(*st);
+    }
+    ASSERT_GT(after, before);
+    for (std::uint64_t cut = before; cut < after; ++cut) {
+      test::copy_dir(dir.sub("orig"), dir.sub("cut"));
+      zero_range(dir.sub("cut") + "/" + segment_name(1), cut, after);
+      auto st = open_ok(dir.sub("cut"), 64u << 20, kRunway);
+      ASSERT_EQ(state_of(*st), state_before) << "cut at " << cut;
+      if (cut > before) {
+        ASSERT_EQ(st->recovery().notes.size(), 1u) << "cut at " << cut;
+        EXPECT_NE(st->recovery().notes[0].find("torn tail"), std::string::npos) << st->recovery().notes[0];
+      } else {
+        EXPECT_TRUE(st->recovery().notes.empty());
+      }
+      ASSERT_TRUE(st->save(HardState{5, 0, 1}, {}, nullptr).ok());
+      st.reset();
+      auto again = open_ok(dir.sub("cut"), 64u << 20, kRunway);
+      EXPECT_EQ(again->hard_state(), (HardState{5, 0, 1}));
+      EXPECT_TRUE(again->recovery().notes.empty());
+    }
+    auto st = open_ok(dir.sub("orig"), 64u << 20, kRunway);
+    EXPECT_EQ(state_of(*st), state_after);
+  }
+}
+
+TEST(FileStorage, RunwayFlippedBitInAnEarlierRecordRefusesToStart) {
+  TempDir dir;
+  std::uint64_t end = 0;
+  {
+    auto st = open_ok(dir.sub("orig"), 64u << 20, kRunway);
+    for (raft::Index i = 1; i <= 4; ++i) {
+      ASSERT_TRUE(st->save(HardState{1, 1, i - 1}, std::vector<Entry>{entry(i, 1)}, nullptr).ok());
+    }
+    end = st->live_segment_bytes();
+  }
+  // Every byte but the last record's (a torn tail may end anywhere in it).
+  const std::uint64_t last_record = end - 40;
+  for (std::uint64_t off = 0; off < last_record; ++off) {
+    test::copy_dir(dir.sub("orig"), dir.sub("rot"));
+    test::flip_bit(dir.sub("rot") + "/" + segment_name(1), off, static_cast<int>(off % 8));
+    const raft::StorageStatus s = open_status(dir.sub("rot"), kRunway);
+    ASSERT_EQ(s.error, StorageError::kCorrupt) << "offset " << off << ": " << s.message;
+  }
+  // Zeros where records were, with records after them, are not the runway
+  // (an earlier page lost, a later one kept): refused, never cut short.
+  for (std::uint64_t from = kSegmentHeaderBytes; from < last_record; from += 7) {
+    test::copy_dir(dir.sub("orig"), dir.sub("hole"));
+    zero_range(dir.sub("hole") + "/" + segment_name(1), from, std::min<std::uint64_t>(from + 64, last_record));
+    const raft::StorageStatus s = open_status(dir.sub("hole"), kRunway);
+    ASSERT_EQ(s.error, StorageError::kCorrupt) << "zeros from " << from << ": " << s.message;
+  }
+}
+
+TEST(FileStorage, RunwayOnlySegmentIsRemoved) {
+  TempDir dir;
+  State want;
+  {
+    auto st = open_ok(dir.path(), 100, kRunway);
+    ASSERT_TRUE(st->save(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1, std::string(200, 'a'))}, nullptr).ok());
+    want = state_of(*st);
+    ASSERT_TRUE(st->save(HardState{1, 1, 1}, std::vector<Entry>{entry(2, 1)}, nullptr).ok());
+    ASSERT_EQ(st->segment_count(), 2u);
+  }
+  // The crash kept the new segment's runway but not its header or records.
+  const std::string second = dir.path() + "/" + segment_name(2);
+  zero_range(second, 0, test::file_size(second));
+  auto st = open_ok(dir.path(), 100, kRunway);
+  EXPECT_EQ(state_of(*st), want);
+  EXPECT_EQ(st->segment_count(), 1u);
+  ASSERT_EQ(st->recovery().notes.size(), 1u);
+  EXPECT_NE(st->recovery().notes[0].find("torn segment header"), std::string::npos) << st->recovery().notes[0];
+}
+
+// A closed segment loses its runway when the next one starts, so zeros
+// after the records of any segment but the last are still corruption.
+TEST(FileStorage, RunwayIsCutFromClosedSegmentsAndRefusedThere) {
+  TempDir dir;
+  const std::string first = dir.path() + "/" + segment_name(1);
+  std::uint64_t first_bytes = 0;
+  State want;
+  {
+    auto st = open_ok(dir.path(), 100, kRunway);
+    ASSERT_TRUE(st->save(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1, std::string(200, 'a'))}, nullptr).ok());
+    first_bytes = st->live_segment_bytes();
+    ASSERT_TRUE(st->save(HardState{1, 1, 1}, std::vector<Entry>{entry(2, 1)}, nullptr).ok());
+    ASSERT_EQ(st->segment_count(), 2u);
+    want = state_of(*st);
+  }
+  EXPECT_EQ(test::file_size(first), first_bytes);
+  auto st = open_ok(dir.path(), 100, kRunway);
+  EXPECT_EQ(state_of(*st), want);
+  EXPECT_TRUE(st->recovery().notes.empty());
+  st.reset();
+  test::write_all(first, test::read_all(first) + std::string(64, '\0'));
+  const raft::StorageStatus s = open_status(dir.path(), kRunway);
+  EXPECT_EQ(s.error, StorageError::kCorrupt) << s.message;
 }
 
 // Random histories against MemoryStorage, reopening as we go, with small

@@ -59,7 +59,7 @@ struct Node final : raft::ReadyHandler {
 };
 
 struct Cluster {
-  explicit Cluster(std::uint64_t seed) : rng(seed) {
+  Cluster(std::uint64_t seed, std::size_t runway_bytes) : rng(seed), runway(runway_bytes) {
     for (NodeId id = 1; id <= kNodes; ++id) {
       nodes.push_back(std::make_unique<Node>(*this, id, dir.sub("node" + std::to_string(id))));
     }
@@ -68,6 +68,7 @@ struct Cluster {
 
   test::TempDir dir;
   std::mt19937_64 rng;
+  std::size_t runway;  // FileStorageOptions::runway_bytes (0: plain appends)
   std::vector<std::unique_ptr<Node>> nodes;
   std::vector<Message> network;
   std::map<Index, std::string> chosen;  // what was applied at each index, anywhere
@@ -81,7 +82,9 @@ struct Cluster {
   }
 
   void start(Node& n) {
-    n.storage = std::make_unique<FileStorage>(FileStorageOptions{n.dir, 2048, false});
+    FileStorageOptions o{n.dir, 2048, false};
+    o.runway_bytes = runway;
+    n.storage = std::make_unique<FileStorage>(o);
     const raft::StorageStatus s = n.storage->open();
     ASSERT_TRUE(s.ok()) << s.message;
     n.applied.clear();
@@ -157,11 +160,13 @@ void Node::send(std::vector<Message>& messages) {
 
 raft::StorageStatus Node::persist(const raft::Ready& rd) {
   if (!tear_next) return raft::persist_ready(*storage, rd);
-  // Sizes of the segments before, then the real write, then the cut: the
-  // newest segment keeps a random prefix of what this write added.
-  std::map<std::string, std::uintmax_t> before;
+  // The newest segment's bytes before, then the real write, then the cut:
+  // the write reached the disk up to a random byte of the range it changed
+  // (appended records, or records over the zero runway, or a new runway),
+  // and everything after that byte is as it was before.
+  std::map<std::string, std::string> before;
   for (const std::string& f : test::list_dir(dir)) {
-    if (parse_segment_name(f)) before[f] = std::filesystem::file_size(dir + "/" + f);
+    if (parse_segment_name(f)) before[f] = test::read_all(dir + "/" + f);
   }
   const raft::StorageStatus s = raft::persist_ready(*storage, rd);
   if (!s.ok()) return s;
@@ -170,10 +175,17 @@ raft::StorageStatus Node::persist(const raft::Ready& rd) {
     if (parse_segment_name(f)) newest = f;
   }
   if (!newest.empty()) {
-    const std::uintmax_t from = before.count(newest) ? before[newest] : 0;
-    const std::uintmax_t to = std::filesystem::file_size(dir + "/" + newest);
+    const std::string old = before.count(newest) ? before[newest] : std::string();
+    const std::string now = test::read_all(dir + "/" + newest);
+    std::size_t from = 0;
+    while (from < old.size() && from < now.size() && old[from] == now[from]) ++from;
+    std::size_t to = std::max(old.size(), now.size());
+    while (to > from && to <= old.size() && to <= now.size() && old[to - 1] == now[to - 1]) --to;
     if (to > from) {
-      test::truncate_file(dir + "/" + newest, from + cluster.rng() % (to - from));
+      const std::size_t cut = from + cluster.rng() % (to - from);
+      std::string torn = now.substr(0, cut);
+      if (cut < old.size()) torn += old.substr(cut);
+      test::write_all(dir + "/" + newest, torn);
       ++cluster.torn;
     }
   }
@@ -198,10 +210,13 @@ void Node::apply(const Entry& e) {
   cluster.record_apply(e.index, applied.back());
 }
 
-TEST(RaftOnFileStorage, TornWritesAndRestartsKeepRaftSafe) {
+// Both ways the WAL grows: plain appends, and records over a zero runway.
+class RaftOnFileStorage : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(RaftOnFileStorage, TornWritesAndRestartsKeepRaftSafe) {
   std::uint64_t torn = 0, restarts = 0, snapshots = 0;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    Cluster c(seed);
+    Cluster c(seed, GetParam());
     for (int i = 0; i < 1500 && !::testing::Test::HasFatalFailure(); ++i) c.step(true);
     ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed;
     // Calm: everyone up, no loss, no new proposals; let it converge.
@@ -246,6 +261,11 @@ TEST(RaftOnFileStorage, TornWritesAndRestartsKeepRaftSafe) {
   std::printf("torn writes %llu, restarts %llu, snapshots %llu\n", static_cast<unsigned long long>(torn),
               static_cast<unsigned long long>(restarts), static_cast<unsigned long long>(snapshots));
 }
+
+INSTANTIATE_TEST_SUITE_P(Runway, RaftOnFileStorage, ::testing::Values(0, 4096),
+                         [](const ::testing::TestParamInfo<std::size_t>& i) {
+                           return i.param == 0 ? std::string("Appends") : std::string("ZeroRunway");
+                         });
 
 }  // namespace
 }  // namespace lockd::storage

@@ -52,6 +52,11 @@ struct FileStorageOptions {
   // Test-only: skip fdatasync/fsync (tests that model crashes by cutting
   // files do not need the device). Never false in the daemon.
   bool sync = true;
+  // Zeros written ahead of the records, this many at a time, so that most
+  // saves overwrite blocks the file already has: their fdatasync flushes
+  // data only, with no journal commit for a size change (docs/storage.md,
+  // "Preallocation"). 0: plain appends.
+  std::size_t runway_bytes = 1u << 20;
 };
 
 // Counters for metrics; only grow. entries / syncs is the group-commit
@@ -116,6 +121,8 @@ class FileStorage final : public raft::Storage {
   // Log bytes written since the last snapshot (for "snapshot every N bytes").
   std::uint64_t bytes_since_snapshot() const { return bytes_since_snapshot_; }
   std::size_t segment_count() const { return segments_.size(); }
+  // Bytes of header and records in the newest segment (its runway not counted).
+  std::uint64_t live_segment_bytes() const { return segments_.empty() ? 0 : segments_.back().bytes; }
   // A path inside DIR for a temporary file (removed by open() if a crash leaves it).
   std::string temp_path(std::string_view stem) const;
 
@@ -138,12 +145,15 @@ class FileStorage final : public raft::Storage {
   raft::StorageStatus write_batch(const std::string& batch, bool roll, raft::Index max_index,
                                   std::size_t entry_count);
   raft::StorageStatus drop_covered();
+  // Zeros from `from` to `from + runway_bytes` of the live segment `fd`.
+  int write_runway(int fd, std::uint64_t from);
   raft::StorageStatus sync_dir();
   std::string path(std::string_view name) const;
 
   FileStorageOptions options_;
   int lock_fd_ = -1;
-  int seg_fd_ = -1;  // the last segment, open for appending
+  int seg_fd_ = -1;  // the last segment, open for writing at segments_.back().bytes
+  std::uint64_t seg_end_ = 0;  // its size: records, then zeros (the runway) up to here
   bool opened_ = false;
   raft::StorageStatus failed_;  // sticky after a failed save
   std::vector<Segment> segments_;

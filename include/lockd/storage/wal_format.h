@@ -49,6 +49,7 @@ struct SegmentScan {
   std::uint64_t sequence = 0;   // from the header (when it was readable)
   std::size_t valid_bytes = 0;  // header plus every good record before the end
   std::size_t error_offset = 0; // where the torn tail / bad record starts
+  std::size_t zero_tail = 0;    // kClean, last segment: zero bytes after the records (the runway)
   std::string what;             // what is wrong there, for the one-line message
 };
 
@@ -62,7 +63,11 @@ using RecordFn = std::function<bool(raft::WalRecord& record, std::size_t offset,
 // segment (`last`) and only when no valid record starts anywhere after it
 // (a crash cuts the end of the last write; a flipped bit in the middle
 // leaves good records behind it). A last segment shorter than its header is
-// a torn tail at offset 0 (the crash hit its creation).
+// a torn tail at offset 0 (the crash hit its creation), and so is a last
+// segment of zeros only (its runway reached the disk, its header did not). In the last
+// segment, zero bytes from a record boundary to the end of the file are
+// the preallocated runway (FileStorage writes zeros ahead of its records):
+// a clean end, reported in `zero_tail`.
 SegmentScan scan_segment(std::string_view bytes, bool last, const RecordFn& on_record);
 
 // --- replay ---
