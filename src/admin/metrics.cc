@@ -319,6 +319,9 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_connections_rejected_total", "counter",
            "Client connections closed at once because of --max-connections.",
            st.connections_rejected);
+  w.single("lockd_accept_pauses_total", "counter",
+           "Times accept() failed for want of descriptors and the listener paused 100 ms.",
+           server.accept_pauses());
 
   w.single("lockd_grants_total", "counter",
            "Fencing tokens handed out (every grant).",

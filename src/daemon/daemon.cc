@@ -9,6 +9,7 @@
 #include "lockd/cluster/cluster_node.h"
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
+#include "lockd/daemon/fd_limit.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
 #include "lockd/version/version.h"
@@ -62,6 +63,17 @@ Daemon::~Daemon() {
 
 bool Daemon::start(std::string& error) {
   std::signal(SIGPIPE, SIG_IGN);
+  const FdBudget fds = ensure_fd_budget(config_.server.max_connections);
+  if (fds.short_of_need()) {
+    spdlog::warn("descriptor limit {} (hard {}) is below --max-connections {} + {} reserved: "
+                 "clients beyond about {} wait until descriptors free up; raise ulimit -n / "
+                 "LimitNOFILE or lower --max-connections",
+                 fds.after, fds.hard, config_.server.max_connections, kReservedFds,
+                 fds.after > kReservedFds ? fds.after - kReservedFds : 0);
+  } else if (fds.raised()) {
+    spdlog::info("raised the descriptor limit from {} to {} for --max-connections {}", fds.before,
+                 fds.after, config_.server.max_connections);
+  }
   // Signal handlers before the `listening` line: whoever reads that line
   // may send SIGTERM at once.
   sigterm_ = evsignal_new(base_, SIGTERM, &Daemon::on_signal, this);

@@ -58,6 +58,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // Starts accepting clients on `ep`. Returns false with `error` set.
   bool listen(const net::Endpoint& ep, std::string& error);
   net::Endpoint bound() const { return listener_.bound(); }
+  // Pauses of the client listener for want of descriptors (net/listener.h).
+  std::uint64_t accept_pauses() const { return listener_.accept_pauses(); }
 
   // End-of-turn work: flushes every connection with output, reaps closed
   // connections and re-arms the deadline timer. Called by the loop owner
