@@ -2,7 +2,6 @@
 #include "lockd/cluster/peer_transport.h"
 
 #include <event2/event.h>
-#include <event2/listener.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -174,7 +173,7 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
 }
 
 PeerTransport::~PeerTransport() {
-  if (listener_ != nullptr) evconnlistener_free(listener_);
+  listener_.reset();
   // Dialed sockets' events carry Peer pointers: free them while the peers live.
   for (auto& p : peers_) p->link.reset();
   inbound_.clear();
@@ -215,11 +214,10 @@ bool PeerTransport::listen_on_fd(int fd, std::string& error) {
   LOCKD_CHECK(listener_ == nullptr);
   const int flags = fcntl(fd, F_GETFL, 0);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  listener_ = evconnlistener_new(base_, &PeerTransport::accept_cb, this,
-                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
-  if (listener_ == nullptr) {
-    error = std::string("cannot watch the raft listener: ") + std::strerror(errno);
-    ::close(fd);
+  listener_ = std::make_unique<net::Listener>(base_, [this](int accepted) { on_accept(accepted); });
+  if (!listener_->listen_on_fd(fd, error)) {
+    error = "raft listener: " + error;
+    listener_.reset();
     return false;
   }
   spdlog::info("peer transport: node {} listening on {} (cluster hash {:#018x})", self_,
@@ -231,8 +229,7 @@ bool PeerTransport::listen_on_fd(int fd, std::string& error) {
 }
 
 net::Endpoint PeerTransport::bound() const {
-  return listener_ == nullptr ? net::Endpoint{}
-                              : net::local_endpoint(evconnlistener_get_fd(listener_));
+  return listener_ == nullptr ? net::Endpoint{} : listener_->bound();
 }
 
 // --- the links we dial (send side) --------------------------------------------
@@ -525,10 +522,6 @@ void PeerTransport::flush() {
 }
 
 // --- connections we accept (receive side) -----------------------------------
-
-void PeerTransport::accept_cb(evconnlistener*, int fd, struct sockaddr*, int, void* arg) {
-  static_cast<PeerTransport*>(arg)->on_accept(fd);
-}
 
 void PeerTransport::on_accept(int fd) {
   stats_.accepted += 1;

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -36,6 +37,18 @@ bool Listener::listen(const Endpoint& ep, std::string& error) {
       reinterpret_cast<sockaddr*>(&ss), static_cast<int>(len));
   if (lev_ == nullptr) {
     error = "cannot listen on " + ep.to_string() + ": " + std::strerror(errno);
+    return false;
+  }
+  evconnlistener_set_error_cb(lev_, &Listener::on_error);
+  return true;
+}
+
+bool Listener::listen_on_fd(int fd, std::string& error) {
+  lev_ = evconnlistener_new(base_, &Listener::on_accept, this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                            0, fd);
+  if (lev_ == nullptr) {
+    error = std::string("cannot watch listening socket: ") + std::strerror(errno);
+    ::close(fd);
     return false;
   }
   evconnlistener_set_error_cb(lev_, &Listener::on_error);

@@ -40,10 +40,10 @@
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
+#include "lockd/net/listener.h"
 #include "lockd/raft/message.h"
 
 struct event_base;
-struct evconnlistener;
 
 namespace lockd::cluster {
 
@@ -160,7 +160,6 @@ class PeerTransport {
 
   static constexpr TimeNs kNeverNs = std::numeric_limits<TimeNs>::min();
 
-  static void accept_cb(evconnlistener*, int fd, struct sockaddr*, int, void* arg);
 
   event_base* base_;
   raft::NodeId self_;
@@ -173,7 +172,7 @@ class PeerTransport {
   net::Endpoint self_raft_;
   sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
   socklen_t src_len_ = 0;   // 0: not resolved yet
-  evconnlistener* listener_ = nullptr;
+  std::unique_ptr<net::Listener> listener_;  // pauses on EMFILE (net/listener.h)
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::unique_ptr<Socket>> inbound_;
   std::vector<std::unique_ptr<Socket>> graveyard_;  // closed this turn; freed in flush()

@@ -33,6 +33,9 @@ class Listener {
 
   // Binds and listens. On failure returns false with `error` set.
   bool listen(const Endpoint& ep, std::string& error);
+  // Watches a socket that is already listening (owned from now on, closed
+  // on failure too). On failure returns false with `error` set.
+  bool listen_on_fd(int fd, std::string& error);
   // The bound address (port 0 resolved).
   Endpoint bound() const;
   // Stops accepting and closes the socket.
