@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
 
@@ -47,6 +48,11 @@ TEST(Cluster, ElectsOneLeaderAndFollowersRedirect) {
   ASSERT_NE(leader, 0);
   for (int i = 1; i <= 3; ++i) {
     if (i == leader) continue;
+    // A follower learns of the leader from its first append or heartbeat,
+    // which may still be on its way when the leader already serves.
+    ASSERT_TRUE(eventually([&] {
+      return c.status_json(i).find("\"leader\":\"" + c.client_addr(leader) + "\"") != std::string::npos;
+    })) << c.status_json(i);
     // A follower names the leader's client address, echoing the request.
     EXPECT_EQ(call_once(c.client_port(i), "A alice k1"), "M " + c.client_addr(leader) + " alice k1");
     EXPECT_EQ(call_once(c.client_port(i), "R 42 k1"), "M " + c.client_addr(leader) + " 42 k1");
