@@ -655,9 +655,10 @@ void Raft::handle_snapshot_chunk(const Message& m) {
     return;
   }
   r.index = m.snapshot.index;
-  bool same = incoming_ && incoming_->meta == m.snapshot && incoming_->total_bytes == m.total_bytes;
+  bool same = incoming_ && incoming_->meta == m.snapshot && incoming_->total_bytes == m.total_bytes &&
+              incoming_->from == m.from && incoming_->term == m.term;
   if (m.offset == 0 && !same) {
-    incoming_ = IncomingSnapshot{m.snapshot, m.total_bytes, {}};
+    incoming_ = IncomingSnapshot{m.snapshot, m.total_bytes, m.from, m.term, {}};
     same = true;
   }
   if (same && m.offset + m.chunk.size() <= incoming_->data.size() && !m.done) {

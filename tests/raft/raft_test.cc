@@ -353,6 +353,32 @@ TEST(RaftSnapshot, ChunksDuplicatesAndGaps) {
   EXPECT_EQ(out[0].index, 10u);
 }
 
+// Found by lockd-sim once it ran the daemon's state machine: a new leader's
+// snapshot at the same (index, term) as the one half received from the old
+// leader is the same state in other bytes (hash-map order). Its chunks must
+// not continue the old one's: the follower starts over from offset 0.
+TEST(RaftSnapshot, ChunksOfAnotherLeaderNeverContinueAnIncomingSnapshot) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  step_and_settle(r, disk, chunk(0, "abcd", 8));  // from node 1, term 1
+  Message from3 = chunk(4, "WXYZ", 8);
+  from3.from = 3;
+  from3.term = 2;
+  auto out = step_and_settle(r, disk, from3);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].reject);
+  EXPECT_EQ(out[0].offset, 0u);
+  EXPECT_EQ(disk.snapshot().meta.index, 0u);  // nothing installed from mixed bytes
+  Message first = chunk(0, "STUV", 8);
+  first.from = 3;
+  first.term = 2;
+  step_and_settle(r, disk, first);
+  out = step_and_settle(r, disk, from3);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].done);
+  EXPECT_EQ(disk.snapshot().data, "STUVWXYZ");
+}
+
 TEST(RaftSnapshot, RestartsFromStoredSnapshotAndLog) {
   MemoryStorage disk;
   disk.append(std::vector<Entry>{{1, 1, EntryType::kNoop, ""}, {1, 2, EntryType::kCommand, "a"},

@@ -289,9 +289,15 @@ class Raft {
   };
 
   // A snapshot being received chunk by chunk from the leader.
+  // A snapshot is identified by who sends it in which term, not only by
+  // its meta: two leaders' snapshots at the same (index, term) hold the
+  // same state but need not be the same bytes (hash-map order), so chunks
+  // of one must never continue the other.
   struct IncomingSnapshot {
     SnapshotMeta meta;
     std::uint64_t total_bytes = 0;
+    NodeId from = kNoNode;
+    Term term = 0;
     std::string data;
   };
 
