@@ -1,5 +1,7 @@
-// The Raft log's Keep command (v1.1): codec, validation and apply.
+// The Raft log's Keep command (v1.1): codec, validation, and its apply on
+// the daemon's state machine.
 #include "lockd/cluster/lock_command.h"
+#include "lockd/cluster/lock_state_machine.h"
 
 #include <gtest/gtest.h>
 
@@ -73,63 +75,70 @@ TEST(LockCommandKeep, RejectsWhatTheLockTableWouldRefuse) {
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }
 
-TEST(LockCommandKeep, AppliesPerSection6a) {
-  locks::LockTable table({100, 10, 100}, 1000);
-  const TimeNs t0 = 1'000 * kNsPerMs;
-  ApplyOutcome a = apply_lock_command(table, acquire(t0, "k", 1000), 0);
-  ASSERT_NE(a.granted, 0u);
+// The daemon's apply path: entries through a LockStateMachine whose first
+// entry is a LeaderStart at leader time t0, so table time = leader time - t0.
+struct Machine {
+  LockStateMachine sm{locks::Limits{100, 10, 100}};
+  raft::Index index = 0;
+  explicit Machine(TimeNs t0) {
+    LockCommand start;
+    start.type = LockCommandType::kLeaderStart;
+    start.token_base = kMinTokenBase;
+    start.now_ns = t0;
+    apply(start);
+  }
+  const EntryResult& apply(const LockCommand& c, raft::Term term = 1) {
+    return sm.apply(raft::Entry{term, ++index, raft::EntryType::kCommand, encode_lock_command(c)});
+  }
+};
 
-  ApplyOutcome k = apply_lock_command(table, keep(t0 + 500 * kNsPerMs, a.granted, "k", 2000), 0);
-  EXPECT_TRUE(k.kept);
-  EXPECT_EQ(k.summary, "kept");
+TEST(LockCommandKeep, AppliesPerSection6a) {
+  const TimeNs t0 = 1'000 * kNsPerMs;
+  Machine m(t0);
+  const locks::Token token = m.apply(acquire(t0, "k", 1000)).granted;
+  ASSERT_NE(token, 0u);
+
+  const EntryResult& k = m.apply(keep(t0 + 500 * kNsPerMs, token, "k", 2000));
+  EXPECT_TRUE(k.changed);
   EXPECT_EQ(k.granted, 0u);
   EXPECT_TRUE(k.deliveries.empty());
-  EXPECT_EQ(table.find("k")->expires_at_ns, t0 + 2500 * kNsPerMs);
+  EXPECT_EQ(m.sm.table().find("k")->expires_at_ns, 2500 * kNsPerMs);
 
-  EXPECT_FALSE(apply_lock_command(table, keep(t0, a.granted + 1, "k", 2000), 0).kept);
-  EXPECT_FALSE(apply_lock_command(table, keep(t0, a.granted, "other", 2000), 0).kept);
-  // Ended at t0 + 2500 ms: never revived.
-  ApplyOutcome late = apply_lock_command(table, keep(t0 + 2500 * kNsPerMs, a.granted, "k", 2000), 0);
-  EXPECT_FALSE(late.kept);
-  EXPECT_EQ(late.summary, "not-kept");
-  table.check_invariants();
+  EXPECT_FALSE(m.apply(keep(t0, token + 1, "k", 2000)).changed);
+  EXPECT_FALSE(m.apply(keep(t0, token, "other", 2000)).changed);
+  // Ended at 2500 ms: never revived.
+  EXPECT_FALSE(m.apply(keep(t0 + 2500 * kNsPerMs, token, "k", 2000)).changed);
+  m.sm.table().check_invariants();
 }
 
 TEST(LockCommandKeep, AppliesAtTheFloorNotAnOlderLeadersClock) {
-  locks::LockTable table({100, 10, 100}, 1000);
   const TimeNs t0 = 1'000 * kNsPerMs;
-  ApplyOutcome a = apply_lock_command(table, acquire(t0, "k", 1000), 0);
-  // Stamped by an old leader before the lease ended, applied after it
-  // ended on this replica's clock floor: an ended lease is not revived.
-  EXPECT_FALSE(
-      apply_lock_command(table, keep(t0 + 100 * kNsPerMs, a.granted, "k", 5000), t0 + 1000 * kNsPerMs)
-          .kept);
-  EXPECT_EQ(table.find("k")->expires_at_ns, t0 + 1000 * kNsPerMs);
+  Machine m(t0);
+  const locks::Token token = m.apply(acquire(t0, "k", 1000)).granted;
+  m.apply(acquire(t0 + 1000 * kNsPerMs, "other", 1000));  // the replicated time reaches 1000 ms
+  // Stamped before the lease ended, applied after it ended on the
+  // replicated clock: an ended lease is not revived.
+  EXPECT_FALSE(m.apply(keep(t0 + 100 * kNsPerMs, token, "k", 5000)).changed);
+  EXPECT_EQ(m.sm.table().find("k")->expires_at_ns, 1000 * kNsPerMs);
 }
 
 TEST(LockCommandKeep, ReplicasApplyingTheSameKeepsAgree) {
-  locks::LockTable a({100, 10, 100}, 1000);
-  locks::LockTable b({100, 10, 100}, 1000);
   const TimeNs t0 = 1'000 * kNsPerMs;
+  Machine a(t0);
+  Machine b(t0);
   std::vector<LockCommand> log;
   log.push_back(acquire(t0, "k", 1000));
-  log.push_back(acquire(t0 + 1, "k", 700, 60'000, 7));  // queued behind
-  log.push_back(keep(t0 + 300 * kNsPerMs + 17, 1000, "k", 4000));
+  log.push_back(acquire(t0 + 1, "k", 700, 60'000));  // queued behind
+  log.push_back(keep(t0 + 300 * kNsPerMs + 17, kMinTokenBase + 2, "k", 4000));
   for (const LockCommand& c : log) {
-    ApplyOutcome x = apply_lock_command(a, c, 0);
-    ApplyOutcome y = apply_lock_command(b, c, 0);
-    EXPECT_EQ(x.summary, y.summary);
+    const EntryResult x = a.apply(c);
+    const EntryResult& y = b.apply(c);
+    EXPECT_EQ(x.acquire, y.acquire);
+    EXPECT_EQ(x.granted, y.granted);
+    EXPECT_EQ(x.changed, y.changed);
   }
-  EXPECT_EQ(a.find("k")->expires_at_ns, b.find("k")->expires_at_ns);
-  // The hand-off follows the keep: passing the first lease's end (a stale
-  // entry now) hands nothing off, and the next deadline is the new expiry.
-  std::vector<locks::Delivery> out;
-  a.advance(t0 + 1000 * kNsPerMs, out);
-  EXPECT_TRUE(out.empty());
-  EXPECT_EQ(*a.next_deadline(), a.find("k")->expires_at_ns);
-  a.advance(a.find("k")->expires_at_ns, out);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].waiter, 7u);
+  EXPECT_EQ(a.sm.table().find("k")->expires_at_ns, b.sm.table().find("k")->expires_at_ns);
+  EXPECT_GE(a.sm.table().find("k")->expires_at_ns, 300 * kNsPerMs + 17 + 4000 * kNsPerMs);  // moved by the keep
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "lockd/cluster/lock_command.h"
+#include "lockd/cluster/lock_state_machine.h"
 #include "lockd/raft/codec.h"
 
 namespace lockd::raft {
@@ -251,9 +252,15 @@ TEST(LockCommand, RejectsWhatTheLockTableWouldRefuse) {
 
 // Whatever decodes can be applied: commands with fields drawn from the
 // edges (empty, at and past each limit, extreme clocks), encoded, decoded
-// and applied to a real table, never trip a lock-table check.
+// and applied through the daemon's state machine, never trip a lock-table
+// check.
 TEST(LockCommand, EveryDecodedCommandApplies) {
-  locks::LockTable table({100, 10, 100}, 1);
+  cluster::LockStateMachine sm({100, 10, 100});
+  Index index = 0;
+  cluster::LockCommand start;
+  start.type = cluster::LockCommandType::kLeaderStart;
+  start.token_base = cluster::kMinTokenBase;
+  sm.apply(Entry{1, ++index, EntryType::kCommand, cluster::encode_lock_command(start)});
   std::mt19937_64 rng(11);
   const std::size_t key_sizes[] = {0, 1, 39, 40, 250, 251, 300};
   const std::size_t owner_sizes[] = {0, 1, 64, 65};
@@ -278,8 +285,8 @@ TEST(LockCommand, EveryDecodedCommandApplies) {
         cluster::LockCommandError::kOk) {
       continue;
     }
-    (void)cluster::apply_lock_command(table, back, 0);
-    table.check_invariants();
+    sm.apply(Entry{1, ++index, EntryType::kCommand, cluster::encode_lock_command(back)});
+    sm.table().check_invariants();
     ++applied;
   }
   EXPECT_GT(applied, 1000u);

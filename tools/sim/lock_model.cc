@@ -26,9 +26,26 @@ void LockModel::hand_off_or_delete(const std::string& key, TimeNs now, std::stri
          std::to_string(w.client);
 }
 
-std::string LockModel::apply(const cluster::LockCommand& c) {
-  const TimeNs now = std::max(c.now_ns, clock_ns_);
+std::string LockModel::apply(const cluster::LockCommand& c, std::uint64_t index, std::uint64_t term) {
+  if (c.type == cluster::LockCommandType::kLeaderStart) {
+    // §10: tokens start above the wall clock when the cluster first formed.
+    if (token_base_ == 0) token_base_ = c.token_base;
+    // §8: the new leader's now is mapped onto the latest time seen.
+    leader_diff_ns_ = clock_ns_ - c.now_ns;
+    clock_term_ = term;
+    // §10: the first entry drops every waiter queued through the old leader.
+    std::size_t dropped = 0;
+    for (auto& [key, k] : keys_) {
+      dropped += k.queue.size();
+      k.queue.clear();
+    }
+    return "leader-start dropped " + std::to_string(dropped);
+  }
+  const TimeNs now = term == clock_term_ ? std::max(clock_ns_, c.now_ns + leader_diff_ns_) : clock_ns_;
   clock_ns_ = now;
+  if (c.type == cluster::LockCommandType::kClock) return "clock";
+  if (token_base_ == 0) return "skipped";
+  next_token_ = token_base_ + index;  // §10: the entry's index above the base
   auto it = keys_.find(c.key);
   switch (c.type) {
     case cluster::LockCommandType::kAcquire: {
@@ -42,7 +59,7 @@ std::string LockModel::apply(const cluster::LockCommand& c) {
       }
       if (c.wait_ms == 0) return "held";  // §5 row 3 (same owner too: owner is a label)
       // §5 row 4. The simulator never fills a cap, so never `B`.
-      k.queue.push_back(Waiter{c.waiter, c.client, c.owner, c.lease_ms, now + ms_to_ns(c.wait_ms)});
+      k.queue.push_back(Waiter{index, c.client, c.owner, c.lease_ms, now + ms_to_ns(c.wait_ms)});
       return "queued";
     }
     case cluster::LockCommandType::kRelease: {
@@ -71,9 +88,7 @@ std::string LockModel::apply(const cluster::LockCommand& c) {
     }
     case cluster::LockCommandType::kLeaderStart:
     case cluster::LockCommandType::kClock:
-      // Not modelled yet (and not proposed by the simulator): cluster
-      // mode's LockStateMachine handles them, the table is unchanged.
-      return "noop";
+      return "unreachable";  // handled above
     case cluster::LockCommandType::kCancelWaiter: {
       // §9: a waiter whose connection closed leaves its queue, no reply.
       for (auto& [key, k] : keys_) {

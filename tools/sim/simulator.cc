@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "lockd/cluster/lock_command.h"
+#include "lockd/cluster/lock_state_machine.h"
 #include "lockd/common/check.h"
 #include "lockd/locks/lock_table.h"
 #include "lockd/raft/codec.h"
@@ -140,9 +142,10 @@ struct Node {
   std::uint64_t restart_step = 0;
   raft::MemoryStorage disk;
   std::unique_ptr<Raft> raft;
-  std::unique_ptr<locks::LockTable> table;
-  TimeNs table_floor_ns = 0;                 // latest command time applied
-  std::vector<std::string> applied_commands; // the snapshot payload (see docs/raft.md)
+  // The replicated state machine the daemon runs (cluster/lock_state_machine.h):
+  // token base, leader clock offset, table. Its snapshot is the daemon's.
+  std::unique_ptr<cluster::LockStateMachine> sm;
+  Term leader_start_term = 0;  // the term this node last proposed its LeaderStart in
   Index applied = 0;
   Index seen_commit = 0;    // commit indexes up to here were recorded in history
   Term running_term = 0;    // highest term seen since the last restart
@@ -188,6 +191,7 @@ class Simulation {
         calm_down();
       }
       restart_due_nodes();
+      leader_entries();
       if (step_ < faults_end_) {
         if (rng_.chance(w_.propose)) client_propose();
         if (!steady_ && rng_.chance(w_.transfer)) transfer();
@@ -318,12 +322,8 @@ class Simulation {
   // from the snapshot, then the Raft core.
   void start_node(Node& n) {
     n.up = true;
-    n.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
-    n.table_floor_ns = 0;
-    n.max_token = 0;
-    n.holders.clear();
-    n.applied_commands.clear();
-    restore_table(n, n.disk.snapshot().data);
+    n.leader_start_term = 0;
+    restore_sm(n, n.disk.snapshot());
     n.raft = std::make_unique<Raft>(node_config(n.id), n.disk);
     n.applied = n.disk.snapshot().meta.index;
     n.seen_commit = n.applied;
@@ -332,45 +332,52 @@ class Simulation {
 
   // --- the state machine ---
 
-  static std::string encode_snapshot(const std::vector<std::string>& cmds) {
-    std::string out;
-    for (const std::string& c : cmds) {
-      std::uint32_t len = static_cast<std::uint32_t>(c.size());
-      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(static_cast<std::uint8_t>(len >> (8 * i))));
-      out += c;
+  // A fresh state machine, or the one in `snap` (index 0: none). Rebuilds
+  // the per-node holder view the lock-level checks use from its table.
+  void restore_sm(Node& n, const raft::Snapshot& snap) {
+    n.sm = std::make_unique<cluster::LockStateMachine>(locks::Limits{});
+    n.max_token = 0;
+    n.holders.clear();
+    if (snap.meta.index == 0) return;
+    std::string error;
+    if (!n.sm->restore(snap.data, snap.meta.index, error)) {
+      fail("snapshots restore", "n" + std::to_string(n.id) + ": " + error);
+      return;
     }
-    return out;
+    const locks::LockTable& t = n.sm->table();
+    n.max_token = t.next_token() - 1;
+    t.for_each([&](std::string_view key, const locks::KeyState& k) {
+      n.holders[std::string(key)] = Holding{k.token, k.expires_at_ns};
+    });
   }
 
-  void restore_table(Node& n, std::string_view data) {
-    std::size_t pos = 0;
-    while (pos + 4 <= data.size()) {
-      std::uint32_t len = 0;
-      for (int i = 0; i < 4; ++i) len |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(data[pos + static_cast<std::size_t>(i)])) << (8 * i);
-      pos += 4;
-      LOCKD_CHECK(pos + len <= data.size());
-      apply_command(n, std::string(data.substr(pos, len)));
-      pos += len;
+  // Applies one committed entry through the daemon's state machine, checking
+  // the lock-level invariants; returns the canonical outcome (LockModel's
+  // format).
+  std::string apply_entry(Node& n, const Entry& entry) {
+    const Entry* e = &entry;
+    Entry planted;
+    if (opts_.bug == PlantedBug::kExpireIgnoresLease && e->type == EntryType::kCommand) {
+      // Planted: the expire path forgets the deadline (its time is moved
+      // past the lease). Every replica does the same, so they agree; only
+      // the oracle, fed the real command, knows better.
+      cluster::LockCommand c;
+      if (cluster::decode_lock_command(e->data, c) == cluster::LockCommandError::kOk &&
+          c.type == cluster::LockCommandType::kExpire) {
+        const locks::KeyState* ks = n.sm->table().find(c.key);
+        if (ks && ks->token == c.token) {
+          c.now_ns = std::max(c.now_ns, n.sm->to_leader_ns(ks->expires_at_ns));
+          planted = *e;
+          planted.data = cluster::encode_lock_command(c);
+          e = &planted;
+        }
+      }
     }
-    LOCKD_CHECK(pos == data.size());
-  }
-
-  // Applies one command to the node's table, checking the lock-level
-  // invariants; returns the canonical outcome (LockModel::apply's format).
-  std::string apply_command(Node& n, const std::string& bytes) {
-    n.applied_commands.push_back(bytes);
-    cluster::LockCommand c;
-    if (cluster::decode_lock_command(bytes, c) != cluster::LockCommandError::kOk) return "undecodable";
-    TimeNs now = std::max(c.now_ns, n.table_floor_ns);
-    n.table_floor_ns = now;
-    if (opts_.bug == PlantedBug::kExpireIgnoresLease && c.type == cluster::LockCommandType::kExpire) {
-      // Planted: the expire path forgets the deadline. Every replica does
-      // the same, so they agree; only the oracle knows better.
-      const locks::KeyState* ks = n.table->find(c.key);
-      if (ks && ks->token == c.token) now = std::max(now, ks->expires_at_ns);
-    }
-    cluster::ApplyOutcome out = cluster::apply_lock_command(*n.table, c, now);
-    n.table->check_invariants();
+    const cluster::EntryResult& r = n.sm->apply(*e);
+    n.sm->table().check_invariants();
+    if (!r.command) return e->type == EntryType::kNoop ? "noop" : "undecodable";
+    const TimeNs now = r.table_now_ns;
+    const cluster::LockCommand& c = r.cmd;
     auto grant = [&](const std::string& key, locks::Token token) {
       if (token <= n.max_token) {
         fail("tokens strictly increase", "node " + std::to_string(n.id) + " granted token " +
@@ -383,26 +390,47 @@ class Simulation {
                                         std::to_string(token) + " while token " +
                                         std::to_string(it->second.token) + " still held it");
       }
-      const locks::KeyState* ks = n.table->find(key);
+      const locks::KeyState* ks = n.sm->table().find(key);
       n.holders[key] = Holding{token, ks ? ks->expires_at_ns : now};
     };
-    // A release or expiry ends the current holding before any hand-off.
-    if ((c.type == cluster::LockCommandType::kRelease && out.summary.rfind("released", 0) == 0) ||
-        (c.type == cluster::LockCommandType::kExpire && out.summary.rfind("expired", 0) == 0)) {
-      n.holders.erase(c.key);
-    }
-    // A keep moves the holding's end, earlier or later (§6a).
-    if (c.type == cluster::LockCommandType::kKeep && out.kept) {
-      const locks::KeyState* ks = n.table->find(c.key);
-      if (ks) n.holders[c.key].expires_ns = ks->expires_at_ns;
-    }
-    if (out.granted != 0) grant(c.key, out.granted);
-    for (const locks::Delivery& d : out.deliveries) {
-      if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
+    std::string canonical;
+    using T = cluster::LockCommandType;
+    if (c.type == T::kLeaderStart) {
+      canonical = "leader-start dropped " + std::to_string(r.waiters_dropped);
+    } else if (c.type == T::kClock) {
+      canonical = "clock";
+    } else if (r.skipped) {
+      canonical = "skipped";
+    } else {
+      switch (c.type) {
+        case T::kAcquire:
+          switch (r.acquire) {
+            case locks::AcquireOutcome::kGranted: canonical = "granted " + std::to_string(r.granted); break;
+            case locks::AcquireOutcome::kHeld: canonical = "held"; break;
+            case locks::AcquireOutcome::kQueued: canonical = "queued"; break;
+            case locks::AcquireOutcome::kBusy: canonical = "busy"; break;
+          }
+          break;
+        case T::kRelease: canonical = r.changed ? "released" : "not-released"; break;
+        case T::kExpire: canonical = r.changed ? "expired" : "not-expired"; break;
+        case T::kKeep: canonical = r.changed ? "kept" : "not-kept"; break;
+        case T::kCancelWaiter: canonical = r.changed ? "cancelled" : "not-waiting"; break;
+        case T::kLeaderStart:
+        case T::kClock: break;
+      }
+      // A release or expiry ends the current holding before any hand-off.
+      if ((c.type == T::kRelease || c.type == T::kExpire) && r.changed) n.holders.erase(c.key);
+      // A keep moves the holding's end, earlier or later (§6a).
+      if (c.type == T::kKeep && r.changed) {
+        if (const locks::KeyState* ks = n.sm->table().find(c.key)) n.holders[c.key].expires_ns = ks->expires_at_ns;
+      }
+      if (r.granted != 0) grant(c.key, r.granted);
+      for (const locks::Delivery& d : r.deliveries) {
+        if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
+      }
     }
     // The reply, then every reply owed to a waiter, in full (who, token).
-    std::string canonical = out.summary.substr(0, out.summary.find(" +"));
-    for (const locks::Delivery& d : out.deliveries) {
+    for (const locks::Delivery& d : r.deliveries) {
       canonical += d.kind == locks::DeliveryKind::kGranted ? " +grant " : " +timeout ";
       canonical += std::to_string(d.token) + "/" + d.owner + "/" + d.key + "/" + std::to_string(d.waiter) + "/" +
                    std::to_string(d.client);
@@ -424,14 +452,14 @@ class Simulation {
     if (e.type == EntryType::kNoop) return;
     cluster::LockCommand c;
     std::string want = cluster::decode_lock_command(e.data, c) == cluster::LockCommandError::kOk
-                           ? oracle_.apply(c)
+                           ? oracle_.apply(c, e.index, e.term)
                            : "undecodable";
     if (outcome != want) {
       fail("lock oracle", "entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": replica says '" +
                               outcome + "', the contract says '" + want + "'");
       return;
     }
-    std::string diff = oracle_diff(*n.table);
+    std::string diff = oracle_diff(n.sm->table());
     if (!diff.empty()) {
       fail("lock oracle", "after entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": " + diff);
     }
@@ -493,12 +521,7 @@ class Simulation {
       return raft::StorageStatus::Ok();
     }
     void install(const raft::Snapshot& snapshot) override {
-      n_.table = std::make_unique<locks::LockTable>(locks::Limits{}, 1);
-      n_.table_floor_ns = 0;
-      n_.max_token = 0;
-      n_.holders.clear();
-      n_.applied_commands.clear();
-      sim_.restore_table(n_, snapshot.data);
+      sim_.restore_sm(n_, snapshot);
       n_.applied = snapshot.meta.index;
       sim_.trace("n%llu installed snapshot @%llu", ull(n_.id), ull(n_.applied));
     }
@@ -508,7 +531,7 @@ class Simulation {
                                      " after " + std::to_string(n_.applied));
         return;
       }
-      std::string outcome = e.type == EntryType::kNoop ? "noop" : sim_.apply_command(n_, e.data);
+      std::string outcome = sim_.apply_entry(n_, e);
       n_.applied = e.index;
       sim_.record_applied(n_, e, outcome);
       sim_.check_oracle(n_, e, outcome);
@@ -531,7 +554,7 @@ class Simulation {
     if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
       raft::Snapshot snap;
       snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied)};
-      snap.data = encode_snapshot(n.applied_commands);
+      snap.data = n.sm->snapshot();
       n.disk.save_snapshot(snap);
       n.raft->compact(n.applied, std::move(snap.data));
     }
@@ -564,7 +587,7 @@ class Simulation {
     trace("n%llu crashes (%s)", ull(n.id), why);
     n.up = false;
     n.raft.reset();
-    n.table.reset();
+    n.sm.reset();
     n.restart_step = step_ + (rng_.chance(w_.quick_restart) ? rng_.range(1, 3) : rng_.range(5, 80));
     ++result_.crashes;
   }
@@ -938,7 +961,7 @@ class Simulation {
     cluster::LockCommand c;
     c.now_ns = clock_ns(*target);
     std::string key = "k" + std::to_string(rng_.below(kKeys));
-    const locks::KeyState* ks = target->table->find(key);
+    const locks::KeyState* ks = target->sm->table().find(key);
     std::uint64_t dice = rng_.below(12);
     if (dice < 5 || !ks) {
       c.type = cluster::LockCommandType::kAcquire;
@@ -964,13 +987,50 @@ class Simulation {
       c.token = rng_.chance(0.9) ? ks->token : rng_.range(1, ks->token);
       c.lease_ms = rng_.range(50, 3000);
     } else {
+      // Waiter ids are the indexes of the entries that queued them: mostly
+      // one still queued, sometimes any index (gone, or never a waiter).
       c.type = cluster::LockCommandType::kCancelWaiter;
-      c.waiter = next_waiter_ > 0 ? rng_.range(1, next_waiter_) : 1;
+      c.waiter = rng_.range(1, std::max<Index>(1, target->raft->last_index()));
+      if (ks->waiters && !ks->waiters->empty() && rng_.chance(0.8)) {
+        auto w = ks->waiters->begin();
+        std::advance(w, static_cast<std::ptrdiff_t>(rng_.below(ks->waiters->size())));
+        c.waiter = w->id;
+      }
     }
     auto r = target->raft->propose(cluster::encode_lock_command(c));
     if (r.error == raft::ProposeError::kOk) {
       accepted_.emplace_back(r.index, r.term);
       process(*target);
+    }
+  }
+
+  // What the daemon's replicated service proposes on its own: a LeaderStart
+  // as each leader's first command of its term (token base, its clock
+  // reading; every waiter queued through an earlier leader is dropped), and
+  // now and then a Clock entry. Each leader offers a different token base:
+  // only the first one ever applied counts.
+  void leader_entries() {
+    for (Node& n : nodes_) {
+      if (!n.up || n.raft->role() != Role::kLeader) continue;
+      cluster::LockCommand c;
+      c.now_ns = clock_ns(n);
+      if (n.leader_start_term != n.raft->term()) {
+        // Sometimes late, so that client commands of the new term can come
+        // before it in the log (they must apply at the old time, §8).
+        if (step_ < faults_end_ && rng_.chance(0.5)) continue;
+        c.type = cluster::LockCommandType::kLeaderStart;
+        c.token_base = cluster::kMinTokenBase + seed_ % 1000 * 1'000'000 + n.id * 1000 +
+                       static_cast<std::uint64_t>(c.now_ns) % 1000;
+      } else if (step_ < faults_end_ && rng_.chance(w_.propose / 32)) {
+        c.type = cluster::LockCommandType::kClock;  // not in the liveness phase: it ends on a quiet log
+      } else {
+        continue;
+      }
+      auto r = n.raft->propose(cluster::encode_lock_command(c));
+      if (r.error != raft::ProposeError::kOk) continue;
+      if (c.type == cluster::LockCommandType::kLeaderStart) n.leader_start_term = r.term;
+      accepted_.emplace_back(r.index, r.term);
+      process(n);
     }
   }
 
@@ -1160,9 +1220,9 @@ class Simulation {
     }
     converged_ = true;
     trace("replicas converged at applied %llu", ull(ref->applied));
-    std::string want = table_digest(*ref->table);
+    std::string want = table_digest(ref->sm->table());
     for (const Node& n : nodes_) {
-      if (table_digest(*n.table) != want) {
+      if (table_digest(n.sm->table()) != want) {
         fail("replicas converge", "n" + std::to_string(n.id) + " and n" + std::to_string(ref->id) +
                                       " applied through " + std::to_string(ref->applied) +
                                       " but hold different lock tables");

@@ -76,21 +76,8 @@ enum class LockCommandError {
 };
 
 std::string encode_lock_command(const LockCommand& c);
-// Decodes and validates: a command that decodes is one apply_lock_command
-// can apply without tripping any of the lock table's checks.
+// Decodes and validates: a command that decodes is one LockStateMachine can
+// apply without tripping any of the lock table's checks.
 LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
-
-// What applying one command did, for replies and for the simulator's
-// cross-replica comparison.
-struct ApplyOutcome {
-  std::string summary;                  // a stable one-line description of the result
-  locks::Token granted = 0;             // token granted to the caller, 0 if none
-  bool kept = false;                    // kKeep: the lease was moved (`K`, else `N`)
-  std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
-};
-
-// Applies `c` to `table` at time max(c.now_ns, floor_ns): replicas must not
-// let a command stamped by an older leader move the table's clock back.
-ApplyOutcome apply_lock_command(locks::LockTable& table, const LockCommand& c, TimeNs floor_ns);
 
 }  // namespace lockd::cluster
