@@ -12,7 +12,6 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -25,26 +24,17 @@ using namespace std::chrono_literals;
 
 // lockd under `ulimit <limit_args>` (through sh), on port 0, admin off.
 struct LimitedLockd {
-  LimitedLockd(const std::string& limit_args, const std::vector<std::string>& flags) {
-    std::vector<std::string> argv{"/bin/sh", "-c", "ulimit " + limit_args + " && exec \"$0\" \"$@\"",
-                                  lockd_binary(), "--listen", "127.0.0.1:0", "--admin", "off"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    EXPECT_TRUE(proc.start(argv));
-    auto line = proc.wait_for_line("listening on", 30s);
-    if (!line) {
-      ADD_FAILURE() << "lockd did not log 'listening'; stderr: " << proc.stderr_text();
-      return;
-    }
-    static const std::regex kPort(R"(listening on \S+:(\d+))");
-    std::smatch m;
-    if (std::regex_search(*line, m, kPort)) port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  }
+  LimitedLockd(const std::string& limit_args, const std::vector<std::string>& flags)
+      : lockd(flags, {"/bin/sh", "-c", "ulimit " + limit_args + " && exec \"$0\" \"$@\""}),
+        proc(lockd.process()),
+        port(lockd.port()) {}
   ~LimitedLockd() {
     proc.signal(SIGTERM);
     proc.wait_exit(20s);
   }
-  ChildProcess proc;
-  std::uint16_t port = 0;
+  LockdProcess lockd;
+  ChildProcess& proc;
+  std::uint16_t port;
 };
 
 // CPU seconds (user + system) the process has used so far.

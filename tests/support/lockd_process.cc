@@ -110,8 +110,9 @@ std::optional<int> ChildProcess::wait_exit(milliseconds timeout) {
 
 std::string lockd_binary() { return LOCKD_BINARY; }
 
-LockdProcess::LockdProcess(std::vector<std::string> flags) {
-  std::vector<std::string> argv{lockd_binary()};
+LockdProcess::LockdProcess(std::vector<std::string> flags, std::vector<std::string> launcher) {
+  std::vector<std::string> argv = std::move(launcher);
+  argv.push_back(lockd_binary());
   auto has = [&](const std::string& f) {
     for (const auto& x : flags) {
       if (x == f || x.rfind(f + "=", 0) == 0) return true;

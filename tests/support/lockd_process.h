@@ -48,8 +48,9 @@ class LockdProcess {
  public:
   // Starts lockd with `--listen 127.0.0.1:0 --admin off` plus `flags`
   // (a flag given in `flags` replaces the default). Aborts the test on
-  // failure.
-  explicit LockdProcess(std::vector<std::string> flags = {});
+  // failure. A `launcher` runs first with lockd's command line as its
+  // arguments (e.g. `sh -c 'ulimit -n 64 && exec "$0" "$@"'`).
+  explicit LockdProcess(std::vector<std::string> flags = {}, std::vector<std::string> launcher = {});
   std::uint16_t port() const { return port_; }
   std::uint16_t admin_port() const { return admin_port_; }
   ChildProcess& process() { return proc_; }
