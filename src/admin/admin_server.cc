@@ -62,7 +62,10 @@ std::optional<std::size_t> parse_count(std::string_view s) {
 }  // namespace
 
 AdminServer::AdminServer(event_base* base, const server::LockServer& server, NodeInfo node)
-    : server_(server), node_(std::move(node)), scan_timer_(base, [this] { on_scan_timer(); }) {
+    : server_(server),
+      node_(std::move(node)),
+      scan_timer_(base, [this] { on_scan_timer(); }),
+      accept_pause_(base, "admin") {
   http_ = evhttp_new(base);
   LOCKD_CHECK(http_ != nullptr);
   // Let every method through so a wrong one gets our JSON 405, not evhttp's.
@@ -80,6 +83,7 @@ AdminServer::~AdminServer() {
   // Pending scans are dropped without a reply; evhttp_free() frees their
   // requests with their connections.
   scans_.clear();
+  accept_pause_.detach();
   if (http_ != nullptr) evhttp_free(http_);
 }
 
@@ -135,6 +139,9 @@ bool AdminServer::listen(const net::Endpoint& ep, std::string& error) {
     return false;
   }
   bound_ = net::local_endpoint(evhttp_bound_socket_get_fd(sock));
+  // evhttp sets no accept error callback: out of descriptors, libevent
+  // would log a line per retry. Pause like the other listeners.
+  accept_pause_.attach(evhttp_bound_socket_get_listener(sock));
   return true;
 }
 

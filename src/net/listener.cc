@@ -1,18 +1,14 @@
 #include "lockd/net/listener.h"
 
 #include <event2/listener.h>
-#include <event2/util.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
 #include <cerrno>
 #include <cstring>
-
-#include "lockd/net/clock.h"
+#include <string>
 
 namespace lockd::net {
 
@@ -20,10 +16,8 @@ namespace {
 constexpr int kBacklog = 4096;
 }
 
-Listener::Listener(event_base* base, AcceptFn fn)
-    : base_(base), fn_(std::move(fn)), resume_(base, [this] {
-        if (lev_ != nullptr) evconnlistener_enable(lev_);
-      }) {}
+Listener::Listener(event_base* base, AcceptFn fn, std::string what)
+    : base_(base), fn_(std::move(fn)), pause_(base, std::move(what)) {}
 
 Listener::~Listener() { close(); }
 
@@ -39,7 +33,7 @@ bool Listener::listen(const Endpoint& ep, std::string& error) {
     error = "cannot listen on " + ep.to_string() + ": " + std::strerror(errno);
     return false;
   }
-  evconnlistener_set_error_cb(lev_, &Listener::on_error);
+  pause_.attach(lev_);
   return true;
 }
 
@@ -51,7 +45,7 @@ bool Listener::listen_on_fd(int fd, std::string& error) {
     ::close(fd);
     return false;
   }
-  evconnlistener_set_error_cb(lev_, &Listener::on_error);
+  pause_.attach(lev_);
   return true;
 }
 
@@ -60,7 +54,7 @@ Endpoint Listener::bound() const {
 }
 
 void Listener::close() {
-  resume_.cancel();
+  pause_.detach();
   if (lev_ != nullptr) {
     evconnlistener_free(lev_);
     lev_ = nullptr;
@@ -73,25 +67,6 @@ void Listener::on_accept(evconnlistener*, int fd, struct sockaddr*, int, void* a
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   static_cast<Listener*>(arg)->fn_(fd);
-}
-
-void Listener::on_error(evconnlistener* lev, void* arg) {
-  // libevent calls this only for errors that are not retriable at once
-  // (EINTR, EAGAIN and ECONNABORTED are handled inside it).
-  const int err = EVUTIL_SOCKET_ERROR();
-  auto* self = static_cast<Listener*>(arg);
-  evconnlistener_disable(lev);
-  ++self->accept_pauses_;
-  // One line per pause would be ten a second while descriptors stay short.
-  const TimeNs now = monotonic_now_ns();
-  if (self->last_warning_ns_ == 0 || now - self->last_warning_ns_ >= kAcceptWarnEvery) {
-    spdlog::warn("accept on {} failed: {}; pausing accepts for {} ms each time ({} pauses so far; "
-                 "raise the descriptor limit, ulimit -n / LimitNOFILE, or lower --max-connections)",
-                 self->bound().to_string(), std::strerror(err), kAcceptPause / kNsPerMs,
-                 self->accept_pauses_);
-    self->last_warning_ns_ = now;
-  }
-  self->resume_.arm_after(kAcceptPause);
 }
 
 }  // namespace lockd::net

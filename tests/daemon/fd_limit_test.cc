@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "http_get.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -27,7 +28,8 @@ struct LimitedLockd {
   LimitedLockd(const std::string& limit_args, const std::vector<std::string>& flags)
       : lockd(flags, {"/bin/sh", "-c", "ulimit " + limit_args + " && exec \"$0\" \"$@\""}),
         proc(lockd.process()),
-        port(lockd.port()) {}
+        port(lockd.port()),
+        admin_port(lockd.admin_port()) {}
   ~LimitedLockd() {
     proc.signal(SIGTERM);
     proc.wait_exit(20s);
@@ -35,6 +37,7 @@ struct LimitedLockd {
   LockdProcess lockd;
   ChildProcess& proc;
   std::uint16_t port;
+  std::uint16_t admin_port;
 };
 
 // CPU seconds (user + system) the process has used so far.
@@ -89,7 +92,7 @@ TEST(FdLimit, AHardLimitBelowTheNeedIsOneWarning) {
 }
 
 TEST(FdLimit, OutOfDescriptorsPausesAcceptingAndRecovers) {
-  LimitedLockd lockd("-n 48", {"--max-connections", "1000"});
+  LimitedLockd lockd("-n 48", {"--max-connections", "1000", "--admin", "127.0.0.1:0"});
   // More clients than descriptors: the first ones are served, the rest wait
   // in the listen backlog.
   std::vector<std::unique_ptr<LineClient>> first;
@@ -103,7 +106,14 @@ TEST(FdLimit, OutOfDescriptorsPausesAcceptingAndRecovers) {
     ASSERT_GE(fd, 0);
     waiting.push_back(fd);
   }
-  ASSERT_TRUE(lockd.proc.wait_for_line("pausing accepts", 20s)) << lockd.proc.stderr_text();
+  ASSERT_TRUE(lockd.proc.wait_for_line("client listener", 20s)) << lockd.proc.stderr_text();
+  // The admin listener (evhttp's) pauses the same way.
+  for (int i = 0; i < 3; ++i) {
+    const int fd = connect_raw(lockd.admin_port);
+    ASSERT_GE(fd, 0);
+    waiting.push_back(fd);
+  }
+  ASSERT_TRUE(lockd.proc.wait_for_line("admin listener", 20s)) << lockd.proc.stderr_text();
   // Paused, not spinning on a listener that stays readable: over two
   // seconds lockd uses a small share of one core (a spinning loop takes
   // all it can get).
@@ -111,8 +121,9 @@ TEST(FdLimit, OutOfDescriptorsPausesAcceptingAndRecovers) {
   std::this_thread::sleep_for(2s);  // the interval measured, not a wait for an event
   const double used = cpu_seconds(lockd.proc.pid()) - before;
   EXPECT_LT(used, 0.5) << "lockd used " << used << " s of CPU in 2 s while out of descriptors";
-  // One warning line, not one per attempt.
-  EXPECT_EQ(count(lockd.proc.stderr_text(), "pausing accepts"), 1u) << lockd.proc.stderr_text();
+  // One warning line per listener, not one per attempt.
+  EXPECT_EQ(count(lockd.proc.stderr_text(), "pausing accepts"), 2u) << lockd.proc.stderr_text();
+  EXPECT_EQ(count(lockd.proc.stderr_text(), "Error from accept"), 0u) << lockd.proc.stderr_text();
   // Served clients still work.
   EXPECT_EQ(first[0]->call("R 1 nokey"), "N 1 nokey");
   // Descriptors come back: the waiting clients are accepted and served.
@@ -121,6 +132,7 @@ TEST(FdLimit, OutOfDescriptorsPausesAcceptingAndRecovers) {
   waiting.clear();
   LineClient late(lockd.port);
   EXPECT_EQ(late.call("A o late 1000").substr(0, 2), "A ");
+  EXPECT_EQ(http(lockd.admin_port, "/healthz").status, 200);
 }
 
 }  // namespace

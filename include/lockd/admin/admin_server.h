@@ -22,6 +22,7 @@
 #include <string>
 
 #include "lockd/admin/views.h"
+#include "lockd/net/accept_pause.h"
 #include "lockd/net/address.h"
 #include "lockd/net/timer.h"
 
@@ -81,6 +82,7 @@ class AdminServer {
   net::Endpoint bound_;
   std::deque<std::unique_ptr<PendingScan>> scans_;  // round robin, one slice each
   net::Timer scan_timer_;  // armed for the next loop turn while scans_ is non-empty
+  net::AcceptPause accept_pause_;  // evhttp's listener, out of descriptors
   bool draining_ = false;
 };
 

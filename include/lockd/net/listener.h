@@ -1,10 +1,7 @@
 // Listener: a listening TCP socket on the reactor that hands each accepted,
 // non-blocking socket to a callback.
 //
-// When accept() fails for want of resources (EMFILE, ENFILE, ENOBUFS,
-// ENOMEM) the pending connection stays in the backlog and the socket stays
-// readable: retrying at once would spin the loop. The listener pauses
-// instead (kAcceptPause), logs one warning per pause, and counts it;
+// When accept() fails for want of descriptors it pauses (accept_pause.h):
 // waiting clients are accepted when it resumes and descriptors are free.
 #pragma once
 
@@ -12,9 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "lockd/common/time.h"
+#include "lockd/net/accept_pause.h"
 #include "lockd/net/address.h"
-#include "lockd/net/timer.h"
 
 struct evconnlistener;
 struct event_base;
@@ -26,7 +22,8 @@ class Listener {
   // Called with an accepted non-blocking fd; the callee owns it.
   using AcceptFn = std::function<void(int fd)>;
 
-  Listener(event_base* base, AcceptFn fn);
+  // `what` names it in warnings ("client", "raft").
+  Listener(event_base* base, AcceptFn fn, std::string what = "client");
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -41,22 +38,16 @@ class Listener {
   // Stops accepting and closes the socket.
   void close();
   // Times accept() failed for want of descriptors or memory (each one a
-  // pause of kAcceptPause).
-  std::uint64_t accept_pauses() const { return accept_pauses_; }
-
-  static constexpr TimeNs kAcceptPause = 100 * kNsPerMs;
-  static constexpr TimeNs kAcceptWarnEvery = 10'000 * kNsPerMs;
+  // pause of AcceptPause::kPause).
+  std::uint64_t accept_pauses() const { return pause_.pauses(); }
 
  private:
   static void on_accept(evconnlistener*, int fd, struct sockaddr*, int, void* arg);
-  static void on_error(evconnlistener*, void* arg);
 
   event_base* base_;
   AcceptFn fn_;
   evconnlistener* lev_ = nullptr;
-  Timer resume_;  // ends a pause
-  std::uint64_t accept_pauses_ = 0;
-  TimeNs last_warning_ns_ = 0;
+  AcceptPause pause_;
 };
 
 }  // namespace lockd::net
