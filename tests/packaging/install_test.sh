@@ -24,7 +24,7 @@ unit=$prefix/lib/systemd/system/lockd.service
 expect_line "$unit" "ExecStart=$prefix/bin/lockd --config $prefix/etc/lockd/lockd.toml"
 expect_line "$unit" "Documentation=file://$prefix/share/doc/lockd/operations.md"
 for line in DynamicUser=yes StateDirectory=lockd ProtectSystem=strict NoNewPrivileges=yes \
-            LimitNOFILE=65536 WantedBy=multi-user.target; do
+            LimitNOFILE=65536 Environment=GLIBC_TUNABLES=glibc.malloc.hugetlb=1 WantedBy=multi-user.target; do
   expect_line "$unit" "$line"
 done
 # LimitNOFILE stays above the config's max-connections.
