@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
 
@@ -40,17 +41,6 @@ json get_json(LockdCluster& c, int id, const std::string& target) {
   const HttpReply r = http(c.admin_port(id), target);
   EXPECT_EQ(r.status, 200) << target << ": " << r.body;
   return json::parse(r.body, nullptr, false);
-}
-
-// Polls `pred` until it holds or the (generous) deadline passes.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
 }
 
 TEST(ClusterAdmin, ClusterViewOnLeaderAndFollower) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "eventually.h"
 #include "fake_server.h"
 #include "fenced_store/fenced_store.h"
 #include "lockd/client/client.h"
@@ -26,6 +27,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::FakeServer;
 using testing::LockdProcess;
+using testing::eventually;
 
 std::string addr(std::uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
 
@@ -35,17 +37,6 @@ Options options_for(const std::string& address) {
   o.reply_timeout = 5s;
   o.jitter_seed = 1;
   return o;
-}
-
-// Polls `cond` until it holds or `timeout` passes.
-template <typename F>
-bool eventually(F cond, std::chrono::milliseconds timeout = 10s) {
-  const auto end = Clock::now() + timeout;
-  while (Clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
 }
 
 // Splits "A 5 o k" into fields.

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -31,16 +32,6 @@ std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-template <typename F>
-bool eventually(F cond, std::chrono::milliseconds timeout = 10s) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
 }
 
 class LockctlRun : public ::testing::Test {
