@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
+#include <utility>
 #include <thread>
 
 #include "http_get.h"
@@ -19,13 +22,49 @@ namespace lockd::testing {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-// A port the kernel just handed out (bound and closed again): free unless
-// someone grabs it in the short window before the node binds it.
-std::uint16_t free_port() {
+namespace {
+
+// The kernel's range for ephemeral ports (outgoing connections' source
+// ports, and bind to port 0).
+std::pair<int, int> ephemeral_range() {
+  int lo = 32768, hi = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
+    std::fclose(f);
+  }
+  return {lo, hi};
+}
+
+bool bindable(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
-  sa.sin_port = 0;
+  sa.sin_port = htons(port);
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// A port below the ephemeral range that nobody holds right now. Ports from
+// bind(0) come from the ephemeral range, where the nodes' own outgoing
+// connections (peer dials, clients) can take one between its choice and
+// the node's bind; below it only another test's explicit choice can.
+std::uint16_t free_port() {
+  static std::mt19937 rng(static_cast<std::uint32_t>(::getpid()) ^
+                          static_cast<std::uint32_t>(steady_clock::now().time_since_epoch().count()));
+  const int lo = 10000;
+  const int hi = ephemeral_range().first - 1;
+  for (int attempt = 0; hi > lo && attempt < 200; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo)));
+    if (bindable(port)) return port;
+  }
+  // No room below the range: let the kernel choose.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
   ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
   std::uint16_t port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {

@@ -73,7 +73,8 @@ class LockdCluster {
   std::string root_dir_;
 };
 
-// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
+// A port below the kernel's ephemeral range that was free a moment ago
+// (outgoing connections cannot take it before a node binds it).
 std::uint16_t free_port();
 
 // Sends `line` on a fresh connection to `port` and returns the first reply.
