@@ -13,6 +13,17 @@
 #include "lockd/raft/driver.h"
 
 namespace lockd::cluster {
+namespace {
+
+// A measurement build (CMake option LOCKD_UNSAFE_NO_FSYNC) never syncs the
+// WAL; docs/benchmarks.md uses it to bound what the disk costs.
+#ifdef LOCKD_UNSAFE_NO_FSYNC
+constexpr bool kSyncWal = false;
+#else
+constexpr bool kSyncWal = true;
+#endif
+
+}  // namespace
 
 ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
     : base_(base),
@@ -24,7 +35,13 @@ ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
 ClusterNode::~ClusterNode() = default;
 
 bool ClusterNode::open(std::string& error) {
-  storage_ = std::make_unique<storage::FileStorage>(storage::FileStorageOptions{config_.data_dir});
+  storage::FileStorageOptions wal{config_.data_dir};
+  wal.sync = kSyncWal;
+  if (!kSyncWal) {
+    spdlog::warn("built with LOCKD_UNSAFE_NO_FSYNC: the WAL is never synced, a crash loses "
+                 "acknowledged writes; for measurements only");
+  }
+  storage_ = std::make_unique<storage::FileStorage>(wal);
   const raft::StorageStatus st = storage_->open();
   if (!st.ok()) {
     error = st.message;

@@ -20,12 +20,8 @@ class ByteWriter {
  public:
   explicit ByteWriter(std::string& out) : out_(out) {}
   void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
+  void u32(std::uint32_t v) { little_endian<4>(v); }
+  void u64(std::uint64_t v) { little_endian<8>(v); }
   // A u32 length, then the bytes. Callers bound `s` below 4 GiB.
   void bytes(std::string_view s) {
     u32(static_cast<std::uint32_t>(s.size()));
@@ -33,6 +29,14 @@ class ByteWriter {
   }
 
  private:
+  // One append per field, not one push_back (and capacity check) per byte.
+  template <int N>
+  void little_endian(std::uint64_t v) {
+    char b[N];
+    for (int i = 0; i < N; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    out_.append(b, N);
+  }
+
   std::string& out_;
 };
 

@@ -50,7 +50,8 @@ struct FileStorageOptions {
   // (checked between saves, so one large save can overshoot it).
   std::size_t segment_bytes = 64u << 20;
   // Test-only: skip fdatasync/fsync (tests that model crashes by cutting
-  // files do not need the device). Never false in the daemon.
+  // files do not need the device). Never false in the daemon, except in a
+  // measurement build (CMake option LOCKD_UNSAFE_NO_FSYNC).
   bool sync = true;
   // Zeros written ahead of the records, this many at a time, so that most
   // saves overwrite blocks the file already has: their fdatasync flushes
