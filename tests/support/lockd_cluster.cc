@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -113,9 +114,15 @@ void LockdCluster::start(int id) {
                                 "--mode", "cluster",
                                 "--node-id", std::to_string(id),
                                 "--data-dir", nd.data_dir,
-                                "--admin", "127.0.0.1:" + std::to_string(nd.admin_port),
-                                "--election-timeout-ms", "150",
-                                "--heartbeat-ms", "30"};
+                                "--admin", "127.0.0.1:" + std::to_string(nd.admin_port)};
+  // The short test timings, unless the test sets its own.
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--election-timeout-ms", "150"},
+                                    {"--heartbeat-ms", "30"}}) {
+    if (std::find(extra_flags_.begin(), extra_flags_.end(), flag) == extra_flags_.end()) {
+      argv.push_back(flag);
+      argv.push_back(value);
+    }
+  }
   for (int i = 1; i <= size(); ++i) {
     argv.push_back("--peer");
     argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(node(i).client_port) +

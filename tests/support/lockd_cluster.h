@@ -3,8 +3,9 @@
 // Picks free ports for every node first (client, raft, admin: bind port 0,
 // read the port, close), gives each node its own temporary data dir, and
 // can kill, pause and restart nodes with the same ports and data. Short
-// Raft timeouts (--election-timeout-ms 150 --heartbeat-ms 30) keep tests
-// fast; callers poll against generous deadlines, never sleep fixed times.
+// Raft timeouts (--election-timeout-ms 150 --heartbeat-ms 30, unless the
+// extra flags set them) keep tests fast; callers poll against generous
+// deadlines, never sleep fixed times.
 #pragma once
 
 #include <chrono>
