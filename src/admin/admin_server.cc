@@ -90,7 +90,7 @@ AdminServer::~AdminServer() {
 void AdminServer::start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan) {
   const locks::LockTable& table = server_.table();
   if (table.bucket_count() <= kScanBucketsPerSlice) {
-    send_json(req, 200, scan_all(table, *scan, net::monotonic_now_ns()));
+    send_json(req, 200, scan_all(table, *scan, table_time(node_, net::monotonic_now_ns())));
     return;
   }
   if (scans_.size() >= kMaxPendingScans) {
@@ -110,7 +110,7 @@ void AdminServer::on_scan_timer() {
   std::unique_ptr<PendingScan> p = std::move(scans_.front());
   scans_.pop_front();
   const locks::LockTable& table = server_.table();
-  const TimeNs now = net::monotonic_now_ns();
+  const TimeNs now = table_time(node_, net::monotonic_now_ns());
   if (table.bucket_count() != p->buckets) {  // rehashed: buckets moved
     p->scan->reset();
     p->cursor = 0;
@@ -253,7 +253,7 @@ void AdminServer::handle(evhttp_request* req) {
         send_error(req, 400, "bad_key", "the key must be non-empty and percent-encoded");
         return;
       }
-      if (auto j = lock_json(server_.table(), *key, now)) {
+      if (auto j = lock_json(server_.table(), *key, table_time(node_, now))) {
         send_json(req, 200, *j);
       } else {
         send_json(req, 404, json{{"error", "not_found"}, {"key", *key}});
@@ -281,7 +281,7 @@ void AdminServer::handle(evhttp_request* req) {
         }
         limit = std::min(*n, kMaxTopLimit);
       }
-      start_scan(req, std::make_unique<TopScan>(server_, node_, limit));
+      start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now));
       return;
     }
     case Route::kNone:

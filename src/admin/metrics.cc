@@ -302,7 +302,7 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Registered keys (held, or expired and not yet swept).",
            static_cast<std::uint64_t>(table.key_count()));
   bool exact = false;
-  const std::size_t holders = holders_bounded(table, now_ns, exact);
+  const std::size_t holders = holders_bounded(table, table_time(node, now_ns), exact);
   w.family("lockd_holders", "gauge",
            "Keys whose holder's lease has not run out (exact up to 10000 keys; above, "
            "the key count).");

@@ -60,6 +60,10 @@ bool node_ready(const NodeInfo& node, TimeNs now_ns) {
   return c.role == "leader" ? c.serving : !c.leader_addr.empty();
 }
 
+TimeNs table_time(const NodeInfo& node, TimeNs now_ns) {
+  return node.table_now ? node.table_now(now_ns) : now_ns;
+}
+
 std::int64_t ms_until(TimeNs at_ns, TimeNs now_ns) { return floor_div(at_ns - now_ns, kNsPerMs); }
 
 std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns) {
@@ -104,7 +108,8 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
                  std::optional<std::size_t> exact_holders) {
   const locks::LockTable& table = server.table();
   bool exact = exact_holders.has_value();
-  const std::size_t holders = exact ? *exact_holders : holders_bounded(table, now_ns, exact);
+  const std::size_t holders =
+      exact ? *exact_holders : holders_bounded(table, table_time(node, now_ns), exact);
   if (node.cluster) {
     const ClusterStatus c = node.cluster(now_ns);
     return json{
@@ -219,8 +224,9 @@ std::optional<json> lock_json(const locks::LockTable& table, std::string_view ke
               {"waiters", std::move(waiters)}};
 }
 
-TopScan::TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit)
-    : server_(server), node_(node), limit_(limit) {}
+TopScan::TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
+                 TimeNs started_ns)
+    : server_(server), node_(node), limit_(limit), started_ns_(started_ns) {}
 
 void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
   if (heap.size() >= limit_ && !(r < heap.front())) return;  // reject before copying more
@@ -284,7 +290,7 @@ json TopScan::finish(TimeNs now_ns) {
     busiest.push_back(std::move(r));
   }
 
-  return json{{"status", status_json(server_, node_, now_ns, holders_)},
+  return json{{"status", status_json(server_, node_, started_ns_, holders_)},
               {"sampled_requests", recent.size()},
               {"busiest", std::move(busiest)},
               {"longest_queues", rows(queues_)},

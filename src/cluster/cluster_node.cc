@@ -114,7 +114,9 @@ void ClusterNode::after_turn() {
     // Never advance() past a failed write: stop now (storage.h).
     if (!st.ok()) fail_storage(st.message);
   }
-  service_->sync(net::monotonic_now_ns());
+  const TimeNs now = net::monotonic_now_ns();
+  service_->sync(now);
+  note_table_floor(now);
   if (raft_->leader() != last_leader_) {
     last_leader_ = raft_->leader();
     ++leader_changes_;
@@ -127,6 +129,21 @@ void ClusterNode::after_turn() {
   }
   transport_->flush();
   rearm_service_timer(net::monotonic_now_ns());
+}
+
+void ClusterNode::note_table_floor(TimeNs now_ns) {
+  const TimeNs floor = service_->state_machine().floor_ns();
+  if (floor == floor_seen_ns_) return;
+  floor_seen_ns_ = floor;
+  floor_seen_at_ns_ = now_ns;
+}
+
+TimeNs ClusterNode::table_now_ns(TimeNs now_ns) const {
+  const LockStateMachine& sm = service_->state_machine();
+  if (service_->serving()) return std::max(sm.to_table_ns(now_ns), sm.floor_ns());
+  // Applied entries not yet noted (mid-turn) only move the floor forward.
+  if (sm.floor_ns() != floor_seen_ns_) return sm.floor_ns();
+  return floor_seen_ns_ + std::max<TimeNs>(now_ns - floor_seen_at_ns_, 0);
 }
 
 void ClusterNode::fail_storage(const std::string& message) {

@@ -87,7 +87,7 @@ bool Daemon::start(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
-                        net::monotonic_now_ns(), {}, {}});
+                        net::monotonic_now_ns(), {}, {}, {}});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -122,7 +122,7 @@ bool Daemon::start_cluster(std::string& error) {
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
-                         net::monotonic_now_ns(), {}, {}};
+                         net::monotonic_now_ns(), {}, {}, {}};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
       const cluster::NodeStatusView v = node->status(now);
@@ -142,6 +142,7 @@ bool Daemon::start_cluster(std::string& error) {
       }
       return c;
     };
+    info.table_now = [node](TimeNs now) { return node->table_now_ns(now); };
     info.cluster_metrics = [node](TimeNs now) {
       admin::ClusterMetrics m;
       const raft::RaftStats& r = node->raft_stats();

@@ -117,7 +117,16 @@ struct NodeInfo {
   std::function<ClusterStatus(TimeNs now_ns)> cluster;
   // Cluster mode: the node's counters for /metrics. Empty in single mode.
   std::function<ClusterMetrics(TimeNs now_ns)> cluster_metrics;
+  // Cluster mode: the lock table's time at monotonic `now_ns` (leases and
+  // waits run on the leader's clock mapped to table time; see
+  // cluster/lock_state_machine.h). Empty in single mode: the table runs on
+  // the monotonic clock.
+  std::function<TimeNs(TimeNs now_ns)> table_now;
 };
+
+// The lock table's time at monotonic `now_ns`: what every lease and wait in
+// a view is measured against (uptime stays on the monotonic clock).
+TimeNs table_time(const NodeInfo& node, TimeNs now_ns);
 
 // `/readyz`: single mode always; cluster mode when this node can serve or
 // redirect A/R: the leader serving, or a follower that knows a leader.
@@ -198,7 +207,9 @@ class ListScan final : public KeyScan {
 // each; also counts live holders exactly on its way.
 class TopScan final : public KeyScan {
  public:
-  TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit);
+  // `started_ns`: the monotonic time of the request, for the status part.
+  TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
+          TimeNs started_ns);
   void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override;
   nlohmann::ordered_json finish(TimeNs now_ns) override;
@@ -210,6 +221,7 @@ class TopScan final : public KeyScan {
   const server::LockServer& server_;
   const NodeInfo& node_;  // owned by the AdminServer, which outlives its scans
   std::size_t limit_;
+  TimeNs started_ns_;
   std::vector<Ranked> queues_;  // rank: -waiters
   std::vector<Ranked> oldest_;  // rank: granted_at_ns
   std::size_t holders_ = 0;

@@ -110,6 +110,13 @@ class ClusterNode final : private raft::ReadyHandler {
   server::LockService& service() { return *service_; }
   const ReplicatedLockService& replicated() const { return *service_; }
   NodeStatusView status(TimeNs now_ns) const;
+  // The lock table's time (cluster/lock_state_machine.h) at this node's
+  // monotonic `now_ns`, for the admin views' leases and waits. The serving
+  // leader maps its own clock exactly. Any other node estimates: the latest
+  // table time it applied, plus the time since it applied it. It lags the
+  // leader by about the replication delay, so leases look slightly longer
+  // there, never shorter.
+  TimeNs table_now_ns(TimeNs now_ns) const;
   raft::Role role() const { return raft_->role(); }
   raft::NodeId leader() const { return raft_->leader(); }
 
@@ -141,6 +148,8 @@ class ClusterNode final : private raft::ReadyHandler {
   // Starts a snapshot when enough was applied; finishes one in progress.
   void maybe_snapshot();
   [[noreturn]] void fail_storage(const std::string& message);
+  // Notes when the applied table time moved (for table_now_ns()).
+  void note_table_floor(TimeNs now_ns);
 
   event_base* base_;
   ClusterNodeConfig config_;
@@ -158,6 +167,8 @@ class ClusterNode final : private raft::ReadyHandler {
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
   raft::NodeId last_leader_ = raft::kNoNode;
   std::uint64_t leader_changes_ = 0;
+  TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note
+  TimeNs floor_seen_at_ns_ = 0;  // our monotonic clock then
 };
 
 }  // namespace lockd::cluster
