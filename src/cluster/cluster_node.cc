@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
@@ -47,6 +48,13 @@ bool ClusterNode::open(std::string& error) {
     error = st.message;
     return false;
   }
+  // Whose data dir this is: checked with the directory locked, before the
+  // core reads the stored term and vote (node_identity.h).
+  NodeIdentity me{config_.self, {}};
+  for (const Member& m : config_.members) me.members.push_back(m.id);
+  std::sort(me.members.begin(), me.members.end());
+  error = claim_data_dir(config_.data_dir, me, kSyncWal);
+  if (!error.empty()) return false;
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
   raft::Config rc;
   rc.id = config_.self;

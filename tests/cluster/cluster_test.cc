@@ -325,6 +325,38 @@ TEST(Cluster, DataDirInUseIsRefusedWithExit2) {
   EXPECT_NE(second.stderr_text().find("lockd: "), std::string::npos) << second.stderr_text();
 }
 
+// A node started on another node's data dir would carry that node's vote:
+// refused with exit 2 and one line before it says anything, the data dir
+// left as it was, and the rightful node starts on it again.
+TEST(Cluster, NodeOnAnotherNodesDataDirIsRefused) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
+  ASSERT_NE(t1, 0u);
+  c.kill9(1);
+  ChildProcess wrong;
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "2",
+                                "--data-dir", c.data_dir(1), "--admin", "off"};
+  for (int i = 1; i <= 3; ++i) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/127.0.0.1:" +
+                   std::to_string(c.raft_port(i)));
+  }
+  ASSERT_TRUE(wrong.start(argv));
+  EXPECT_EQ(wrong.wait_exit(milliseconds(10000)), 2);
+  EXPECT_NE(wrong.stderr_text().find("belongs to node 1, not node 2"), std::string::npos)
+      << wrong.stderr_text();
+  c.start(1);
+  // Node 1 is a member again on its own data: with node 2 and 3 down it
+  // and the survivor still make a majority.
+  const int other = leader == 1 ? 2 : leader;
+  for (int i = 2; i <= 3; ++i) {
+    if (i != other) c.kill9(i);
+  }
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
+}
+
 // A process that claims to be node 2 with another member list (so another
 // cluster hash) is refused by the transport and changes nothing.
 TEST(Cluster, PeerFromAnotherClusterIsRefused) {

@@ -1,0 +1,49 @@
+// The data dir's owner: written on a node's first start, checked on every
+// start after it.
+//
+// A node started on another node's data dir (a wrong --node-id or
+// --data-dir) would carry that node's term and vote, so it could vote a
+// second time in one term and let two leaders be elected in it. A member
+// list that changed under a data dir is a membership change, which lockd
+// does not do (docs/cluster.md). Both are refused before the node says
+// anything to a peer, with one line naming both sides. etcd refuses the
+// same ("member ID mismatch").
+//
+// The file is `IDENTITY`, one line: "lockd node 2 of members 1,2,3\n".
+// It is written to a temporary name, synced, renamed and the directory
+// synced, so it is whole or absent. Addresses are not in it: moving a
+// member to a new address is a restart of every node with the new list.
+// A data dir from before this file (a WAL and no IDENTITY) is claimed as
+// it is.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockd/raft/types.h"
+
+namespace lockd::cluster {
+
+struct NodeIdentity {
+  raft::NodeId self = raft::kNoNode;
+  std::vector<raft::NodeId> members;  // sorted, no repeats
+
+  bool operator==(const NodeIdentity&) const = default;
+};
+
+inline constexpr const char* kIdentityFile = "IDENTITY";
+
+// "lockd node 2 of members 1,2,3\n"
+std::string format_identity(const NodeIdentity& id);
+// The inverse; nullopt for anything else (members sorted and unique, self
+// among them, the trailing newline required).
+std::optional<NodeIdentity> parse_identity(std::string_view text);
+
+// Checks `dir`'s IDENTITY against `me`, writing it when absent (`sync`:
+// fsync the file and the directory; false only in tests). Returns an empty
+// string when the node may start, else the one line to print.
+std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync = true);
+
+}  // namespace lockd::cluster

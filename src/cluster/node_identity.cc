@@ -1,0 +1,148 @@
+// The data dir's IDENTITY file (see node_identity.h).
+#include "lockd/cluster/node_identity.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace lockd::cluster {
+namespace {
+
+constexpr std::string_view kPrefix = "lockd node ";
+constexpr std::string_view kMembers = " of members ";
+constexpr std::size_t kMaxIdentityBytes = 4096;
+
+std::optional<raft::NodeId> parse_id(std::string_view s) {
+  raft::NodeId v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v == raft::kNoNode) return std::nullopt;
+  return v;
+}
+
+std::string members_text(const std::vector<raft::NodeId>& members) {
+  std::string out;
+  for (raft::NodeId m : members) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(m);
+  }
+  return out;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Writes `text` to dir/name through a temporary file; "" or what failed.
+std::string write_durably(const std::string& dir, const std::string& name, const std::string& text,
+                          bool sync) {
+  const std::string tmp = dir + "/" + name + ".new";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return "cannot write " + tmp + ": " + errno_text(err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (sync && ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return "cannot sync " + tmp + ": " + errno_text(err);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
+    return "cannot rename " + tmp + ": " + errno_text(errno);
+  }
+  if (!sync) return "";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return "cannot open " + dir + ": " + errno_text(errno);
+  const int rc = ::fsync(dfd);
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0) return "cannot sync " + dir + ": " + errno_text(err);
+  return "";
+}
+
+}  // namespace
+
+std::string format_identity(const NodeIdentity& id) {
+  return std::string(kPrefix) + std::to_string(id.self) + std::string(kMembers) +
+         members_text(id.members) + "\n";
+}
+
+std::optional<NodeIdentity> parse_identity(std::string_view text) {
+  if (!text.starts_with(kPrefix) || !text.ends_with('\n')) return std::nullopt;
+  text.remove_prefix(kPrefix.size());
+  text.remove_suffix(1);
+  const std::size_t at = text.find(kMembers);
+  if (at == std::string_view::npos) return std::nullopt;
+  NodeIdentity id;
+  const auto self = parse_id(text.substr(0, at));
+  if (!self) return std::nullopt;
+  id.self = *self;
+  std::string_view rest = text.substr(at + kMembers.size());
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const auto m = parse_id(rest.substr(0, comma));
+    if (!m || (!id.members.empty() && *m <= id.members.back())) return std::nullopt;
+    id.members.push_back(*m);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (!std::binary_search(id.members.begin(), id.members.end(), id.self)) return std::nullopt;
+  return id;
+}
+
+std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync) {
+  const std::string file = dir + "/" + kIdentityFile;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(errno);
+    }
+    const std::string err = write_durably(dir, kIdentityFile, format_identity(me), sync);
+    return err.empty() ? "" : "data dir " + dir + ": " + err;
+  }
+  std::string text(kMaxIdentityBytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(err);
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  const std::optional<NodeIdentity> found = parse_identity(text);
+  if (!found) {
+    return "data dir " + dir + ": " + kIdentityFile +
+           " is not a lockd identity line; refusing to start (restore it, or wipe the data dir "
+           "to replace this node)";
+  }
+  if (found->self != me.self) {
+    return "data dir " + dir + " belongs to node " + std::to_string(found->self) + ", not node " +
+           std::to_string(me.self) +
+           ": wrong --data-dir or --node-id? (a node on another's data dir could vote twice in "
+           "one term)";
+  }
+  if (found->members != me.members) {
+    return "data dir " + dir + " was written by a member of {" + members_text(found->members) +
+           "}, but --peer names {" + members_text(me.members) +
+           "}: membership changes are not supported (docs/cluster.md)";
+  }
+  return "";
+}
+
+}  // namespace lockd::cluster
