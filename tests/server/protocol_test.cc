@@ -382,13 +382,60 @@ TEST(ProtocolTest, ConnectionOverItsOutputCapIsClosed) {
   EXPECT_EQ(holder.call("A h fresh").substr(0, 2), "A ");  // the server is fine
 }
 
+// SIGTERM: stop accepting, finish the replies already decided, exit 0
+// (interfaces.md). `slow` waits on many keys and reads nothing; the holder
+// then releases them all, so lockd decides one hand-off reply to `slow`
+// per key: ~9 MB, more than the kernel's socket buffers hold (~4 MB on
+// loopback), so most of it is still in lockd's output buffer when the
+// signal comes. Every one of those replies must arrive, in order, before
+// the connection closes.
 TEST(ProtocolTest, SigtermExitsZeroAfterFlushingDecidedReplies) {
-  LockdProcess lockd;
-  LineClient c(lockd.port());
-  EXPECT_EQ(c.call("A o k").substr(0, 2), "A ");
+  LockdProcess lockd({"--max-output-bytes", "67108864"});
+  LineClient holder(lockd.port()), slow(lockd.port());
+  constexpr int kKeys = 40'000;
+  constexpr int kChunk = 2'000;  // the holder reads its replies per chunk
+  const auto key = [](int i) { return "k" + std::to_string(i) + "-" + std::string(190, 'x'); };
+  std::vector<std::string> tokens;
+  for (int from = 0; from < kKeys; from += kChunk) {
+    std::string batch;
+    for (int i = from; i < from + kChunk; ++i) batch += "A h " + key(i) + " 60000\n";
+    holder.send(batch);
+    for (int i = from; i < from + kChunk; ++i) {
+      const auto r = holder.read_line();
+      ASSERT_TRUE(r) << i;
+      const auto f = fields(*r);
+      ASSERT_EQ(f.size(), 4u) << *r;
+      ASSERT_EQ(f[0], "A") << *r;
+      tokens.push_back(f[1]);
+    }
+  }
+  std::string waits;
+  for (int i = 0; i < kKeys; ++i) waits += "A slow " + key(i) + " 1000 60000\n";
+  waits.pop_back();  // enqueue() adds the newline
+  enqueue(slow, waits, key(0));
+  // The hand-offs: decided once the holder has its `R` for every key.
+  for (int from = 0; from < kKeys; from += kChunk) {
+    std::string batch;
+    for (int i = from; i < from + kChunk; ++i) batch += "R " + tokens[static_cast<std::size_t>(i)] + " " + key(i) + "\n";
+    holder.send(batch);
+    for (int i = from; i < from + kChunk; ++i) {
+      const auto r = holder.read_line();
+      ASSERT_TRUE(r) << i;
+      ASSERT_EQ(r->substr(0, 2), "R ") << *r;
+    }
+  }
   lockd.process().signal(SIGTERM);
+  int got = 0;
+  while (const auto r = slow.read_line()) {
+    const auto f = fields(*r);
+    ASSERT_EQ(f.size(), 4u) << *r;
+    ASSERT_EQ(f[0], "A") << *r;
+    ASSERT_EQ(f[3], key(got)) << "reply " << got;
+    ++got;
+  }
+  EXPECT_EQ(got, kKeys) << "decided replies lost at SIGTERM";
+  EXPECT_TRUE(slow.wait_closed(kEventuallyTimeout));
   EXPECT_EQ(lockd.process().wait_exit(kEventuallyTimeout), 0);
-  EXPECT_TRUE(c.wait_closed(kEventuallyTimeout));
 }
 
 TEST(ProtocolTest, TokensKeepGrowingAcrossAKill9Restart) {
