@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "eventually.h"
+#include "http_get.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -98,10 +99,18 @@ TEST_F(LockctlRun, HeldElsewhereExitsOneWithoutRunningTheCommand) {
 }
 
 TEST_F(LockctlRun, WaitsForTheLockWithWait) {
-  LockdProcess lockd;
+  LockdProcess lockd({"--admin", "127.0.0.1:0"});
   LineClient holder(lockd.port());
-  ASSERT_EQ(fields(holder.call("A other k 300"))[0], "A");
-  auto run = start(lockd.port(), {"k", "--wait", "5000", "--", "touch", path("ran")});
+  const std::vector<std::string> held = fields(holder.call("A other k 60000"));
+  ASSERT_EQ(held[0], "A");
+  auto run = start(lockd.port(), {"k", "--wait", "15000", "--", "touch", path("ran")});
+  // It queues (a lockctl that ignored --wait would get `T` and exit 1)...
+  ASSERT_TRUE(eventually([&] {
+    return http(lockd.admin_port(), "/v1/status").body.find("\"waiters\":1") != std::string::npos;
+  }));
+  EXPECT_FALSE(fs::exists(path("ran")));
+  // ...and runs once the holder lets go.
+  EXPECT_EQ(holder.call("R " + held[1] + " k"), "R " + held[1] + " k");
   EXPECT_EQ(run->wait_exit(15s), 0) << run->stderr_text();
   EXPECT_TRUE(fs::exists(path("ran")));
 }
