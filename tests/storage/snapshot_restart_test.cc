@@ -105,11 +105,22 @@ TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
   std::string want;
   raft::Index snapshot_index = 0;
   std::uint64_t segments_removed = 0;
+  std::map<raft::Index, std::string> table_at;  // the table when each snapshot started
+  std::size_t checked = 0;
   {
     FileStorage st({dir.path(), 4096, false});
     ASSERT_TRUE(st.open().ok());
     SnapshotWriter writer(st, 1024);  // tiny slices: several polls per snapshot
     Machine m;
+    // The bytes are the table as of the snapshot's index, not as of now.
+    const auto finished = [&](const SnapshotWriter::Done& done) {
+      ASSERT_TRUE(done.status.ok()) << done.status.message;
+      Machine check;
+      check.restore(done.data);
+      EXPECT_EQ(check.describe(), table_at.at(done.meta.index));
+      ++checked;
+      snapshot_index = done.meta.index;
+    };
     for (raft::Index i = 1; i <= 3000; ++i) {
       std::string cmd(6, '\0');
       for (char& c : cmd) c = static_cast<char>(rng());
@@ -119,31 +130,19 @@ TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
       if (i % 700 == 0) {
         // The previous one is long done in a daemon; here the loop is fast.
         while (writer.busy()) {
-          if (auto done = writer.poll()) {
-            ASSERT_TRUE(done->status.ok()) << done->status.message;
-            snapshot_index = done->meta.index;
-          }
+          if (auto done = writer.poll()) finished(*done);
           usleep(100);
         }
+        table_at[i] = m.describe();
         ASSERT_TRUE(writer.start({i, 1}, [&] { return locks::serialize(m.table, m.header()); }).ok());
       }
       // Appends go on while the child writes and the parent reads back.
       if (writer.busy()) {
-        if (auto done = writer.poll()) {
-          ASSERT_TRUE(done->status.ok()) << done->status.message;
-          // The bytes are the table as of the snapshot's index, not now.
-          Machine check;
-          check.restore(done->data);
-          EXPECT_LE(done->meta.index, i);
-          snapshot_index = done->meta.index;
-        }
+        if (auto done = writer.poll()) finished(*done);
       }
     }
     while (writer.busy()) {
-      if (auto done = writer.poll()) {
-        ASSERT_TRUE(done->status.ok()) << done->status.message;
-        snapshot_index = done->meta.index;
-      }
+      if (auto done = writer.poll()) finished(*done);
     }
     want = m.describe();
     segments_removed = st.stats().segments_removed;
@@ -151,6 +150,7 @@ TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
     EXPECT_EQ(st.entries().front().index, snapshot_index + 1);
   }
   EXPECT_EQ(snapshot_index, 2800u);
+  EXPECT_EQ(checked, 4u);  // 700, 1400, 2100, 2800
   EXPECT_GT(segments_removed, 10u);
 
   FileStorage st({dir.path(), 4096, false});
