@@ -16,6 +16,7 @@
 // It runs raft::drive_ready, the daemon's Ready cycle, unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -239,13 +240,25 @@ TEST_P(RaftOnFileStorage, TornWritesAndRestartsKeepRaftSafe) {
       ASSERT_EQ(n->applied, first) << "seed " << seed << " node " << n->id;
     }
     for (const auto& [i, v] : c.chosen) ASSERT_EQ(first[i - 1], v) << "seed " << seed;
-    // Log Matching over the recovered logs: same (index, term), same entry.
-    std::map<Index, Entry> seen;
-    for (auto& n : c.nodes) {
-      for (const Entry& e : n->storage->entries()) {
-        auto [it, fresh] = seen.emplace(e.index, e);
-        if (!fresh && it->second.term == e.term) {
-          ASSERT_EQ(it->second, e) << "seed " << seed;
+    // Log Matching over the recovered logs, pair by pair: where two logs
+    // hold an entry of the same term at an index, they hold the same entry
+    // there and at every index before it that both still have.
+    for (std::size_t a = 0; a < c.nodes.size(); ++a) {
+      for (std::size_t b = a + 1; b < c.nodes.size(); ++b) {
+        std::map<Index, Entry> la;
+        for (const Entry& e : c.nodes[a]->storage->entries()) la.emplace(e.index, e);
+        Index match = 0;  // the highest index where both have the same term
+        for (const Entry& e : c.nodes[b]->storage->entries()) {
+          auto it = la.find(e.index);
+          if (it != la.end() && it->second.term == e.term) match = std::max(match, e.index);
+        }
+        for (const Entry& e : c.nodes[b]->storage->entries()) {
+          if (e.index > match) break;
+          auto it = la.find(e.index);
+          if (it != la.end()) {
+            ASSERT_EQ(it->second, e) << "seed " << seed << " nodes " << c.nodes[a]->id << ", "
+                                     << c.nodes[b]->id << " below the matching index " << match;
+          }
         }
       }
     }
