@@ -157,7 +157,10 @@ TEST(LockCommandCodec, NewTypesDecodeStrictly) {
 class FakeReplies final : public server::ClientReplies {
  public:
   std::string* reply_buffer(locks::ClientId client, server::ReplyKind) override {
-    if (gone.contains(client)) return nullptr;
+    if (gone.contains(client)) {
+      ++to_gone[client];  // the server's own writer would drop it too
+      return nullptr;
+    }
     return &out[client];
   }
   void reply_queued(locks::ClientId) override {}
@@ -168,6 +171,7 @@ class FakeReplies final : public server::ClientReplies {
   }
   std::map<locks::ClientId, std::string> out;
   std::set<locks::ClientId> gone;
+  std::map<locks::ClientId, int> to_gone;  // replies attempted after the client left
 };
 
 class Node final : public raft::ReadyHandler {
@@ -307,10 +311,23 @@ TEST(ReplicatedLockService, DisconnectCancelsQueuedWaitersWithoutReply) {
   n.request(8, "A bob k1 60000 5000");
   n.settle();
   EXPECT_EQ(n.svc_.table().waiter_count(), 1u);
+  EXPECT_EQ(n.replies_.take(8), "");
   n.replies_.gone.insert(8);
   n.svc_.client_closed(8);
   n.settle();
   EXPECT_EQ(n.svc_.table().waiter_count(), 0u);
+  // Taken out of the queue without a reply: not `T`, not `E`, not attempted.
+  EXPECT_EQ(n.replies_.to_gone[8], 0);
+  // And the key is not handed to it when alice lets go.
+  n.replies_.gone.erase(8);
+  const std::string a = n.replies_.take(7);
+  ASSERT_EQ(a.substr(0, 2), "A ") << a;
+  const std::string token = a.substr(2, a.find(' ', 2) - 2);
+  EXPECT_EQ(n.request(7, "R " + token + " k1"), "");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7), "R " + token + " k1\n");
+  EXPECT_EQ(n.replies_.take(8), "");
+  EXPECT_EQ(n.svc_.table().key_count(), 0u);
 }
 
 TEST(ReplicatedLockService, OverloadRefusesAcquireWithBusy) {
