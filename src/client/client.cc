@@ -61,6 +61,7 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
     count = addresses_.size();
   }
   int redirects = 0;
+  bool redirected = false;  // `target` is the leader named by the last `M`
   std::size_t unreachable_in_a_row = 0;
   Status last;
   // Sleeps before the next try, or says the budget is spent.
@@ -82,6 +83,17 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
         count = addresses_.size();
       }
       target = (target + 1) % count;
+      if (redirected) {
+        // The leader an `M` named is down (killed a moment ago: its
+        // followers name it until their election timeout). That is no
+        // leader for now: back off within the budget, like `E no_leader`,
+        // and ask another node, instead of spending the redirect hops.
+        redirected = false;
+        last = {Code::kNoLeader, "the leader named by M cannot be reached (" + last.message + ")"};
+        if (!back_off()) return last;
+        redirects = 0;
+        continue;
+      }
       if (++unreachable_in_a_row >= count) return last;
       continue;
     }
@@ -98,6 +110,7 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
     auto reply = conn.value()->wait(ticket.value(), reply_by);
     if (!reply.ok()) return reply.status();
     unreachable_in_a_row = 0;
+    redirected = false;
     Reply& r = reply.value();
     if (r.kind == ReplyKind::kMoved) {
       const auto leader = parse_address(r.leader);
@@ -108,6 +121,7 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
       }
       const std::lock_guard lk(mu_);
       target = index_of(*leader);
+      redirected = true;
       continue;
     }
     if (r.kind == ReplyKind::kError) {
