@@ -108,7 +108,15 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
     const auto reply_by = std::min(
         Clock::now() + std::chrono::milliseconds(request.wait_ms) + options_.reply_timeout, deadline);
     auto reply = conn.value()->wait(ticket.value(), reply_by);
-    if (!reply.ok()) return reply.status();
+    if (!reply.ok()) {
+      // No reply (a paused, partitioned or dead node): the outcome is
+      // unknown, so this request is not resent, but the next one goes to
+      // the next node rather than to the same silent one (a follower
+      // sends it back with `M` if this node still leads).
+      const std::lock_guard lk(mu_);
+      if (current_ == target) current_ = (target + 1) % addresses_.size();
+      return reply.status();
+    }
     unreachable_in_a_row = 0;
     redirected = false;
     Reply& r = reply.value();
