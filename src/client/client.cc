@@ -63,6 +63,7 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
   int redirects = 0;
   bool redirected = false;  // `target` is the leader named by the last `M`
   std::size_t unreachable_in_a_row = 0;
+  int stale = 0;  // connections found closed before sending
   Status last;
   // Sleeps before the next try, or says the budget is spent.
   const auto back_off = [&]() {
@@ -100,9 +101,12 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
     auto ticket = conn.value()->submit(request);
     if (!ticket.ok()) {
       if (ticket.code() != Code::kUnreachable) return ticket.status();
-      // The connection broke before sending: reconnect (bounded like above).
+      // The connection broke before sending (the node closed it while it
+      // was idle: restarted or killed): reconnect. Only the reconnect
+      // counts toward a round of unreachable nodes; this is bounded apart
+      // (a node that closes every connection at once).
       last = ticket.status();
-      if (++unreachable_in_a_row >= count) return last;
+      if (++stale > 3) return last;
       continue;
     }
     const auto reply_by = std::min(
