@@ -45,6 +45,7 @@ from .errors import (
 from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
 
 _READ_CHUNK = 64 * 1024
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class _NotSent(Exception):
@@ -93,6 +94,8 @@ class _Connection:
                     if left <= 0:
                         raise LockTimeout("an acquire by this owner for this key was still in flight")
                     self._cond.wait(left)
+                if self.broken is None and self._peer_closed():
+                    self._fail(f"connection closed by {self.name}")
                 if self.broken is not None:
                     raise _NotSent(self.broken)
                 rid = self._next_id
@@ -105,6 +108,20 @@ class _Connection:
             except OSError as e:
                 self._fail(f"sending to {self.name} failed: {e}")
         return rid, future
+
+    def _peer_closed(self) -> bool:
+        """True if the peer closed the connection (EOF with nothing before
+        it) and the reader thread has not noticed yet: a node killed or
+        restarted a moment ago. The request is not sent yet, so it can
+        safely go over a new connection instead (the C++ client's peek)."""
+        if not _MSG_DONTWAIT:
+            return False  # no non-blocking peek here: the reader thread tells
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK | _MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     def wait(self, rid: int, future: concurrent.futures.Future, deadline: float) -> Reply:
         try:
