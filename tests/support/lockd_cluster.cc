@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <utility>
 #include <thread>
 
@@ -66,9 +67,16 @@ std::uint16_t free_port() {
       hi = to;
     }
   }
+  // Never the same port twice in a process: a cluster picks all its
+  // nodes' ports before any node binds one, so a repeated pick passed
+  // bindable() too and made a node fail to listen.
+  static std::set<std::uint16_t> handed_out;
   for (int attempt = 0; hi > lo && attempt < 200; ++attempt) {
     const auto port = static_cast<std::uint16_t>(lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo)));
-    if (bindable(port)) return port;
+    if (!handed_out.contains(port) && bindable(port)) {
+      handed_out.insert(port);
+      return port;
+    }
   }
   // No room below the range: let the kernel choose.
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

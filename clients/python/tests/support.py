@@ -102,6 +102,9 @@ def call_once(port: int, line: str, timeout_s: float = 3.0) -> str:
         return "<no connection>"
 
 
+_handed_out: set = set()
+
+
 def free_port() -> int:
     """A port below the kernel's ephemeral range that was free a moment ago
     (a node's outgoing connections cannot take it before the node binds it;
@@ -117,12 +120,15 @@ def free_port() -> int:
         lo, hi = int(m.group(1)), int(m.group(2))
     for _ in range(200):
         port = random.randrange(lo, hi)
+        if port in _handed_out:  # a cluster picks every port before any node binds one
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
