@@ -61,7 +61,9 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
     count = addresses_.size();
   }
   int redirects = 0;
+  bool redirected = false;  // `target` is the leader named by the last `M`
   std::size_t unreachable_in_a_row = 0;
+  int stale = 0;  // connections found closed before sending
   Status last;
   // Sleeps before the next try, or says the budget is spent.
   const auto back_off = [&]() {
@@ -82,22 +84,45 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
         count = addresses_.size();
       }
       target = (target + 1) % count;
+      if (redirected) {
+        // The leader an `M` named is down (killed a moment ago: its
+        // followers name it until their election timeout). That is no
+        // leader for now: back off within the budget, like `E no_leader`,
+        // and ask another node, instead of spending the redirect hops.
+        redirected = false;
+        last = {Code::kNoLeader, "the leader named by M cannot be reached (" + last.message + ")"};
+        if (!back_off()) return last;
+        redirects = 0;
+        continue;
+      }
       if (++unreachable_in_a_row >= count) return last;
       continue;
     }
     auto ticket = conn.value()->submit(request);
     if (!ticket.ok()) {
       if (ticket.code() != Code::kUnreachable) return ticket.status();
-      // The connection broke before sending: reconnect (bounded like above).
+      // The connection broke before sending (the node closed it while it
+      // was idle: restarted or killed): reconnect. Only the reconnect
+      // counts toward a round of unreachable nodes; this is bounded apart
+      // (a node that closes every connection at once).
       last = ticket.status();
-      if (++unreachable_in_a_row >= count) return last;
+      if (++stale > 3) return last;
       continue;
     }
     const auto reply_by = std::min(
         Clock::now() + std::chrono::milliseconds(request.wait_ms) + options_.reply_timeout, deadline);
     auto reply = conn.value()->wait(ticket.value(), reply_by);
-    if (!reply.ok()) return reply.status();
+    if (!reply.ok()) {
+      // No reply (a paused, partitioned or dead node): the outcome is
+      // unknown, so this request is not resent, but the next one goes to
+      // the next node rather than to the same silent one (a follower
+      // sends it back with `M` if this node still leads).
+      const std::lock_guard lk(mu_);
+      if (current_ == target) current_ = (target + 1) % addresses_.size();
+      return reply.status();
+    }
     unreachable_in_a_row = 0;
+    redirected = false;
     Reply& r = reply.value();
     if (r.kind == ReplyKind::kMoved) {
       const auto leader = parse_address(r.leader);
@@ -108,6 +133,7 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
       }
       const std::lock_guard lk(mu_);
       target = index_of(*leader);
+      redirected = true;
       continue;
     }
     if (r.kind == ReplyKind::kError) {

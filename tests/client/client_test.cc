@@ -240,6 +240,22 @@ TEST(Client, KeeperReportsLossWhenTheServerStaysDown) {
   EXPECT_LT(Clock::now() - start, 1'500ms);
 }
 
+// A restarted server closed the client's idle connection: the next call
+// finds that out before sending and goes over a new connection (it was not
+// sent, so nothing is lost), instead of reporting the node unreachable.
+TEST(Client, TheFirstCallAfterARestartGoesOverANewConnection) {
+  auto lockd = std::make_unique<LockdProcess>();
+  const std::uint16_t port = lockd->port();
+  Client client(options_for(addr(port)));
+  ASSERT_TRUE(client.acquire("alice", "k", 10'000).ok());
+  lockd.reset();  // SIGKILL: the lock table is gone
+  lockd = std::make_unique<LockdProcess>(
+      std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(port)});
+  auto again = client.acquire("bob", "k", 10'000);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(client.release(again.value()).ok());
+}
+
 TEST(Client, FencingTokensLetAResourceRefuseAPausedHolder) {
   LockdProcess lockd;
   Client client(options_for(addr(lockd.port())));

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <utility>
 #include <thread>
 
@@ -53,14 +54,30 @@ bool bindable(std::uint16_t port) {
 // bind(0) come from the ephemeral range, where the nodes' own outgoing
 // connections (peer dials, clients) can take one between its choice and
 // the node's bind; below it only another test's explicit choice can.
+// LOCKD_TEST_PORTS=LO-HI narrows the choice to LO..HI (a machine shared
+// with other jobs that own some ports).
 std::uint16_t free_port() {
   static std::mt19937 rng(static_cast<std::uint32_t>(::getpid()) ^
                           static_cast<std::uint32_t>(steady_clock::now().time_since_epoch().count()));
-  const int lo = 10000;
-  const int hi = ephemeral_range().first - 1;
+  int lo = 10000;
+  int hi = ephemeral_range().first - 1;
+  if (const char* range = std::getenv("LOCKD_TEST_PORTS")) {
+    int from = 0, to = 0;
+    if (std::sscanf(range, "%d-%d", &from, &to) == 2 && 0 < from && from < to && to <= 65535) {
+      lo = from;
+      hi = to;
+    }
+  }
+  // Never the same port twice in a process: a cluster picks all its
+  // nodes' ports before any node binds one, so a repeated pick passed
+  // bindable() too and made a node fail to listen.
+  static std::set<std::uint16_t> handed_out;
   for (int attempt = 0; hi > lo && attempt < 200; ++attempt) {
     const auto port = static_cast<std::uint16_t>(lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo)));
-    if (bindable(port)) return port;
+    if (!handed_out.contains(port) && bindable(port)) {
+      handed_out.insert(port);
+      return port;
+    }
   }
   // No room below the range: let the kernel choose.
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -94,6 +94,10 @@ class _AsyncConnection:
                 await asyncio.wait_for(self._changed.wait(), left)
             except asyncio.TimeoutError:
                 pass
+        if self.broken is None and self._reader is not None and self._reader.at_eof():
+            # The peer closed (a node killed or restarted a moment ago) and
+            # the reader task has not run since: not sent, use a new connection.
+            self._fail(f"connection closed by {self.name}")
         if self.broken is not None:
             raise _NotSent(self.broken)
         rid = self._next_id
@@ -351,11 +355,22 @@ class AsyncClient:
         backoff = Backoff(self.backoff_initial_s, self.backoff_max_s, self._rng)
         target = self._current
         redirects = failures = stale = 0
+        redirected = False  # ``target`` is the leader named by the last M
         while True:
             try:
                 conn = await self._connection_to(target)
                 rid, future = await conn.submit(request, time.monotonic() + request.wait_ms / 1000)
-            except Unreachable:
+            except Unreachable as e:
+                if redirected:
+                    # The leader an M named is down: no leader for now (see Client.call).
+                    redirected = False
+                    pause = backoff.pause()
+                    if time.monotonic() + pause >= budget_end:
+                        raise NoLeader(f"the leader named by M cannot be reached ({e})") from None
+                    await asyncio.sleep(pause)
+                    target = (target + 1) % len(self._addresses)
+                    redirects = 0
+                    continue
                 failures += 1
                 if failures >= len(self._addresses):
                     raise
@@ -367,8 +382,15 @@ class AsyncClient:
                     raise Unreachable(str(e)) from None
                 continue
             reply_by = min(time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s, deadline)
-            reply = await conn.wait(rid, future, reply_by)
+            try:
+                reply = await conn.wait(rid, future, reply_by)
+            except Indeterminate:
+                # No reply: not resent, but the next request goes to the next node.
+                if self._current == target:
+                    self._current = (target + 1) % len(self._addresses)
+                raise
             failures = 0
+            redirected = False
             if reply.kind == "M":
                 leader = parse_address(reply.leader)
                 if leader is None:
@@ -377,6 +399,7 @@ class AsyncClient:
                 if redirects > self.max_redirects:
                     raise NoLeader(f"more than {self.max_redirects} redirects (last to {reply.leader})")
                 target = self._index_of(leader)
+                redirected = True
                 continue
             if reply.kind == "E":
                 if reply.error_code == "no_leader":

@@ -45,6 +45,7 @@ from .errors import (
 from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
 
 _READ_CHUNK = 64 * 1024
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class _NotSent(Exception):
@@ -93,6 +94,8 @@ class _Connection:
                     if left <= 0:
                         raise LockTimeout("an acquire by this owner for this key was still in flight")
                     self._cond.wait(left)
+                if self.broken is None and self._peer_closed():
+                    self._fail(f"connection closed by {self.name}")
                 if self.broken is not None:
                     raise _NotSent(self.broken)
                 rid = self._next_id
@@ -105,6 +108,20 @@ class _Connection:
             except OSError as e:
                 self._fail(f"sending to {self.name} failed: {e}")
         return rid, future
+
+    def _peer_closed(self) -> bool:
+        """True if the peer closed the connection (EOF with nothing before
+        it) and the reader thread has not noticed yet: a node killed or
+        restarted a moment ago. The request is not sent yet, so it can
+        safely go over a new connection instead (the C++ client's peek)."""
+        if not _MSG_DONTWAIT:
+            return False  # no non-blocking peek here: the reader thread tells
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK | _MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     def wait(self, rid: int, future: concurrent.futures.Future, deadline: float) -> Reply:
         try:
@@ -366,13 +383,27 @@ class Client:
         with self._lock:
             target = self._current
         redirects = 0
+        redirected = False  # ``target`` is the leader named by the last M
         failures = 0
         stale = 0
         while True:
             try:
                 conn = self._connection_to(target)
                 rid, future = conn.submit(request, time.monotonic() + request.wait_ms / 1000)
-            except Unreachable:
+            except Unreachable as e:
+                if redirected:
+                    # The leader an M named is down (killed a moment ago: its
+                    # followers name it until their election timeout). That is
+                    # no leader for now: back off within the budget, like
+                    # ``E no_leader``, and ask another node.
+                    redirected = False
+                    pause = backoff.pause()
+                    if time.monotonic() + pause >= budget_end:
+                        raise NoLeader(f"the leader named by M cannot be reached ({e})") from None
+                    time.sleep(pause)
+                    target = (target + 1) % len(self._addresses)
+                    redirects = 0
+                    continue
                 # Not sent: safe to try the next node, once around the list.
                 failures += 1
                 if failures >= len(self._addresses):
@@ -386,8 +417,18 @@ class Client:
                     raise Unreachable(str(e)) from None
                 continue
             reply_by = min(time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s, deadline)
-            reply = conn.wait(rid, future, reply_by)
+            try:
+                reply = conn.wait(rid, future, reply_by)
+            except Indeterminate:
+                # No reply (a paused, partitioned or dead node): not resent (it
+                # may have taken effect), but the next request goes to the next
+                # node rather than to the same silent one.
+                with self._lock:
+                    if self._current == target:
+                        self._current = (target + 1) % len(self._addresses)
+                raise
             failures = 0
+            redirected = False
             if reply.kind == "M":
                 leader = parse_address(reply.leader)
                 if leader is None:
@@ -396,6 +437,7 @@ class Client:
                 if redirects > self.max_redirects:
                     raise NoLeader(f"more than {self.max_redirects} redirects (last to {reply.leader})")
                 target = self._index_of(leader)
+                redirected = True
                 continue
             if reply.kind == "E":
                 if reply.error_code == "no_leader":

@@ -1,19 +1,26 @@
-"""Test support: a real lockd on a free port, and a scripted fake node.
+"""Test support: a real lockd on a free port, a real cluster of lockd
+processes on loopback, and a scripted fake node.
 
 ``LOCKD_BIN`` names the lockd binary (default: build/bin/lockd of this tree).
+``LOCKD_TEST_PORTS=LO-HI`` narrows the ports a cluster's nodes get (as in
+the C++ test support).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import select
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -74,6 +81,164 @@ class Lockd:
                     break
                 buf += chunk
             return buf.decode().strip()
+
+
+def call_once(port: int, line: str, timeout_s: float = 3.0) -> str:
+    """Sends ``line`` on a fresh connection and returns the first reply line
+    (``<no connection>`` / ``<no reply>`` when there is none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(line.encode() + b"\n")
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            return buf.decode().strip() or "<no reply>"
+    except socket.timeout:
+        return "<no reply>"
+    except OSError:
+        return "<no connection>"
+
+
+_handed_out: set = set()
+
+
+def free_port() -> int:
+    """A port below the kernel's ephemeral range that was free a moment ago
+    (a node's outgoing connections cannot take it before the node binds it;
+    like free_port() in tests/support/lockd_cluster.cc)."""
+    lo, hi = 10000, 32767
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = int(f.read().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        pass
+    m = re.fullmatch(r"(\d+)-(\d+)", os.environ.get("LOCKD_TEST_PORTS", ""))
+    if m and 0 < int(m.group(1)) < int(m.group(2)) <= 65535:
+        lo, hi = int(m.group(1)), int(m.group(2))
+    for _ in range(200):
+        port = random.randrange(lo, hi)
+        if port in _handed_out:  # a cluster picks every port before any node binds one
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LockdCluster:
+    """``n`` real ``lockd --mode cluster`` nodes (ids 1..n) on 127.0.0.1,
+    each with its own data dir, short Raft timeouts (150 ms elections,
+    30 ms heartbeats) and no admin API. Can kill -9, pause and resume
+    nodes. Waits poll against generous deadlines."""
+
+    def __init__(self, n: int = 3) -> None:
+        self.root = tempfile.mkdtemp(prefix="lockd-pycluster-")
+        self.ports = {i: (free_port(), free_port()) for i in range(1, n + 1)}  # client, raft
+        self.procs: Dict[int, subprocess.Popen] = {}
+        self._drains: Dict[int, threading.Thread] = {}
+        try:
+            for i in self.ports:
+                self.start(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def address(self, i: int) -> str:
+        return f"127.0.0.1:{self.ports[i][0]}"
+
+    def start(self, i: int) -> None:
+        data = os.path.join(self.root, f"node{i}")
+        os.makedirs(data, exist_ok=True)
+        argv = [lockd_bin(), "--mode", "cluster", "--node-id", str(i), "--data-dir", data,
+                "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30"]
+        for j, (client, raft) in self.ports.items():
+            argv += ["--peer", f"{j}=127.0.0.1:{client}/127.0.0.1:{raft}"]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        self.procs[i] = proc
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 10
+        seen = b""
+        while time.monotonic() < deadline and b"listening on" not in seen:
+            ready, _, _ = select.select([proc.stderr], [], [], 0.1)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                seen += chunk
+        if b"listening on" not in seen:
+            raise RuntimeError(f"lockd node {i} did not start: {seen.decode(errors='replace')}")
+        # Keep draining stderr so the node never blocks on a full pipe.
+        self._drains[i] = threading.Thread(target=self._drain, args=(proc,), daemon=True)
+        self._drains[i].start()
+
+    @staticmethod
+    def _drain(proc: subprocess.Popen) -> None:
+        assert proc.stderr is not None
+        while os.read(proc.stderr.fileno(), 4096):
+            pass
+
+    def kill9(self, i: int) -> None:
+        proc = self.procs.pop(i, None)
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+            drain = self._drains.pop(i, None)
+            if drain is not None:
+                drain.join(timeout=5)  # EOF once the node is gone
+            assert proc.stderr is not None
+            proc.stderr.close()
+
+    def pause(self, i: int) -> None:
+        self.procs[i].send_signal(signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        self.procs[i].send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        for i in list(self.procs):
+            self.kill9(i)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def wait_leader(self, timeout_s: float = 10.0, except_: int = 0) -> int:
+        """The id of the node that answers as a serving leader (``R 1
+        lockd-probe`` gets ``N``), or 0 at the deadline."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            for i in sorted(self.procs):
+                if i != except_ and call_once(self.ports[i][0], "R 1 lockd-probe", 0.5) == "N 1 lockd-probe":
+                    return i
+            time.sleep(0.02)
+        return 0
+
+    def knows_leader(self, i: int, leader: int) -> bool:
+        """True once node ``i`` redirects to ``leader``."""
+        return call_once(self.ports[i][0], "R 1 lockd-probe") == f"M {self.address(leader)} 1 lockd-probe"
+
+    def call_leader(self, line: str, except_: int = 0) -> str:
+        """``line`` sent to whichever node leads now; retried through
+        redirects and elections (leadership may move on a loaded machine)."""
+        reply = ""
+
+        def answered() -> bool:
+            nonlocal reply
+            leader = self.wait_leader(except_=except_)
+            if leader == 0:
+                return False
+            reply = call_once(self.ports[leader][0], line)
+            return not reply.startswith(("M ", "E no_leader", "E indeterminate", "<no "))
+
+        eventually(answered, 20.0)
+        return reply
 
 
 class FakeNode:

@@ -1,10 +1,11 @@
-"""The asyncio client against a real lockd, and against FakeNode."""
+"""The asyncio client against a real lockd, against FakeNode, and against a
+real cluster of three lockd nodes."""
 
 import asyncio
 import time
 import unittest
 
-from tests.support import FakeNode, Lockd, is_free
+from tests.support import FakeNode, Lockd, LockdCluster, eventually, is_free
 from lockd_client import AsyncClient, Indeterminate, LockLost, LockTimeout, NoLeader, NotHeld
 
 
@@ -149,3 +150,38 @@ class AsyncClusterTest(unittest.IsolatedAsyncioTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncRealClusterTest(unittest.IsolatedAsyncioTestCase):
+    """The asyncio client against three real ``lockd --mode cluster`` nodes."""
+
+    def setUp(self):
+        self.cluster = LockdCluster(3)
+        self.addCleanup(self.cluster.close)
+        self.leader = self.cluster.wait_leader()
+        self.assertNotEqual(self.leader, 0)
+        self.followers = [i for i in sorted(self.cluster.procs) if i != self.leader]
+        for f in self.followers:
+            self.assertTrue(eventually(lambda f=f: self.cluster.knows_leader(f, self.leader), 20.0))
+
+    async def test_releases_at_the_new_leader_after_the_leader_is_killed(self):
+        async with AsyncClient([self.cluster.address(i) for i in (self.leader, *self.followers)]) as c:
+            lock = await c.acquire("k1", owner="alice", lease_ms=60_000)
+            await asyncio.to_thread(self.cluster.kill9, self.leader)
+            await lock.release()  # at once: rides through the election
+            taken = await c.acquire("k1", owner="bob", lease_ms=60_000)
+            self.assertGreater(taken.token, lock.token)
+            with self.assertRaises(LockTimeout):
+                await c.acquire("k1", owner="carol", lease_ms=1000)
+            await taken.release()
+
+    async def test_moves_on_from_a_paused_follower(self):
+        paused = self.followers[0]
+        self.cluster.pause(paused)
+        self.addCleanup(self.cluster.resume, paused)
+        ids = (paused, self.leader, self.followers[1])
+        async with AsyncClient([self.cluster.address(i) for i in ids], reply_timeout_s=0.3) as c:
+            with self.assertRaises(Indeterminate):
+                await c.acquire("k1", owner="alice", lease_ms=30_000)
+            lock = await c.acquire("k1", owner="alice", lease_ms=30_000)
+            await lock.release()

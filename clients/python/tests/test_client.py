@@ -1,14 +1,16 @@
-"""The threaded client against a real lockd, and against FakeNode for the
-cluster answers a single lockd cannot give."""
+"""The threaded client against a real lockd, against FakeNode for the
+cluster answers a single lockd cannot give, and against a real cluster of
+three lockd nodes (redirects, a killed leader, a paused node)."""
 
 import os
+import random
 import shutil
 import tempfile
 import threading
 import time
 import unittest
 
-from tests.support import FakeNode, Lockd, eventually, is_free
+from tests.support import FakeNode, Lockd, LockdCluster, eventually, is_free
 from lockd_client import (
     Client,
     Indeterminate,
@@ -331,3 +333,61 @@ class ClusterTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RealClusterTest(unittest.TestCase):
+    """The threaded client against three real ``lockd --mode cluster`` nodes."""
+
+    def setUp(self):
+        self.cluster = LockdCluster(3)
+        self.addCleanup(self.cluster.close)
+        self.leader = self.cluster.wait_leader()
+        self.assertNotEqual(self.leader, 0)
+        self.followers = [i for i in sorted(self.cluster.procs) if i != self.leader]
+        for f in self.followers:
+            self.assertTrue(eventually(lambda f=f: self.cluster.knows_leader(f, self.leader), 20.0))
+
+    def client(self, *ids, **kw):
+        kw.setdefault("rng", random.Random(1))
+        c = Client([self.cluster.address(i) for i in ids], **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_follows_a_real_followers_redirect(self):
+        # Both followers first: only following M reaches the leader at once.
+        c = self.client(self.followers[0], self.followers[1], self.leader)
+        lock = c.acquire("k1", owner="alice", lease_ms=30_000)
+        self.assertEqual(self.cluster.call_leader("A bob k1"), "T bob k1")
+        lock.release()
+        self.assertEqual(self.cluster.call_leader(f"R {lock.token} k1"), f"N {lock.token} k1")
+        # Given only a follower, the client reaches the leader by its M alone.
+        via_m = self.client(self.followers[1]).acquire("k2", owner="carol", lease_ms=30_000)
+        self.assertEqual(self.cluster.call_leader("A bob k2"), "T bob k2")
+        via_m.release()
+        self.assertEqual(self.cluster.call_leader(f"R {via_m.token} k2"), f"N {via_m.token} k2")
+
+    def test_releases_at_the_new_leader_after_the_leader_is_killed(self):
+        c = self.client(self.leader, *self.followers)
+        lock = c.acquire("k1", owner="alice", lease_ms=60_000)
+        other = c.acquire("k2", owner="alice", lease_ms=60_000)
+        self.cluster.kill9(self.leader)
+        # At once, same Client: the followers name the dead leader for a
+        # moment, then none, then the new one, all within the budget.
+        lock.release()
+        self.assertNotIn(self.cluster.wait_leader(), (0, self.leader))
+        self.assertEqual(self.cluster.call_leader("A bob k2"), "T bob k2")  # k2 survived
+        taken = c.acquire("k1", owner="bob", lease_ms=60_000)
+        self.assertGreater(taken.token, other.token)
+        other.release()
+        taken.release()
+
+    def test_moves_on_from_a_paused_follower(self):
+        paused = self.followers[0]
+        self.cluster.pause(paused)  # accepts connections (the kernel does), never answers
+        self.addCleanup(self.cluster.resume, paused)
+        c = self.client(paused, self.leader, self.followers[1], reply_timeout_s=0.3)
+        with self.assertRaises(Indeterminate):
+            c.acquire("k1", owner="alice", lease_ms=30_000)
+        # The next request goes to the next node, not to the silent one.
+        lock = c.acquire("k1", owner="alice", lease_ms=30_000)
+        lock.release()

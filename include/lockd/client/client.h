@@ -32,7 +32,9 @@ namespace lockd::client {
 
 struct Options {
   // Every node's client address; the client starts with the first and
-  // moves on when one cannot be reached or knows no leader.
+  // moves on when one cannot be reached, knows no leader, names a leader
+  // that cannot be reached, or does not answer in time (that request ends
+  // as kIndeterminate; the next one goes to the next node).
   std::vector<std::string> addresses{"127.0.0.1:7070"};
   std::chrono::milliseconds connect_timeout{3'000};
   // How long a reply may take beyond the request's own wait_ms.
