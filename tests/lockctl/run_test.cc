@@ -105,9 +105,11 @@ TEST_F(LockctlRun, WaitsForTheLockWithWait) {
   ASSERT_EQ(held[0], "A");
   auto run = start(lockd.port(), {"k", "--wait", "15000", "--", "touch", path("ran")});
   // It queues (a lockctl that ignored --wait would get `T` and exit 1)...
+  std::string status;
   ASSERT_TRUE(eventually([&] {
-    return http(lockd.admin_port(), "/v1/status").body.find("\"waiters\":1") != std::string::npos;
-  }));
+    status = http(lockd.admin_port(), "/v1/status").body;
+    return status.find("\"waiters\":1") != std::string::npos;
+  })) << "status: " << status << "\nlockctl: " << run->stderr_text();
   EXPECT_FALSE(fs::exists(path("ran")));
   // ...and runs once the holder lets go.
   EXPECT_EQ(holder.call("R " + held[1] + " k"), "R " + held[1] + " k");
