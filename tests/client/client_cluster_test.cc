@@ -44,6 +44,20 @@ bool knows_leader(LockdCluster& c, int id, int leader) {
          std::string::npos;
 }
 
+// The leader, once both followers name it (0 if that never happens): a
+// follower that does not know the leader yet would answer `E no_leader`.
+int settled_leader(LockdCluster& c) {
+  const int leader = c.wait_leader();
+  if (leader == 0) return 0;
+  for (const int f : others(leader)) {
+    if (!eventually([&] { return knows_leader(c, f, leader); })) {
+      ADD_FAILURE() << "node " << f << " never named the leader: " << c.status_json(f);
+      return 0;
+    }
+  }
+  return leader;
+}
+
 Options options_for(LockdCluster& c, const std::vector<int>& ids) {
   Options o;
   o.addresses.clear();
@@ -73,12 +87,9 @@ std::string echo(const Lock& lock) { return std::to_string(lock.token) + " " + l
 // and granted by the leader, which then takes the release.
 TEST(ClientRealCluster, FollowsAFollowersRedirectToTheLeader) {
   LockdCluster c(3);
-  const int leader = c.wait_leader();
+  const int leader = settled_leader(c);
   ASSERT_NE(leader, 0);
   const auto followers = others(leader);
-  for (const int f : followers) {
-    ASSERT_TRUE(eventually([&] { return knows_leader(c, f, leader); })) << c.status_json(f);
-  }
   // Both followers before the leader: only following `M` reaches it at once.
   Client client(options_for(c, {followers[0], followers[1], leader}));
   auto lock = client.acquire("alice", "k1", 30'000);
@@ -110,12 +121,9 @@ TEST(ClientRealCluster, FollowsAFollowersRedirectToTheLeader) {
 // the new leader, where the lock survived, and later acquires go there.
 TEST(ClientRealCluster, ReleasesAtTheNewLeaderAfterTheLeaderIsKilled) {
   LockdCluster c(3);
-  const int leader = c.wait_leader();
+  const int leader = settled_leader(c);
   ASSERT_NE(leader, 0);
   const auto followers = others(leader);
-  for (const int f : followers) {
-    ASSERT_TRUE(eventually([&] { return knows_leader(c, f, leader); })) << c.status_json(f);
-  }
   Client client(options_for(c, {leader, followers[0], followers[1]}));
   auto lock = client.acquire("alice", "k1", 60'000);
   ASSERT_TRUE(lock.ok()) << lock.status().to_string();
@@ -238,12 +246,9 @@ TEST(ClientRealCluster, KeeperMovesOnFromAPausedLeader) {
 // instead of the same silent one.
 TEST(ClientRealCluster, MovesOnFromAPausedFollower) {
   LockdCluster c(3);
-  const int leader = c.wait_leader();
+  const int leader = settled_leader(c);
   ASSERT_NE(leader, 0);
   const auto followers = others(leader);
-  for (const int f : followers) {
-    ASSERT_TRUE(eventually([&] { return knows_leader(c, f, leader); })) << c.status_json(f);
-  }
   const int paused = followers[0];
   c.signal(paused, SIGSTOP);
   Options o = options_for(c, {paused, leader, followers[1]});

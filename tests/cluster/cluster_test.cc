@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "eventually.h"
 #include "http_get.h"
@@ -27,6 +28,24 @@ std::uint64_t token_of(const std::string& reply) {
 
 // Retries `line` on the current leader until it gets a reply that is not
 // a redirect or no_leader (leadership may move while a test runs).
+// `--peer` for member `id` of `c`, at its real addresses.
+std::string peer_of(LockdCluster& c, int id) {
+  return std::to_string(id) + "=" + c.client_addr(id) + "/127.0.0.1:" +
+         std::to_string(c.raft_port(id));
+}
+
+// A lockd command line for a node started by hand (not by LockdCluster).
+std::vector<std::string> node_argv(int id, const std::string& data_dir,
+                                   const std::vector<std::string>& peers) {
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id",
+                                std::to_string(id), "--data-dir", data_dir, "--admin", "off"};
+  for (const std::string& p : peers) {
+    argv.push_back("--peer");
+    argv.push_back(p);
+  }
+  return argv;
+}
+
 std::string call_leader(LockdCluster& c, const std::string& line, int except = 0) {
   const auto deadline = steady_clock::now() + milliseconds(10000);
   std::string reply;
@@ -346,14 +365,12 @@ TEST(Cluster, WipedFollowerCatchesUpThroughASnapshot) {
 TEST(Cluster, DataDirInUseIsRefusedWithExit2) {
   LockdCluster c(3);
   ChildProcess second;
-  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "1",
-                                "--data-dir", c.data_dir(1), "--admin", "off"};
+  std::vector<std::string> peers;
   for (int i = 1; i <= 3; ++i) {
-    argv.push_back("--peer");
-    argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(free_port()) +
-                   "/127.0.0.1:" + std::to_string(free_port()));
+    peers.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(free_port()) +
+                    "/127.0.0.1:" + std::to_string(free_port()));
   }
-  ASSERT_TRUE(second.start(argv));
+  ASSERT_TRUE(second.start(node_argv(1, c.data_dir(1), peers)));
   EXPECT_EQ(second.wait_exit(milliseconds(10000)), 2);
   EXPECT_NE(second.stderr_text().find("lockd: data dir " + c.data_dir(1) +
                                       ": locked by another process (LOCK)"),
@@ -372,14 +389,7 @@ TEST(Cluster, NodeOnAnotherNodesDataDirIsRefused) {
   ASSERT_NE(t1, 0u);
   c.kill9(1);
   ChildProcess wrong;
-  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "2",
-                                "--data-dir", c.data_dir(1), "--admin", "off"};
-  for (int i = 1; i <= 3; ++i) {
-    argv.push_back("--peer");
-    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/127.0.0.1:" +
-                   std::to_string(c.raft_port(i)));
-  }
-  ASSERT_TRUE(wrong.start(argv));
+  ASSERT_TRUE(wrong.start(node_argv(2, c.data_dir(1), {peer_of(c, 1), peer_of(c, 2), peer_of(c, 3)})));
   EXPECT_EQ(wrong.wait_exit(milliseconds(10000)), 2);
   EXPECT_NE(wrong.stderr_text().find("belongs to node 1, not node 2"), std::string::npos)
       << wrong.stderr_text();
@@ -404,18 +414,10 @@ TEST(Cluster, PeerFromAnotherClusterIsRefused) {
   ChildProcess stranger;
   const std::string self = "2=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
                            std::to_string(free_port());
-  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "2",
-                                "--admin", "off", "--election-timeout-ms", "150",
-                                "--heartbeat-ms", "30", "--peer", self};
-  for (int i : {1, 3}) {
-    argv.push_back("--peer");
-    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/127.0.0.1:" +
-                   std::to_string(c.raft_port(i)));
-  }
   char dir[] = "/tmp/lockd-stranger-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
-  argv.push_back("--data-dir");
-  argv.push_back(dir);
+  std::vector<std::string> argv = node_argv(2, dir, {self, peer_of(c, 1), peer_of(c, 3)});
+  for (const char* f : {"--election-timeout-ms", "150", "--heartbeat-ms", "30"}) argv.push_back(f);
   ASSERT_TRUE(stranger.start(argv));
   const int victim = leader == 1 ? 1 : (leader == 3 ? 3 : 1);
   EXPECT_TRUE(c.process(victim).wait_for_line("refusing a connection from", std::chrono::seconds(10)))
