@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 #include <set>
 #include <utility>
 #include <thread>
@@ -110,7 +111,14 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
     nd.data_dir = root_dir_ + "/node" + std::to_string(i);
     std::filesystem::create_directories(nd.data_dir);
   }
-  for (int i = 1; i <= n; ++i) start(i);
+  try {
+    for (int i = 1; i <= n; ++i) start(i);
+  } catch (...) {
+    nodes_.clear();  // kills what started
+    std::error_code ec;
+    std::filesystem::remove_all(root_dir_, ec);
+    throw;
+  }
 }
 
 LockdCluster::~LockdCluster() {
@@ -155,9 +163,12 @@ void LockdCluster::start(int id) {
   }
   argv.insert(argv.begin(), prefix.begin(), prefix.end());
   nd.proc = std::make_unique<ChildProcess>();
-  ASSERT_TRUE(nd.proc->start(argv));
-  auto line = nd.proc->wait_for_line("listening on", std::chrono::seconds(10));
-  ASSERT_TRUE(line.has_value()) << "node " << id << ": " << nd.proc->stderr_text();
+  // A node that does not come up ends the test here (gtest reports the
+  // exception), not in a confusing failure later with a node missing.
+  if (!nd.proc->start(argv)) throw std::runtime_error("node " + std::to_string(id) + ": cannot start lockd");
+  if (!nd.proc->wait_for_line("listening on", std::chrono::seconds(10))) {
+    throw std::runtime_error("node " + std::to_string(id) + " did not start: " + nd.proc->stderr_text());
+  }
 }
 
 void LockdCluster::kill9(int id) {

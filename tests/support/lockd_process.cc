@@ -60,6 +60,16 @@ bool ChildProcess::read_some(milliseconds timeout) {
   return true;
 }
 
+// True once the child has exited, leaving it for wait_exit() to reap
+// (waitpid() has no WNOWAIT: it failed with EINVAL, so a child that died
+// at start was only noticed at the deadline).
+bool ChildProcess::exited_unreaped() const {
+  if (pid_ <= 0) return false;
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid_;
+}
+
 std::optional<std::string> ChildProcess::wait_for_line(const std::string& needle,
                                                        milliseconds timeout) {
   const auto deadline = steady_clock::now() + timeout;
@@ -73,7 +83,7 @@ std::optional<std::string> ChildProcess::wait_for_line(const std::string& needle
     const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     if (!read_some(left) && steady_clock::now() >= deadline) return std::nullopt;
-    if (status_ || (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG | WNOWAIT) == pid_)) {
+    if (status_ || exited_unreaped()) {
       // Drain what is left and give up after one more scan.
       while (read_some(milliseconds(10))) {
       }

@@ -35,6 +35,7 @@ class ChildProcess {
 
  private:
   bool read_some(std::chrono::milliseconds timeout);
+  bool exited_unreaped() const;
 
   pid_t pid_ = -1;
   int err_fd_ = -1;
