@@ -226,12 +226,10 @@ TEST(Cluster, TimeoutReplyOnlyAfterTheCancelCommits) {
     const auto sent = steady_clock::now();
     w.send("A bob " + key + " 60000 500\n");
     // Let the acquire commit and queue before the followers stop.
-    bool queued = false;
-    while (steady_clock::now() < sent + milliseconds(300) && !queued) {
-      queued = c.status_json(leader).find("\"waiters\":1") != std::string::npos;
-      if (!queued) std::this_thread::sleep_for(milliseconds(2));
-    }
-    if (!queued) {
+    const bool queued = eventually(
+        [&] { return c.status_json(leader).find("\"waiters\":1") != std::string::npos; },
+        milliseconds(300), milliseconds(2));
+    if (!queued || steady_clock::now() - sent > milliseconds(300)) {
       EXPECT_EQ(w.read_line(milliseconds(5000)).value_or("<no reply>"), "T bob " + key);
       continue;
     }
