@@ -54,15 +54,6 @@ std::string_view to_string(StepError e) {
   return "?";
 }
 
-std::string_view to_string(ProgressState s) {
-  switch (s) {
-    case ProgressState::kProbe: return "probe";
-    case ProgressState::kReplicate: return "replicate";
-    case ProgressState::kSnapshot: return "snapshot";
-  }
-  return "?";
-}
-
 ConfigError validate(const Config& cfg) {
   if (cfg.id == kNoNode) return ConfigError::kNoId;
   if (cfg.voters.empty() || cfg.voters.size() > kMaxVoters) return ConfigError::kBadVoters;
@@ -82,6 +73,7 @@ ConfigError validate(const Config& cfg) {
 
 Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state_(cfg_.rng_seed) {
   LOCKD_CHECK(validate(cfg_) == ConfigError::kOk);
+  trk_.set_config(cfg_.voters, {}, cfg_.id, false, 1, 0);
   HardState hs = storage.hard_state();
   term_ = hs.term;
   vote_ = hs.vote;
@@ -118,9 +110,7 @@ void Raft::reset_randomized_timeout() {
   randomized_timeout_ticks_ = static_cast<int>(base + random() % base);
 }
 
-bool Raft::is_voter(NodeId id) const {
-  return std::find(cfg_.voters.begin(), cfg_.voters.end(), id) != cfg_.voters.end();
-}
+bool Raft::is_voter(NodeId id) const { return trk_.is_voter(id); }
 
 Index Raft::last_index() const {
   return entries_.empty() ? snapshot_meta_.index : entries_.back().index;
@@ -171,10 +161,10 @@ void Raft::reset(Term term) {
   election_elapsed_ticks_ = 0;
   heartbeat_elapsed_ticks_ = 0;
   reset_randomized_timeout();
-  votes_.clear();
+  trk_.reset_votes();
   self_vote_pending_ = false;
   lead_transferee_ = kNoNode;
-  progress_.clear();
+  trk_.stop_tracking();
   pending_broadcast_ = false;
   pending_commit_broadcast_ = false;
 }
@@ -189,7 +179,7 @@ void Raft::become_pre_candidate() {
   LOCKD_CHECK(role_ != Role::kLeader);
   // PreVote changes neither term nor vote: a partitioned node polling in
   // vain never inflates its term and so never disrupts a healthy leader.
-  votes_.clear();
+  trk_.reset_votes();
   self_vote_pending_ = false;
   leader_ = kNoNode;
   role_ = Role::kPreCandidate;
@@ -214,15 +204,8 @@ void Raft::become_leader() {
   reset(t);
   role_ = Role::kLeader;
   leader_ = cfg_.id;
-  for (NodeId v : cfg_.voters) {
-    if (v == cfg_.id) continue;
-    Progress pr;
-    pr.next = last_index() + 1;
-    if (cfg_.faults.assume_followers_committed) pr.match = commit_;
-    pr.recent_active = true;  // a fresh leader gets a full period to hear back
-    pr.last_contact_tick = ticks_;
-    progress_.emplace(v, pr);
-  }
+  trk_.start_tracking(cfg_.id, last_index() + 1, cfg_.faults.assume_followers_committed ? commit_ : 0,
+                      ticks_);
   ++stats_.leaderships;
   // The no-op lets this term commit everything before it (Figure 8: older
   // entries are only committed by committing one of our own term).
@@ -255,12 +238,12 @@ void Raft::start_election(bool pre_vote, bool transfer) {
 }
 
 int Raft::poll(NodeId from, bool granted) {
-  votes_.emplace(from, granted);  // the first answer from a node counts
-  std::size_t yes = 0;
-  std::size_t no = 0;
-  for (const auto& [id, g] : votes_) (g ? yes : no) += 1;
-  if (yes >= quorum()) return 1;
-  if (no >= quorum()) return -1;
+  trk_.record_vote(from, granted);
+  switch (trk_.tally()) {
+    case quorum::VoteResult::kWon: return 1;
+    case quorum::VoteResult::kLost: return -1;
+    case quorum::VoteResult::kPending: return 0;
+  }
   return 0;
 }
 
@@ -291,11 +274,7 @@ void Raft::tick_election() {
 }
 
 bool Raft::quorum_active() const {
-  std::size_t active = 1;  // self
-  for (const auto& [id, pr] : progress_) {
-    active += pr.recent_active || cfg_.faults.check_quorum_counts_sends ? 1 : 0;
-  }
-  return active >= quorum();
+  return trk_.quorum_active(cfg_.id, cfg_.faults.check_quorum_counts_sends);
 }
 
 void Raft::tick_heartbeat() {
@@ -309,7 +288,7 @@ void Raft::tick_heartbeat() {
         become_follower(term_, kNoNode);
         return;
       }
-      for (auto& [id, pr] : progress_) pr.recent_active = false;
+      trk_.reset_recent_active();
     }
     // A transfer that did not finish in one election period is abandoned
     // so the leader accepts proposals again.
@@ -317,7 +296,7 @@ void Raft::tick_heartbeat() {
   }
   if (heartbeat_elapsed_ticks_ >= cfg_.heartbeat_ticks) {
     heartbeat_elapsed_ticks_ = 0;
-    for (auto& [id, pr] : progress_) {
+    for (auto& [id, pr] : trk_.progress()) {
       send_heartbeat(id);
       if (pr.state == ProgressState::kSnapshot) {
         if (!pr.snapshot_progressed) {
@@ -376,7 +355,7 @@ bool Raft::transfer_leadership(NodeId target) {
   if (role_ != Role::kLeader || target == cfg_.id || !is_voter(target)) return false;
   lead_transferee_ = target;
   election_elapsed_ticks_ = 0;  // the transfer gets one election period
-  Progress& pr = progress_.at(target);
+  Progress& pr = trk_.progress().at(target);
   if (pr.match == last_index()) {
     Message m;
     m.type = MessageType::kTimeoutNow;
@@ -711,22 +690,8 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
 
 // --- leader ---
 
-void Raft::become_probe(Progress& pr) {
-  pr.state = ProgressState::kProbe;
-  pr.probe_sent = false;
-  pr.inflight.clear();
-  pr.next = std::max(pr.next, pr.match + 1);
-}
-
-void Raft::become_replicate(Progress& pr) {
-  pr.state = ProgressState::kReplicate;
-  pr.probe_sent = false;
-  pr.inflight.clear();
-  pr.next = pr.match + 1;
-}
-
 void Raft::send_heartbeat(NodeId to) {
-  const Progress& pr = progress_.at(to);
+  const Progress& pr = trk_.progress().at(to);
   Message m;
   m.type = MessageType::kHeartbeat;
   m.to = to;
@@ -737,7 +702,7 @@ void Raft::send_heartbeat(NodeId to) {
 }
 
 bool Raft::send_append(NodeId to, bool send_if_empty) {
-  Progress& pr = progress_.at(to);
+  Progress& pr = trk_.progress().at(to);
   switch (pr.state) {
     case ProgressState::kProbe:
       if (pr.probe_sent) return false;
@@ -816,7 +781,7 @@ void Raft::send_snapshot_chunks(NodeId to, Progress& pr) {
 }
 
 void Raft::broadcast_append(bool send_if_empty) {
-  for (auto& [id, pr] : progress_) {
+  for (auto& [id, pr] : trk_.progress()) {
     // Keep streaming until the window is full or the follower is caught up.
     bool first = true;
     while (send_append(id, first && send_if_empty)) {
@@ -827,11 +792,7 @@ void Raft::broadcast_append(bool send_if_empty) {
 }
 
 bool Raft::maybe_commit() {
-  std::vector<Index> matches;
-  matches.push_back(self_match());
-  for (const auto& [id, pr] : progress_) matches.push_back(pr.match);
-  std::sort(matches.begin(), matches.end(), std::greater<>());
-  Index q = matches[cfg_.faults.commit_needs_all_voters ? matches.size() - 1 : quorum() - 1];
+  Index q = trk_.committed(cfg_.id, self_match(), cfg_.faults.commit_needs_all_voters);
   if (q <= commit_) return false;
   // Figure 8: an entry from an older term may sit on a majority and still
   // be overwritten; only counting replicas of our own term is safe.
@@ -841,9 +802,9 @@ bool Raft::maybe_commit() {
 }
 
 void Raft::step_leader(const Message& m) {
-  auto it = progress_.find(m.from);
-  if (it == progress_.end()) return;
-  Progress& pr = it->second;
+  Progress* found = trk_.find(m.from);
+  if (found == nullptr) return;
+  Progress& pr = *found;
   pr.recent_active = true;
   pr.last_contact_tick = ticks_;
   switch (m.type) {
@@ -869,12 +830,12 @@ void Raft::step_leader(const Message& m) {
 }
 
 void Raft::handle_append_resp(const Message& m) {
-  Progress& pr = progress_.at(m.from);
+  Progress& pr = trk_.progress().at(m.from);
   if (m.reject) {
     bool moved = false;
     if (pr.state == ProgressState::kReplicate) {
       if (m.index > pr.match) {
-        become_probe(pr);
+        pr.become_probe();
         pr.next = pr.match + 1;
         moved = true;
       }
@@ -891,14 +852,11 @@ void Raft::handle_append_resp(const Message& m) {
     return;
   }
   if (m.index > last_index()) return;  // cannot be from this term's log
-  if (m.index > pr.match) {
-    pr.match = m.index;
-    pr.next = std::max(pr.next, m.index + 1);
-    while (!pr.inflight.empty() && pr.inflight.front() <= m.index) pr.inflight.pop_front();
+  if (pr.maybe_update(m.index)) {
     if (pr.state == ProgressState::kProbe) {
-      become_replicate(pr);
+      pr.become_replicate();
     } else if (pr.state == ProgressState::kSnapshot && pr.match >= pr.snapshot_meta.index) {
-      become_probe(pr);
+      pr.become_probe();
     }
     if (maybe_commit()) pending_commit_broadcast_ = true;
     pending_broadcast_ = true;
@@ -916,13 +874,13 @@ void Raft::handle_append_resp(const Message& m) {
 }
 
 void Raft::handle_snapshot_resp(const Message& m) {
-  Progress& pr = progress_.at(m.from);
+  Progress& pr = trk_.progress().at(m.from);
   if (m.done) {
     if (m.index > pr.match) pr.match = m.index;
     pr.next = std::max(pr.next, pr.match + 1);
     if (pr.state == ProgressState::kSnapshot) {
       ++stats_.snapshots_sent;
-      become_probe(pr);
+      pr.become_probe();
       pr.next = pr.match + 1;
     }
     if (maybe_commit()) pending_commit_broadcast_ = true;
@@ -1042,7 +1000,7 @@ std::vector<PeerProgress> Raft::progress() const {
   self.state = ProgressState::kReplicate;
   self.recent_active = true;
   out.push_back(self);
-  for (const auto& [id, pr] : progress_) {
+  for (const auto& [id, pr] : trk_.progress()) {
     PeerProgress p;
     p.id = id;
     p.match = pr.match;

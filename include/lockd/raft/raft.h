@@ -49,6 +49,7 @@
 
 #include "lockd/raft/message.h"
 #include "lockd/raft/storage.h"
+#include "lockd/raft/tracker.h"
 #include "lockd/raft/types.h"
 
 namespace lockd::raft {
@@ -170,14 +171,6 @@ enum class StepError {
 };
 std::string_view to_string(StepError e);
 
-// How the leader is replicating to one follower.
-enum class ProgressState : std::uint8_t {
-  kProbe = 0,      // next is a guess: one append at a time until it matches
-  kReplicate = 1,  // next is known: stream appends, up to max_inflight
-  kSnapshot = 2,   // the follower needs entries we compacted: sending a snapshot
-};
-std::string_view to_string(ProgressState s);
-
 // The leader's view of one follower, for /v1/cluster and tests.
 struct PeerProgress {
   NodeId id = kNoNode;
@@ -266,28 +259,6 @@ class Raft {
   std::span<const Entry> log() const { return entries_; }  // after the snapshot
 
  private:
-  static constexpr std::uint64_t kNoRewind = ~std::uint64_t{0};
-
-  // Replication state of one follower, leader only.
-  struct Progress {
-    Index match = 0;
-    Index next = 1;
-    ProgressState state = ProgressState::kProbe;
-    bool probe_sent = false;       // kProbe: an append is out, wait for its answer
-    std::deque<Index> inflight;    // kReplicate: last index of each unacked append
-    bool recent_active = false;    // CheckQuorum: heard from it this period
-    std::uint64_t last_contact_tick = 0;
-    // kSnapshot: the snapshot being sent, pinned so a newer compaction on
-    // the leader does not restart a long transfer from byte 0.
-    SnapshotMeta snapshot_meta;
-    std::shared_ptr<const std::string> snapshot_data;
-    std::uint64_t snapshot_offset = 0;   // kSnapshot: bytes the follower acked
-    std::uint64_t snapshot_sent = 0;     // kSnapshot: bytes sent (>= acked)
-    bool snapshot_all_sent = false;      // kSnapshot: the last chunk went out
-    bool snapshot_progressed = false;    // kSnapshot: an ack since last heartbeat
-    std::uint64_t snapshot_rewound_to = kNoRewind;  // kSnapshot: last offset a reject rewound to
-  };
-
   // A snapshot being received chunk by chunk from the leader.
   // A snapshot is identified by who sends it in which term, not only by
   // its meta: two leaders' snapshots at the same (index, term) hold the
@@ -303,7 +274,6 @@ class Raft {
 
   std::uint64_t random();
   void reset_randomized_timeout();
-  std::size_t quorum() const { return cfg_.voters.size() / 2 + 1; }
   bool is_voter(NodeId id) const;
   Term last_term() const;
   bool log_up_to_date(Term log_term, Index index) const;
@@ -341,8 +311,6 @@ class Raft {
   void broadcast_append(bool send_if_empty);
   bool maybe_commit();
   bool quorum_active() const;
-  void become_probe(Progress& pr);
-  void become_replicate(Progress& pr);
   void append_entry(EntryType type, std::string data);
   void truncate_and_append(std::span<const Entry> entries);
   void install_snapshot(const SnapshotMeta& meta, std::string data);
@@ -373,9 +341,8 @@ class Raft {
   int heartbeat_elapsed_ticks_ = 0;
   int randomized_timeout_ticks_ = 0;
   std::uint64_t ticks_ = 0;  // ticks since this object was built
-  std::map<NodeId, bool> votes_;
   bool self_vote_pending_ = false;  // candidate: own vote counts once persisted
-  std::map<NodeId, Progress> progress_;  // leader: every voter but self
+  ProgressTracker trk_;  // configuration, votes; leader: every member's progress
   NodeId lead_transferee_ = kNoNode;
   std::optional<IncomingSnapshot> incoming_;
   bool pending_broadcast_ = false;        // leader: new entries to stream
