@@ -240,6 +240,12 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
            [](const PeerLinkMetrics& p) { return p.messages_dropped; });
   per_peer("lockd_peer_reconnects_total", "Dial attempts to the peer after the first.",
            [](const PeerLinkMetrics& p) { return p.reconnects; });
+  w.family("lockd_peer_refused_total", "counter",
+           "Peer handshakes refused, ours by a peer or a peer's by us, by reason "
+           "(wrong_cluster: a node of another or a re-created cluster).");
+  for (const auto& [reason, n] : m.peer_refused) {
+    w.sample("lockd_peer_refused_total", {{"reason", reason}}, n);
+  }
   w.family("lockd_peer_last_contact_seconds", "gauge",
            "Seconds since the last byte from the peer (absent: never heard from).");
   for (std::size_t i = 0; i < m.peers.size(); ++i) {

@@ -74,6 +74,7 @@ bool ClusterNode::open(std::string& error) {
   so.limits = config_.limits;
   for (const Member& m : config_.members) so.client_addrs[m.id] = m.client.to_string();
   so.wall_clock_ns = [] { return net::realtime_now_ns(); };
+  so.cluster_supports = [this](std::uint16_t v) { return cluster_supports(v); };
   service_ = std::make_unique<ReplicatedLockService>(*raft_, std::move(so));
   // Restart: the state machine starts from the stored snapshot; Raft
   // replays the committed entries after it.
@@ -91,10 +92,33 @@ bool ClusterNode::open(std::string& error) {
           spdlog::debug("peer message from {} refused: {}", m.from, raft::to_string(e));
         }
       });
+  PeerLocal local;
+  local.entry_versions = {kEntryVersionMin, kEntryVersionMax};
+  local.admin_addr = config_.admin_addr;
+  const raft::Status rs = raft_->status();
+  local.data_state = rs.term != 0 || raft_->last_index() != 0 ? DataState::kHasData
+                                                              : DataState::kEmpty;
+  transport_->set_local(std::move(local));
+  transport_->set_on_handshake([this](const Handshake& h) {
+    PeerHello& p = peer_hellos_[h.sender];
+    if (p.entry_versions != h.entry_versions && p.entry_versions.known()) {
+      spdlog::info("node {} now applies log entry versions {}..{} (was {}..{})", h.sender,
+                   h.entry_versions.min, h.entry_versions.max, p.entry_versions.min,
+                   p.entry_versions.max);
+    }
+    p = PeerHello{h.entry_versions, h.admin_addr, h.client_addr, h.data_state, h.cluster_id};
+  });
   spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}", config_.self,
                config_.members.size(), raft_->term(), raft_->status().first_index,
                raft_->last_index(), raft_->commit());
   return true;
+}
+
+void ClusterNode::set_admin_addr(const std::string& addr) {
+  config_.admin_addr = addr;
+  PeerLocal local = transport_->local();
+  local.admin_addr = addr;
+  transport_->set_local(std::move(local));
 }
 
 bool ClusterNode::listen(std::string& error) {
@@ -237,6 +261,23 @@ void ClusterNode::apply(const raft::Entry& entry) {
 }
 
 std::vector<PeerStats> ClusterNode::peer_stats() const { return transport_->peer_stats(); }
+
+const PeerTransportStats& ClusterNode::transport_stats() const { return transport_->stats(); }
+
+bool ClusterNode::cluster_supports(std::uint16_t v) const {
+  if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
+  for (const Member& m : config_.members) {
+    if (m.id == config_.self) continue;
+    const PeerHello* p = peer_hello(m.id);
+    if (p == nullptr || !p->entry_versions.contains(v)) return false;
+  }
+  return true;
+}
+
+const PeerHello* ClusterNode::peer_hello(raft::NodeId id) const {
+  const auto it = peer_hellos_.find(id);
+  return it == peer_hellos_.end() ? nullptr : &it->second;
+}
 
 bool ClusterNode::transfer_leadership() {
   if (raft_->role() != raft::Role::kLeader) return false;

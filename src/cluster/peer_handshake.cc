@@ -1,10 +1,9 @@
-// Peer handshake: layout in peer_handshake.h, rationale in docs/cluster.md.
+// Peer handshake v2: layout in peer_handshake.h, rationale in docs/cluster.md.
 #include "lockd/cluster/peer_handshake.h"
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
-#include <vector>
 
 #include "lockd/common/byte_io.h"
 #include "lockd/raft/codec.h"
@@ -12,17 +11,21 @@
 namespace lockd::cluster {
 namespace {
 
-constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr std::uint64_t kFnvPrime = 0x100000001b3ull;
-// Bytes covered by the CRC: everything before it.
-constexpr std::size_t kCoveredBytes = kHandshakeBytes - 4;
+std::uint16_t get_u16(std::string_view b, std::size_t at) {
+  return static_cast<std::uint16_t>(static_cast<unsigned char>(b[at]) |
+                                    (static_cast<unsigned char>(b[at + 1]) << 8));
+}
 
-std::uint64_t fnv1a(std::string_view s, std::uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= kFnvPrime;
-  }
-  return h;
+std::uint32_t get_u32(std::string_view b, std::size_t at) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
+  return v;
+}
+
+std::uint64_t get_u64(std::string_view b, std::size_t at) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
+  return v;
 }
 
 void put_u16(std::string& out, std::uint16_t v) {
@@ -30,26 +33,33 @@ void put_u16(std::string& out, std::uint16_t v) {
   out.push_back(static_cast<char>(v >> 8));
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
-  return buf;
+void put_tlv(std::string& out, HandshakeTag tag, std::string_view value) {
+  put_u16(out, static_cast<std::uint16_t>(tag));
+  put_u16(out, static_cast<std::uint16_t>(value.size()));
+  out.append(value);
+}
+
+std::string u64_bytes(std::uint64_t v) {
+  std::string s;
+  ByteWriter(s).u64(v);
+  return s;
+}
+
+// Printable ASCII without spaces: what a host:port is, and safe in a log line.
+bool printable(std::string_view s) {
+  if (s.size() > kMaxHandshakeAddress) return false;
+  for (unsigned char c : s) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
 }
 
 }  // namespace
 
-std::uint64_t cluster_hash(std::span<const Member> members) {
-  std::vector<const Member*> sorted;
-  sorted.reserve(members.size());
-  for (const Member& m : members) sorted.push_back(&m);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Member* a, const Member* b) { return a->id < b->id; });
-  std::uint64_t h = kFnvOffset;
-  for (const Member* m : sorted) {
-    h = fnv1a(std::to_string(m->id) + " " + m->client.to_string() + " " + m->raft.to_string() + "\n",
-              h);
-  }
-  return h;
+std::string cluster_id_text(std::uint64_t id) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, id);
+  return buf;
 }
 
 std::string_view to_string(HandshakeError e) {
@@ -57,12 +67,15 @@ std::string_view to_string(HandshakeError e) {
     case HandshakeError::kOk: return "ok";
     case HandshakeError::kBadMagic: return "bad_magic";
     case HandshakeError::kBadChecksum: return "bad_checksum";
+    case HandshakeError::kBadFrame: return "bad_frame";
     case HandshakeError::kBadKind: return "bad_kind";
     case HandshakeError::kBadVersion: return "bad_version";
     case HandshakeError::kWrongCluster: return "wrong_cluster";
     case HandshakeError::kUnknownSender: return "unknown_sender";
     case HandshakeError::kWrongSender: return "wrong_sender";
     case HandshakeError::kWrongReceiver: return "wrong_receiver";
+    case HandshakeError::kWrongAddress: return "wrong_address";
+    case HandshakeError::kNoCommonEntryVersion: return "no_common_entry_version";
   }
   return "unknown";
 }
@@ -70,33 +83,146 @@ std::string_view to_string(HandshakeError e) {
 void encode_handshake(const Handshake& h, std::string& out) {
   const std::size_t start = out.size();
   out.append(kHandshakeMagic);
-  put_u16(out, h.version);
+  put_u16(out, kPeerProtocolVersion);
   put_u16(out, static_cast<std::uint16_t>(h.kind));
-  ByteWriter w(out);
-  w.u64(h.sender);
-  w.u64(h.receiver);
-  w.u64(h.cluster_hash);
-  w.u32(raft::crc32c(std::string_view(out).substr(start, kCoveredBytes)));
+  const std::size_t len_at = out.size();
+  out.append(4, '\0');
+  put_tlv(out, HandshakeTag::kSender, u64_bytes(h.sender));
+  put_tlv(out, HandshakeTag::kReceiver, u64_bytes(h.receiver));
+  put_tlv(out, HandshakeTag::kClusterId, u64_bytes(h.cluster_id));
+  std::string range;
+  put_u16(range, h.entry_versions.min);
+  put_u16(range, h.entry_versions.max);
+  put_tlv(out, HandshakeTag::kEntryVersions, range);
+  put_tlv(out, HandshakeTag::kClientAddr, h.client_addr.substr(0, kMaxHandshakeAddress));
+  put_tlv(out, HandshakeTag::kRaftAddr, h.raft_addr.substr(0, kMaxHandshakeAddress));
+  put_tlv(out, HandshakeTag::kAdminAddr, h.admin_addr.substr(0, kMaxHandshakeAddress));
+  put_tlv(out, HandshakeTag::kDataState,
+          std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.data_state))));
+  if (h.nonce) {
+    put_tlv(out, HandshakeTag::kNonce,
+            std::string_view(reinterpret_cast<const char*>(h.nonce->data()), h.nonce->size()));
+  }
+  if (h.proof) {
+    put_tlv(out, HandshakeTag::kProof,
+            std::string_view(reinterpret_cast<const char*>(h.proof->data()), h.proof->size()));
+  }
+  const auto body = static_cast<std::uint32_t>(out.size() - len_at - 4);
+  for (int i = 0; i < 4; ++i) out[len_at + static_cast<std::size_t>(i)] = static_cast<char>(body >> (8 * i));
+  ByteWriter(out).u32(raft::crc32c(std::string_view(out).substr(start)));
 }
 
-HandshakeError decode_handshake(std::string_view bytes, Handshake& out) {
-  if (bytes.size() != kHandshakeBytes || bytes.substr(0, kHandshakeMagic.size()) != kHandshakeMagic) {
+void encode_handshake_v1(std::uint16_t version, HandshakeKind kind, raft::NodeId sender,
+                         raft::NodeId receiver, std::string& out) {
+  const std::size_t start = out.size();
+  out.append(kHandshakeMagic);
+  put_u16(out, version);
+  put_u16(out, static_cast<std::uint16_t>(kind));
+  ByteWriter w(out);
+  w.u64(sender);
+  w.u64(receiver);
+  w.u64(0);  // 1.1's cluster hash: it never gets that far
+  w.u32(raft::crc32c(std::string_view(out).substr(start, kHandshakeV1Bytes - 4)));
+}
+
+HandshakeError peek_handshake(std::string_view buffered, std::size_t& frame_bytes,
+                              std::uint16_t& version) {
+  frame_bytes = 0;
+  const std::size_t m = std::min(buffered.size(), kHandshakeMagic.size());
+  if (buffered.substr(0, m) != kHandshakeMagic.substr(0, m)) return HandshakeError::kBadMagic;
+  if (buffered.size() < 6) return HandshakeError::kOk;
+  version = get_u16(buffered, 4);
+  if (version != kPeerProtocolVersion) {
+    if (version == kPeerProtocolVersionV1) frame_bytes = kHandshakeV1Bytes;
+    return HandshakeError::kBadVersion;
+  }
+  if (buffered.size() < kHandshakeHeaderBytes) return HandshakeError::kOk;
+  const std::uint32_t body = get_u32(buffered, 8);
+  if (body > kMaxHandshakeBody) return HandshakeError::kBadFrame;
+  frame_bytes = kHandshakeHeaderBytes + body + kHandshakeTrailerBytes;
+  return HandshakeError::kOk;
+}
+
+HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
+  if (frame.size() < kHandshakeHeaderBytes + kHandshakeTrailerBytes ||
+      frame.substr(0, kHandshakeMagic.size()) != kHandshakeMagic) {
     return HandshakeError::kBadMagic;
   }
-  ByteReader<HandshakeError> r(bytes.substr(kHandshakeMagic.size()), HandshakeError::kOk,
-                               HandshakeError::kBadMagic);
-  const std::uint8_t v0 = r.u8();
-  const std::uint8_t v1 = r.u8();
-  const std::uint8_t k0 = r.u8();
-  const std::uint8_t k1 = r.u8();
-  out.version = static_cast<std::uint16_t>(v0 | (v1 << 8));
-  out.kind = static_cast<HandshakeKind>(static_cast<std::uint16_t>(k0 | (k1 << 8)));
-  out.sender = r.u64();
-  out.receiver = r.u64();
-  out.cluster_hash = r.u64();
-  const std::uint32_t crc = r.u32();
-  if (!r.ok()) return r.error();
-  if (crc != raft::crc32c(bytes.substr(0, kCoveredBytes))) return HandshakeError::kBadChecksum;
+  const std::uint16_t version = get_u16(frame, 4);
+  if (version != kPeerProtocolVersion) {
+    out.version = version;
+    return HandshakeError::kBadVersion;
+  }
+  const std::uint32_t body = get_u32(frame, 8);
+  if (body > kMaxHandshakeBody ||
+      frame.size() != kHandshakeHeaderBytes + body + kHandshakeTrailerBytes) {
+    return HandshakeError::kBadFrame;
+  }
+  const std::size_t covered = kHandshakeHeaderBytes + body;
+  if (get_u32(frame, covered) != raft::crc32c(frame.substr(0, covered))) {
+    return HandshakeError::kBadChecksum;
+  }
+  Handshake h;
+  h.version = version;
+  h.kind = static_cast<HandshakeKind>(get_u16(frame, 6));
+  std::uint32_t seen = 0;  // bit per known tag
+  std::size_t at = kHandshakeHeaderBytes;
+  while (at < covered) {
+    if (covered - at < 4) return HandshakeError::kBadFrame;
+    const std::uint16_t tag = get_u16(frame, at);
+    const std::uint16_t len = get_u16(frame, at + 2);
+    at += 4;
+    if (covered - at < len) return HandshakeError::kBadFrame;
+    const std::string_view v = frame.substr(at, len);
+    at += len;
+    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kProof)) continue;  // a newer field
+    if ((seen & (1u << tag)) != 0) return HandshakeError::kBadFrame;
+    seen |= 1u << tag;
+    switch (static_cast<HandshakeTag>(tag)) {
+      case HandshakeTag::kSender:
+      case HandshakeTag::kReceiver:
+      case HandshakeTag::kClusterId: {
+        if (len != 8) return HandshakeError::kBadFrame;
+        const std::uint64_t x = get_u64(v, 0);
+        if (tag == 1) h.sender = x;
+        if (tag == 2) h.receiver = x;
+        if (tag == 3) h.cluster_id = x;
+        break;
+      }
+      case HandshakeTag::kEntryVersions:
+        if (len != 4) return HandshakeError::kBadFrame;
+        h.entry_versions = {get_u16(v, 0), get_u16(v, 2)};
+        if (h.entry_versions.min == 0 || h.entry_versions.min > h.entry_versions.max) {
+          return HandshakeError::kBadFrame;
+        }
+        break;
+      case HandshakeTag::kClientAddr:
+      case HandshakeTag::kRaftAddr:
+      case HandshakeTag::kAdminAddr:
+        if (!printable(v)) return HandshakeError::kBadFrame;
+        (tag == 5 ? h.client_addr : tag == 6 ? h.raft_addr : h.admin_addr) = std::string(v);
+        break;
+      case HandshakeTag::kDataState:
+        if (len != 1 || static_cast<unsigned char>(v[0]) > 1) return HandshakeError::kBadFrame;
+        h.data_state = static_cast<DataState>(v[0]);
+        break;
+      case HandshakeTag::kNonce:
+      case HandshakeTag::kProof: {
+        if (len != 32) return HandshakeError::kBadFrame;
+        std::array<std::uint8_t, 32> a{};
+        for (std::size_t i = 0; i < 32; ++i) a[i] = static_cast<std::uint8_t>(v[i]);
+        (tag == 9 ? h.nonce : h.proof) = a;
+        break;
+      }
+    }
+  }
+  // A confirm carries only what its proof needs; hello and reply say who
+  // they are in full.
+  constexpr std::uint32_t kRequired = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 8);
+  if (h.kind != HandshakeKind::kConfirm && (seen & kRequired) != kRequired) {
+    return HandshakeError::kBadFrame;
+  }
+  out = std::move(h);
   return HandshakeError::kOk;
 }
 
@@ -104,41 +230,63 @@ HandshakeError check_handshake(const Handshake& got, const HandshakeExpect& expe
   // Version first: a newer peer may mean something else by the rest.
   if (got.version != kPeerProtocolVersion) return HandshakeError::kBadVersion;
   if (got.kind != expect.kind) return HandshakeError::kBadKind;
-  if (got.cluster_hash != expect.cluster_hash) return HandshakeError::kWrongCluster;
-  const bool member = std::find(expect.members.begin(), expect.members.end(), got.sender) !=
-                      expect.members.end();
-  if (!member || got.sender == expect.self || got.sender == raft::kNoNode) {
-    return HandshakeError::kUnknownSender;
+  if (got.cluster_id != 0 && expect.cluster_id != 0 && got.cluster_id != expect.cluster_id) {
+    return HandshakeError::kWrongCluster;
   }
+  const std::optional<Member> m =
+      expect.member && got.sender != raft::kNoNode ? expect.member(got.sender) : std::nullopt;
+  if (!m || got.sender == expect.self) return HandshakeError::kUnknownSender;
   if (expect.peer != raft::kNoNode && got.sender != expect.peer) return HandshakeError::kWrongSender;
-  if (got.receiver != expect.self) return HandshakeError::kWrongReceiver;
+  if (got.receiver != raft::kNoNode && got.receiver != expect.self) {
+    return HandshakeError::kWrongReceiver;
+  }
+  if (!got.raft_addr.empty() && got.raft_addr != m->raft.to_string()) {
+    return HandshakeError::kWrongAddress;
+  }
+  if (expect.entry_versions.known() && !got.entry_versions.overlaps(expect.entry_versions)) {
+    return HandshakeError::kNoCommonEntryVersion;
+  }
   return HandshakeError::kOk;
 }
 
 std::string describe_mismatch(HandshakeError e, const Handshake& got, const HandshakeExpect& expect) {
+  const std::string node = "node " + std::to_string(got.sender);
   switch (e) {
     case HandshakeError::kOk: return "ok";
     case HandshakeError::kBadMagic: return "not a lockd peer handshake (bad magic)";
     case HandshakeError::kBadChecksum: return "handshake checksum mismatch";
+    case HandshakeError::kBadFrame: return "malformed handshake";
     case HandshakeError::kBadKind:
       return "handshake kind " + std::to_string(static_cast<unsigned>(got.kind)) + ", expected " +
              std::to_string(static_cast<unsigned>(expect.kind));
     case HandshakeError::kBadVersion:
-      return "protocol version " + std::to_string(got.version) + ", we speak " +
-             std::to_string(kPeerProtocolVersion);
+      return "peer handshake version " + std::to_string(got.version) +
+             (got.version == kPeerProtocolVersionV1 ? " (lockd 1.1)" : "") + ", we speak " +
+             std::to_string(kPeerProtocolVersion) +
+             " (lockd 1.2): upgrade every member (docs/cluster.md, \"Upgrading\")";
     case HandshakeError::kWrongCluster:
-      return "cluster hash " + hex(got.cluster_hash) + " from node " + std::to_string(got.sender) +
-             " != ours " + hex(expect.cluster_hash) +
-             " (another cluster, or a different --peer list)";
+      return node + " belongs to cluster " + cluster_id_text(got.cluster_id) + ", we are cluster " +
+             cluster_id_text(expect.cluster_id) +
+             " (a node of another or a re-created cluster; wipe its data dir to add it anew)";
     case HandshakeError::kUnknownSender:
       return "sender node id " + std::to_string(got.sender) +
              (got.sender == expect.self ? " is our own id" : " is not a member");
     case HandshakeError::kWrongSender:
-      return "dialed node " + std::to_string(expect.peer) + " but node " +
-             std::to_string(got.sender) + " answered";
+      return "dialed node " + std::to_string(expect.peer) + " but " + node + " answered";
     case HandshakeError::kWrongReceiver:
-      return "node " + std::to_string(got.sender) + " expected to reach node " +
-             std::to_string(got.receiver) + ", we are node " + std::to_string(expect.self);
+      return node + " expected to reach node " + std::to_string(got.receiver) + ", we are node " +
+             std::to_string(expect.self);
+    case HandshakeError::kWrongAddress: {
+      const std::optional<Member> m = expect.member ? expect.member(got.sender) : std::nullopt;
+      return node + " says its raft address is " + got.raft_addr + ", our member list has " +
+             (m ? m->raft.to_string() : std::string("none")) +
+             " (a different --peer list? spell addresses the same on every node)";
+    }
+    case HandshakeError::kNoCommonEntryVersion:
+      return node + " applies log entry versions " + std::to_string(got.entry_versions.min) +
+             ".." + std::to_string(got.entry_versions.max) + ", we apply " +
+             std::to_string(expect.entry_versions.min) + ".." +
+             std::to_string(expect.entry_versions.max) + ": no common encoding";
   }
   return "unknown";
 }

@@ -45,9 +45,36 @@ PeerInput::Event PeerInput::next() {
 }
 
 PeerInput::Event PeerInput::next_handshake() {
-  if (buffered_bytes() < kHandshakeBytes) return Event::kNeedMore;
-  const std::string_view bytes = std::string_view(buf_).substr(off_, kHandshakeBytes);
-  off_ += kHandshakeBytes;
+  const std::string_view rest = std::string_view(buf_).substr(off_);
+  std::size_t size = 0;
+  std::uint16_t version = 0;
+  const HandshakeError peeked = peek_handshake(rest, size, version);
+  if (peeked == HandshakeError::kBadVersion) {
+    // Another handshake version: refused, but named. A 1.1 peer's frame
+    // is read whole so the refusal can say which node it is.
+    if (size != 0 && rest.size() < size) return Event::kNeedMore;
+    handshake_ = Handshake{};
+    handshake_.version = version;
+    if (version == kPeerProtocolVersionV1 && size == kHandshakeV1Bytes) {
+      std::uint64_t sender = 0;
+      for (int i = 7; i >= 0; --i) {
+        sender = (sender << 8) | static_cast<unsigned char>(rest[8 + static_cast<std::size_t>(i)]);
+      }
+      handshake_.sender = sender;
+      handshake_.kind = static_cast<HandshakeKind>(
+          static_cast<unsigned char>(rest[6]) | (static_cast<unsigned char>(rest[7]) << 8));
+    }
+    has_handshake_ = true;
+    handshake_error_ = HandshakeError::kBadVersion;
+    return fail(PeerInputError::kHandshake);
+  }
+  if (peeked != HandshakeError::kOk) {
+    handshake_error_ = peeked;
+    return fail(PeerInputError::kHandshake);
+  }
+  if (size == 0 || rest.size() < size) return Event::kNeedMore;
+  const std::string_view bytes = rest.substr(0, size);
+  off_ += size;
   handshake_error_ = decode_handshake(bytes, handshake_);
   if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
   has_handshake_ = true;

@@ -3,6 +3,7 @@
 
 #include <event2/event.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,7 @@
 #include <random>
 #include <string>
 
+#include "lockd/cluster/lock_command.h"
 #include "lockd/cluster/peer_input.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
@@ -43,6 +45,19 @@ void set_nodelay(int fd) {
   // Each flush is one write of whole frames; Nagle would only delay it.
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// The IP a connection comes from ("" when unknown), for refusal warnings.
+std::string remote_host(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = {};
+  const void* a = ss.ss_family == AF_INET6
+                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+  if (::inet_ntop(ss.ss_family, a, host, sizeof host) == nullptr) return "";
+  return host;
 }
 
 bool is_wildcard(const std::string& host) {
@@ -87,6 +102,7 @@ struct PeerTransport::Socket {
 
   PeerTransport& owner;
   int fd;
+  std::string remote;  // the peer's IP address, for refusal warnings
   bool dialed;      // we dialed it (send side) or accepted it (receive side)
   Peer* peer = nullptr;
   event* read_ev = nullptr;
@@ -122,7 +138,6 @@ struct PeerTransport::Peer {
   int failures = 0;  // consecutive failed dials: the backoff exponent
   bool dialed_once = false;
   Socket* inbound = nullptr;  // its handshaken connection to us
-  TimeNs last_warn_ns = kNeverNs;
 
   std::size_t unsent() const { return out.size() - out_off; }
 };
@@ -132,7 +147,6 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
     : base_(base),
       self_(self),
       members_(std::move(members)),
-      hash_(lockd::cluster::cluster_hash(members_)),
       on_message_(std::move(on_message)),
       limits_(limits),
       random_(std::move(random)),
@@ -147,7 +161,6 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
   }
   bool found_self = false;
   for (const Member& m : members_) {
-    member_ids_.push_back(m.id);
     if (m.id == self_) {
       found_self = true;
       self_raft_ = m.raft;
@@ -178,6 +191,40 @@ PeerTransport::~PeerTransport() {
   for (auto& p : peers_) p->link.reset();
   inbound_.clear();
   graveyard_.clear();
+}
+
+std::optional<Member> PeerTransport::member(raft::NodeId id) const {
+  for (const Member& m : members_) {
+    if (m.id == id) return m;
+  }
+  return std::nullopt;
+}
+
+HandshakeExpect PeerTransport::expect(HandshakeKind kind, raft::NodeId peer) const {
+  HandshakeExpect e;
+  e.self = self_;
+  e.cluster_id = local_.cluster_id;
+  e.entry_versions = local_.entry_versions;
+  e.kind = kind;
+  e.peer = peer;
+  e.member = [this](raft::NodeId id) { return member(id); };
+  return e;
+}
+
+Handshake PeerTransport::own_handshake(HandshakeKind kind, raft::NodeId receiver) const {
+  Handshake h;
+  h.kind = kind;
+  h.sender = self_;
+  h.receiver = receiver;
+  h.cluster_id = local_.cluster_id;
+  h.entry_versions = local_.entry_versions;
+  if (const std::optional<Member> me = member(self_)) {
+    h.client_addr = me->client.to_string();
+    h.raft_addr = me->raft.to_string();
+  }
+  h.admin_addr = local_.admin_addr;
+  h.data_state = local_.data_state;
+  return h;
 }
 
 PeerTransport::Peer* PeerTransport::find_peer(raft::NodeId id) {
@@ -220,8 +267,10 @@ bool PeerTransport::listen_on_fd(int fd, std::string& error) {
     listener_.reset();
     return false;
   }
-  spdlog::info("peer transport: node {} listening on {} (cluster hash {:#018x})", self_,
-               bound().to_string(), hash_);
+  spdlog::info("peer transport: node {} listening on {} (cluster {}, log entry versions {}..{})",
+               self_, bound().to_string(),
+               local_.cluster_id == 0 ? std::string("not formed yet") : cluster_id_text(local_.cluster_id),
+               local_.entry_versions.min, local_.entry_versions.max);
   for (auto& p : peers_) {
     if (!p->dialed_once) dial(*p);
   }
@@ -280,8 +329,8 @@ void PeerTransport::dial(Peer& p) {
     close_link(p);
     return;
   }
-  HandshakeExpect expect{self_, hash_, HandshakeKind::kReply, p.member.id, member_ids_};
-  p.link = std::make_unique<Socket>(*this, fd, true, expect);
+  p.link = std::make_unique<Socket>(*this, fd, true, expect(HandshakeKind::kReply, p.member.id));
+  p.link->remote = p.member.raft.host;
   Socket& s = *p.link;
   s.peer = &p;
   s.read_ev = event_new(
@@ -323,8 +372,7 @@ void PeerTransport::dial(Peer& p) {
   // The hello goes first; messages queued while connecting follow it in
   // the same write.
   LOCKD_CHECK(p.unsent() == 0);
-  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kHello, self_, p.member.id, hash_},
-                   p.out);
+  encode_handshake(own_handshake(HandshakeKind::kHello, p.member.id), p.out);
   p.hello_end = p.out_base + p.out.size();
   event_add(s.write_ev, nullptr);
   p.write_armed = true;
@@ -433,6 +481,7 @@ void PeerTransport::on_dial_readable(Peer& p) {
         event_del(s.timer_ev);
         spdlog::info("peer transport: connected to node {} at {}", p.member.id,
                      p.member.raft.to_string());
+        if (on_handshake_) on_handshake_(s.input.handshake());
         write_link(p);  // what queued while connecting: one write (arms the stall clock if blocked)
         if (p.link == nullptr) return;  // the write failed and closed the link
         continue;
@@ -445,11 +494,12 @@ void PeerTransport::on_dial_readable(Peer& p) {
   if (s.input.error() == PeerInputError::kHandshake && s.input.has_handshake()) {
     p.stats.handshake_rejected += 1;
     stats_.handshake_rejected += 1;
-    warn_rejected(&p, "refusing the answer of", s.input.describe_error());
+    stats_.refused_by_reason[static_cast<std::size_t>(s.input.handshake_error())] += 1;
+    warn_rejected(s.remote, &p, "refusing the answer of", s.input.describe_error());
   } else {
     p.stats.decode_errors += 1;
     stats_.decode_errors += 1;
-    warn_rejected(&p, "bad input on our link to", s.input.describe_error());
+    warn_rejected(s.remote, &p, "bad input on our link to", s.input.describe_error());
   }
   close_link(p);
 }
@@ -531,8 +581,8 @@ void PeerTransport::on_accept(int fd) {
     return;
   }
   set_nodelay(fd);
-  HandshakeExpect expect{self_, hash_, HandshakeKind::kHello, raft::kNoNode, member_ids_};
-  auto s = std::make_unique<Socket>(*this, fd, false, expect);
+  auto s = std::make_unique<Socket>(*this, fd, false, expect(HandshakeKind::kHello, raft::kNoNode));
+  s->remote = remote_host(fd);
   Socket* raw = s.get();
   s->read_ev = event_new(
       base_, fd, EV_READ | EV_PERSIST,
@@ -585,11 +635,10 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       p->stats.bytes_received += bytes;  // this read, handshake included
       p->stats.last_contact_ns = net::monotonic_now_ns();
       event_del(s.timer_ev);
+      if (on_handshake_) on_handshake_(s.input.handshake());
       std::string reply;
-      encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, self_, p->member.id,
-                                 hash_},
-                       reply);
-      // 36 bytes into an empty socket buffer always fit.
+      encode_handshake(own_handshake(HandshakeKind::kReply, p->member.id), reply);
+      // A few hundred bytes into an empty socket buffer always fit.
       if (::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
           static_cast<ssize_t>(reply.size())) {
         close_inbound(s);
@@ -604,20 +653,25 @@ void PeerTransport::on_inbound_readable(Socket& s) {
   }
   Peer* p = s.peer != nullptr ? s.peer : find_peer(s.input.handshake().sender);
   if (s.input.error() == PeerInputError::kHandshake && s.input.has_handshake()) {
-    // Answer with our own view, so the dialer can log what differs too.
+    // Answer with our own view, so the dialer can log what differs too;
+    // a 1.1 node in its own layout (it reads our version and says so).
     std::string reply;
-    encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, self_,
-                               s.input.handshake().sender, hash_},
-                     reply);
+    if (s.input.handshake().version == kPeerProtocolVersionV1) {
+      encode_handshake_v1(kPeerProtocolVersion, HandshakeKind::kReply, self_,
+                          s.input.handshake().sender, reply);
+    } else {
+      encode_handshake(own_handshake(HandshakeKind::kReply, s.input.handshake().sender), reply);
+    }
     [[maybe_unused]] const ssize_t sent =
         ::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     stats_.handshake_rejected += 1;
+    stats_.refused_by_reason[static_cast<std::size_t>(s.input.handshake_error())] += 1;
     if (p != nullptr) p->stats.handshake_rejected += 1;
-    warn_rejected(p, "refusing a connection from", s.input.describe_error());
+    warn_rejected(s.remote, p, "refusing a connection from", s.input.describe_error());
   } else {
     stats_.decode_errors += 1;
     if (s.peer != nullptr) s.peer->stats.decode_errors += 1;
-    warn_rejected(s.peer, "closing a connection from", s.input.describe_error());
+    warn_rejected(s.remote, s.peer, "closing a connection from", s.input.describe_error());
   }
   close_inbound(s);
 }
@@ -640,10 +694,18 @@ void PeerTransport::discard(std::unique_ptr<Socket> s) {
   graveyard_.push_back(std::move(s));
 }
 
-void PeerTransport::warn_rejected(Peer* p, std::string_view side, const std::string& what) {
+void PeerTransport::warn_rejected(const std::string& address, Peer* p, std::string_view side,
+                                  const std::string& what) {
   const TimeNs now = net::monotonic_now_ns();
-  TimeNs& last = p != nullptr ? p->last_warn_ns : last_stranger_warn_ns_;
-  const std::string who = p != nullptr ? "node " + std::to_string(p->member.id) : "a stranger";
+  // One key per address and member (nodes on one host share an IP);
+  // bounded: a flood of strangers from many addresses forgets them all.
+  const std::string key = address + "/" + (p != nullptr ? std::to_string(p->member.id) : "?");
+  if (last_warn_ns_.size() >= 1024 && last_warn_ns_.find(key) == last_warn_ns_.end()) {
+    last_warn_ns_.clear();
+  }
+  TimeNs& last = last_warn_ns_.try_emplace(key, kNeverNs).first->second;
+  const std::string who = (p != nullptr ? "node " + std::to_string(p->member.id) : "a stranger") +
+                          (address.empty() ? "" : " (" + address + ")");
   if (last == kNeverNs || now - last >= limits_.refusal_warn_interval_ns) {
     last = now;
     spdlog::warn("peer transport: {} {}: {}", side, who, what);

@@ -36,6 +36,11 @@ proto::Request release_echo(locks::Token token, std::string_view key) {
 ReplicatedLockService::ReplicatedLockService(raft::Raft& raft, ReplicatedServiceOptions options)
     : raft_(raft), options_(std::move(options)), sm_(options_.limits) {}
 
+bool ReplicatedLockService::cluster_supports(std::uint16_t v) const {
+  if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
+  return !options_.cluster_supports || options_.cluster_supports(v);
+}
+
 bool ReplicatedLockService::is_leader() const {
   return leader_term_ != 0 && leader_start_proposed_ && raft_.role() == raft::Role::kLeader &&
          raft_.term() == leader_term_;

@@ -181,6 +181,12 @@ bool Daemon::start_cluster(std::string& error) {
         }
         m.peers.push_back(std::move(pm));
       }
+      const cluster::PeerTransportStats& ts = node->transport_stats();
+      for (std::size_t i = 1; i < cluster::kHandshakeErrorCount; ++i) {
+        m.peer_refused.emplace_back(
+            std::string(cluster::to_string(static_cast<cluster::HandshakeError>(i))),
+            ts.refused_by_reason[i]);
+      }
       return m;
     };
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
@@ -188,6 +194,7 @@ bool Daemon::start_cluster(std::string& error) {
   }
   spdlog::info("lockd {} listening on {} (mode=cluster, node {})", version::full(),
                server_->bound().to_string(), *config_.node_id);
+  if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());
   if (!cluster_->listen(error)) return false;
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
   return true;

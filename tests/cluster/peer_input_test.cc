@@ -2,6 +2,8 @@
 // plain bytes (no sockets).
 #include <gtest/gtest.h>
 
+#include <array>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -19,17 +21,50 @@ std::vector<Member> three_members() {
           Member{3, {"127.0.0.1", 7003}, {"127.0.0.1", 8003}}};
 }
 
-const std::vector<raft::NodeId> kIds = {1, 2, 3};
+constexpr std::uint64_t kCluster = 0x1234abcd5678ef00ull;
+constexpr EntryVersionRange kRange{2, 3};
 
-HandshakeExpect accept_side(raft::NodeId self = 1) {
-  return HandshakeExpect{self, cluster_hash(three_members()), HandshakeKind::kHello, raft::kNoNode,
-                         kIds};
+std::optional<Member> find_member(raft::NodeId id) {
+  for (const Member& m : three_members()) {
+    if (m.id == id) return m;
+  }
+  return std::nullopt;
 }
 
-std::string hello(raft::NodeId sender, raft::NodeId receiver, std::uint64_t hash) {
+HandshakeExpect expect_of(raft::NodeId self, HandshakeKind kind, raft::NodeId peer,
+                          std::uint64_t cluster = kCluster) {
+  HandshakeExpect e;
+  e.self = self;
+  e.cluster_id = cluster;
+  e.entry_versions = kRange;
+  e.kind = kind;
+  e.peer = peer;
+  e.member = find_member;
+  return e;
+}
+
+HandshakeExpect accept_side(raft::NodeId self = 1) {
+  return expect_of(self, HandshakeKind::kHello, raft::kNoNode);
+}
+
+Handshake make(HandshakeKind kind, raft::NodeId sender, raft::NodeId receiver,
+               std::uint64_t cluster = kCluster) {
+  Handshake h;
+  h.kind = kind;
+  h.sender = sender;
+  h.receiver = receiver;
+  h.cluster_id = cluster;
+  h.entry_versions = kRange;
+  h.client_addr = "127.0.0.1:700" + std::to_string(sender);
+  h.raft_addr = "127.0.0.1:800" + std::to_string(sender);
+  h.admin_addr = "127.0.0.1:900" + std::to_string(sender);
+  h.data_state = DataState::kHasData;
+  return h;
+}
+
+std::string hello(raft::NodeId sender, raft::NodeId receiver, std::uint64_t cluster = kCluster) {
   std::string out;
-  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kHello, sender, receiver, hash},
-                   out);
+  encode_handshake(make(HandshakeKind::kHello, sender, receiver, cluster), out);
   return out;
 }
 
@@ -39,29 +74,54 @@ std::string frame(const raft::Message& m) {
   return out;
 }
 
-TEST(ClusterHash, CoversIdsAndBothAddressesButNotOrder) {
-  auto a = three_members();
-  const std::uint64_t h = cluster_hash(a);
-  std::vector<Member> reordered = {a[2], a[0], a[1]};
-  EXPECT_EQ(cluster_hash(reordered), h);
-  auto client_changed = a;
-  client_changed[1].client.port = 7999;
-  EXPECT_NE(cluster_hash(client_changed), h);
-  auto raft_changed = a;
-  raft_changed[1].raft.host = "127.0.0.2";
-  EXPECT_NE(cluster_hash(raft_changed), h);
-  auto id_changed = a;
-  id_changed[2].id = 4;
-  EXPECT_NE(cluster_hash(id_changed), h);
-  EXPECT_NE(cluster_hash(std::vector<Member>(a.begin(), a.begin() + 2)), h);
+// Re-seals a hand-made frame: body length and CRC.
+std::string seal(std::string header8, const std::string& body) {
+  std::string f = std::move(header8);
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>(body.size() >> (8 * i)));
+  f += body;
+  const std::uint32_t crc = raft::crc32c(f);
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>(crc >> (8 * i)));
+  return f;
 }
 
-TEST(Handshake, RoundTripsIn36Bytes) {
-  const Handshake h{kPeerProtocolVersion, HandshakeKind::kReply, 3, 1, 0x0123456789abcdefull};
+std::string tlv(std::uint16_t tag, std::string_view v) {
+  std::string out;
+  out.push_back(static_cast<char>(tag & 0xff));
+  out.push_back(static_cast<char>(tag >> 8));
+  out.push_back(static_cast<char>(v.size() & 0xff));
+  out.push_back(static_cast<char>(v.size() >> 8));
+  out.append(v);
+  return out;
+}
+
+std::string u64le(std::uint64_t v) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+  return s;
+}
+
+// The required fields of a hello from 2 to 1, by hand.
+std::string required_body() {
+  return tlv(1, u64le(2)) + tlv(2, u64le(1)) + tlv(3, u64le(kCluster)) +
+         tlv(4, std::string("\x02\x00\x03\x00", 4)) + tlv(8, std::string("\x01", 1));
+}
+
+const std::string kHeader8 = std::string("LKDP\x02\x00\x01\x00", 8);
+
+TEST(Handshake, RoundTripsEveryField) {
+  Handshake h = make(HandshakeKind::kReply, 3, 1);
+  std::array<std::uint8_t, 32> nonce{};
+  for (std::size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<std::uint8_t>(i * 7);
+  h.nonce = nonce;
+  h.proof = nonce;
   std::string bytes;
   encode_handshake(h, bytes);
-  ASSERT_EQ(bytes.size(), kHandshakeBytes);
   EXPECT_EQ(bytes.substr(0, 4), "LKDP");
+  EXPECT_EQ(bytes.substr(4, 2), std::string("\x02\x00", 2));
+  std::size_t size = 0;
+  std::uint16_t version = 0;
+  ASSERT_EQ(peek_handshake(bytes, size, version), HandshakeError::kOk);
+  EXPECT_EQ(size, bytes.size());
   Handshake back;
   ASSERT_EQ(decode_handshake(bytes, back), HandshakeError::kOk);
   EXPECT_EQ(back, h);
@@ -72,39 +132,117 @@ TEST(Handshake, RoundTripsIn36Bytes) {
   }
 }
 
+TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
+  Handshake h;
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body()), h), HandshakeError::kOk);
+  EXPECT_EQ(h.sender, 2u);
+  EXPECT_EQ(h.cluster_id, kCluster);
+  EXPECT_EQ(h.entry_versions, kRange);
+  EXPECT_EQ(h.admin_addr, "");
+  // A newer node's field is skipped, wherever it is.
+  ASSERT_EQ(decode_handshake(seal(kHeader8, tlv(42, "future") + required_body() + tlv(11, "")), h),
+            HandshakeError::kOk);
+  EXPECT_EQ(h.sender, 2u);
+  // A known tag of the wrong size, twice, or truncated; a required one missing.
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(9, "short")), h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(1, u64le(2))), h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + std::string("\x05\x00\x09", 3)), h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, tlv(1, u64le(2)) + tlv(2, u64le(1))), h),
+            HandshakeError::kBadFrame);
+  // An entry range that is empty or backwards; an address that is not text.
+  EXPECT_EQ(decode_handshake(seal(kHeader8, tlv(1, u64le(2)) + tlv(2, u64le(1)) +
+                                                tlv(3, u64le(kCluster)) +
+                                                tlv(4, std::string("\x03\x00\x02\x00", 4)) +
+                                                tlv(8, std::string("\x01", 1))),
+                             h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(7, "a b\n")), h),
+            HandshakeError::kBadFrame);
+  // A body over 4096 bytes is refused from its header alone.
+  std::string huge = kHeader8 + std::string("\x01\x10\x00\x00", 4);
+  std::size_t size = 0;
+  std::uint16_t version = 0;
+  EXPECT_EQ(peek_handshake(huge, size, version), HandshakeError::kBadFrame);
+}
+
 TEST(Handshake, ChecksNameWhatDiffers) {
   const HandshakeExpect e = accept_side(1);
-  const auto check = [&](Handshake h) { return check_handshake(h, e); };
-  const std::uint64_t hash = e.cluster_hash;
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kHello, 2, 1, hash}), HandshakeError::kOk);
-  EXPECT_EQ(check({2, HandshakeKind::kHello, 2, 1, hash}), HandshakeError::kBadVersion);
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kReply, 2, 1, hash}), HandshakeError::kBadKind);
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kHello, 2, 1, hash + 1}),
-            HandshakeError::kWrongCluster);
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kHello, 9, 1, hash}),
-            HandshakeError::kUnknownSender);
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kHello, 1, 1, hash}),
-            HandshakeError::kUnknownSender);
-  EXPECT_EQ(check({kPeerProtocolVersion, HandshakeKind::kHello, 2, 3, hash}),
-            HandshakeError::kWrongReceiver);
-  const Handshake wrong{kPeerProtocolVersion, HandshakeKind::kHello, 2, 3, hash};
+  const auto check = [&](const Handshake& h) { return check_handshake(h, e); };
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 2, 1)), HandshakeError::kOk);
+  Handshake v3 = make(HandshakeKind::kHello, 2, 1);
+  v3.version = 3;
+  EXPECT_EQ(check(v3), HandshakeError::kBadVersion);
+  EXPECT_EQ(check(make(HandshakeKind::kReply, 2, 1)), HandshakeError::kBadKind);
+  const Handshake other = make(HandshakeKind::kHello, 2, 1, kCluster + 1);
+  EXPECT_EQ(check(other), HandshakeError::kWrongCluster);
+  EXPECT_EQ(describe_mismatch(HandshakeError::kWrongCluster, other, e),
+            "node 2 belongs to cluster 0x1234abcd5678ef01, we are cluster 0x1234abcd5678ef00 (a "
+            "node of another or a re-created cluster; wipe its data dir to add it anew)");
+  // A node of no formed cluster yet, or we are not formed yet: accepted.
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 2, 1, 0)), HandshakeError::kOk);
+  EXPECT_EQ(check_handshake(other, expect_of(1, HandshakeKind::kHello, raft::kNoNode, 0)),
+            HandshakeError::kOk);
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 9, 1)), HandshakeError::kUnknownSender);
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 1, 1)), HandshakeError::kUnknownSender);
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 2, 3)), HandshakeError::kWrongReceiver);
+  EXPECT_EQ(check(make(HandshakeKind::kHello, 2, 0)), HandshakeError::kOk);  // receiver unknown
+  const Handshake wrong = make(HandshakeKind::kHello, 2, 3);
   EXPECT_NE(describe_mismatch(HandshakeError::kWrongReceiver, wrong, e).find("expected to reach node 3"),
             std::string::npos);
+  Handshake moved = make(HandshakeKind::kHello, 2, 1);
+  moved.raft_addr = "127.0.0.2:8002";
+  EXPECT_EQ(check(moved), HandshakeError::kWrongAddress);
+  Handshake old_entries = make(HandshakeKind::kHello, 2, 1);
+  old_entries.entry_versions = {1, 1};
+  EXPECT_EQ(check(old_entries), HandshakeError::kNoCommonEntryVersion);
+  EXPECT_NE(describe_mismatch(HandshakeError::kNoCommonEntryVersion, old_entries, e)
+                .find("applies log entry versions 1..1, we apply 2..3"),
+            std::string::npos);
 
-  HandshakeExpect dialer{2, hash, HandshakeKind::kReply, 3, kIds};
-  EXPECT_EQ(check_handshake({kPeerProtocolVersion, HandshakeKind::kReply, 3, 2, hash}, dialer),
-            HandshakeError::kOk);
-  EXPECT_EQ(check_handshake({kPeerProtocolVersion, HandshakeKind::kReply, 1, 2, hash}, dialer),
-            HandshakeError::kWrongSender);
+  // Who may connect is the owner's call, not a fixed list.
+  HandshakeExpect only3 = accept_side(1);
+  only3.member = [](raft::NodeId id) -> std::optional<Member> {
+    if (id == 3) return Member{3, {"127.0.0.1", 7003}, {"127.0.0.1", 8003}};
+    return std::nullopt;
+  };
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kHello, 2, 1), only3), HandshakeError::kUnknownSender);
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kHello, 3, 1), only3), HandshakeError::kOk);
+
+  const HandshakeExpect dialer = expect_of(2, HandshakeKind::kReply, 3);
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kReply, 3, 2), dialer), HandshakeError::kOk);
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kReply, 1, 2), dialer), HandshakeError::kWrongSender);
+}
+
+TEST(PeerInput, VersionOneFrameIsRefusedNamingBothVersions) {
+  // lockd 1.1's 36-byte hello from node 2.
+  std::string v1;
+  encode_handshake_v1(1, HandshakeKind::kHello, 2, 1, v1);
+  ASSERT_EQ(v1.size(), kHandshakeV1Bytes);
+  PeerInput in(accept_side());
+  in.feed(std::string_view(v1).substr(0, 20));
+  EXPECT_EQ(in.next(), PeerInput::Event::kNeedMore);  // read whole, to name the sender
+  in.feed(std::string_view(v1).substr(20));
+  EXPECT_EQ(in.next(), PeerInput::Event::kError);
+  EXPECT_EQ(in.handshake_error(), HandshakeError::kBadVersion);
+  EXPECT_TRUE(in.has_handshake());
+  EXPECT_EQ(in.handshake().sender, 2u);
+  EXPECT_EQ(in.handshake().version, 1);
+  EXPECT_NE(in.describe_error().find("peer handshake version 1 (lockd 1.1), we speak 2"),
+            std::string::npos)
+      << in.describe_error();
 }
 
 TEST(PeerInput, AcceptsHandshakeThenEveryMessageTypeInAnySplit) {
-  const std::string h = hello(2, 1, accept_side().cluster_hash);
+  const std::string h = hello(2, 1);
   const auto msgs = testing::every_message_type(2, 1);
   std::string stream = h;
   for (const auto& m : msgs) stream += frame(m);
-  for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{35}, std::size_t{36},
-                            std::size_t{37}, std::size_t{1000}, stream.size()}) {
+  for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{11}, std::size_t{12},
+                            h.size() - 1, h.size(), h.size() + 1, std::size_t{1000},
+                            stream.size()}) {
     PeerInput in(accept_side());
     std::vector<raft::Message> got;
     bool handshaken = false;
@@ -155,11 +293,13 @@ TEST(PeerInput, RefusedHandshakeIsKeptForTheLog) {
   EXPECT_EQ(in.handshake_error(), HandshakeError::kWrongCluster);
   EXPECT_TRUE(in.has_handshake());
   EXPECT_EQ(in.handshake().sender, 2u);
-  EXPECT_NE(in.describe_error().find("cluster hash"), std::string::npos) << in.describe_error();
+  EXPECT_NE(in.describe_error().find("node 2 belongs to cluster 0x0000000000003039"),
+            std::string::npos)
+      << in.describe_error();
 }
 
 TEST(PeerInput, BadCrcWrongFromWrongToAndHugeFramesAreErrors) {
-  const std::string h = hello(2, 1, accept_side().cluster_hash);
+  const std::string h = hello(2, 1);
   raft::Message m = testing::every_message_type(2, 1)[6];
 
   std::string bad_crc = frame(m);
@@ -193,10 +333,9 @@ TEST(PeerInput, BadCrcWrongFromWrongToAndHugeFramesAreErrors) {
 }
 
 TEST(PeerInput, DialedSideTakesOnlyTheReply) {
-  const std::uint64_t hash = accept_side().cluster_hash;
-  HandshakeExpect dialer{1, hash, HandshakeKind::kReply, 2, kIds};
+  const HandshakeExpect dialer = expect_of(1, HandshakeKind::kReply, 2);
   std::string reply;
-  encode_handshake(Handshake{kPeerProtocolVersion, HandshakeKind::kReply, 2, 1, hash}, reply);
+  encode_handshake(make(HandshakeKind::kReply, 2, 1), reply);
   PeerInput in(dialer);
   in.feed(reply);
   EXPECT_EQ(in.next(), PeerInput::Event::kHandshake);
@@ -208,7 +347,7 @@ TEST(PeerInput, DialedSideTakesOnlyTheReply) {
 
 TEST(PeerInput, RandomBytesNeverCrash) {
   std::mt19937_64 rng(7);
-  const std::string h = hello(2, 1, accept_side().cluster_hash);
+  const std::string h = hello(2, 1);
   for (int round = 0; round < 2000; ++round) {
     PeerInput in(accept_side());
     std::string bytes = (round % 2 == 0) ? h : std::string();

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,8 +23,13 @@ void require(bool ok) {
   if (!ok) std::abort();
 }
 
-constexpr std::uint64_t kHash = 0x5eed5eed5eed5eedull;
-const std::vector<raft::NodeId> kMembers = {1, 2, 3};
+constexpr std::uint64_t kCluster = 0x5eed5eed5eed5eedull;
+
+std::optional<Member> member(raft::NodeId id) {
+  if (id < 1 || id > 3) return std::nullopt;
+  return Member{id, {"127.0.0.1", static_cast<std::uint16_t>(7000 + id)},
+                {"127.0.0.1", static_cast<std::uint16_t>(8000 + id)}};
+}
 
 }  // namespace
 
@@ -31,17 +37,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   // The first byte picks the read size (bits 0-5), the side (bit 6) and
   // whether a valid handshake goes first (bit 7), so the fuzzer reaches
-  // the frame parser without having to forge a CRC.
+  // the frame parser without having to forge a CRC. Without that prefix
+  // the input is the handshake itself (v2 TLV body, v1 frames, garbage).
   const std::size_t chunk = 1 + (data[0] & 0x3f) * 37;
   const bool dialed = (data[0] & 0x40) != 0;
   const bool prefix = (data[0] & 0x80) != 0;
-  HandshakeExpect expect{1, kHash, dialed ? HandshakeKind::kReply : HandshakeKind::kHello,
-                         dialed ? raft::NodeId{2} : raft::kNoNode, kMembers};
+  HandshakeExpect expect;
+  expect.self = 1;
+  expect.cluster_id = kCluster;
+  expect.entry_versions = {2, 3};
+  expect.kind = dialed ? HandshakeKind::kReply : HandshakeKind::kHello;
+  expect.peer = dialed ? raft::NodeId{2} : raft::kNoNode;
+  expect.member = member;
   std::string input;
   if (prefix) {
-    encode_handshake(Handshake{kPeerProtocolVersion, dialed ? HandshakeKind::kReply : HandshakeKind::kHello,
-                               2, 1, kHash},
-                     input);
+    Handshake h;
+    h.kind = expect.kind;
+    h.sender = 2;
+    h.receiver = 1;
+    h.cluster_id = kCluster;
+    h.entry_versions = {2, 2};
+    h.raft_addr = "127.0.0.1:8002";
+    h.data_state = DataState::kHasData;
+    encode_handshake(h, input);
   }
   input.append(reinterpret_cast<const char*>(data) + 1, size - 1);
 
@@ -65,6 +83,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         require(!handshaken);
         handshaken = true;
         require(in.peer() == 2 || (!dialed && in.peer() == 3));
+        // What a passed handshake says is what the checks allow.
+        const Handshake& h = in.handshake();
+        require(h.version == kPeerProtocolVersion && h.kind == expect.kind);
+        require(h.cluster_id == 0 || h.cluster_id == kCluster);
+        require(h.entry_versions.min >= 1 && h.entry_versions.min <= h.entry_versions.max &&
+                h.entry_versions.min <= 3 && h.entry_versions.max >= 2);
+        require(h.receiver == 0 || h.receiver == 1);
+        require(h.client_addr.size() <= kMaxHandshakeAddress &&
+                h.admin_addr.size() <= kMaxHandshakeAddress);
       } else {
         require(handshaken && !dialed);
         require(in.message().from == in.peer() && in.message().to == 1);

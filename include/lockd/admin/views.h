@@ -105,6 +105,8 @@ struct ClusterMetrics {
   std::uint64_t snapshots_written = 0;
   LatencyHistogram sync_latency;      // write + fdatasync of one save
   std::vector<PeerLinkMetrics> peers;
+  // Refused peer handshakes by reason (wrong_cluster, bad_version, ...).
+  std::vector<std::pair<std::string, std::uint64_t>> peer_refused;
 };
 
 // What a node says about itself beyond the lock table.

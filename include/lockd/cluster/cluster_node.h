@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +44,8 @@ struct event_base;
 
 namespace lockd::cluster {
 
-struct PeerStats;  // peer_transport.h
+struct PeerStats;           // peer_transport.h
+struct PeerTransportStats;  // peer_transport.h
 
 // Ready cycles per loop turn (each is one sync); more work waits a turn so
 // clients and peers are read in between.
@@ -64,6 +66,17 @@ struct ClusterNodeConfig {
   // A snapshot (and log compaction) once this many entries were applied
   // since the last one.
   std::uint64_t snapshot_entries = 10'000;
+  // This node's admin address as peers learn it from the handshake; "" = off.
+  std::string admin_addr;
+};
+
+// What a member last said about itself in a handshake (peer_handshake.h).
+struct PeerHello {
+  EntryVersionRange entry_versions;  // the log entry encodings it applies
+  std::string admin_addr;            // "" = admin off
+  std::string client_addr;
+  DataState data_state = DataState::kEmpty;
+  std::uint64_t cluster_id = 0;
 };
 
 // One member as this node sees it, for /v1/status, /v1/cluster, metrics.
@@ -99,6 +112,9 @@ class ClusterNode final : private raft::ReadyHandler {
   // Opens storage, restores the state machine and builds the core and the
   // service. False with `error` set on failure.
   bool open(std::string& error);
+  // The admin address peers learn from our handshakes (after open(), before
+  // listen(): the admin server binds between them).
+  void set_admin_addr(const std::string& addr);
   // Listens on the raft address, dials peers and starts ticking.
   bool listen(std::string& error);
   // End-of-turn work (see the file comment).
@@ -132,6 +148,12 @@ class ClusterNode final : private raft::ReadyHandler {
   const ReplicatedServiceStats& service_stats() const { return service_->stats(); }
   std::vector<PeerStats> peer_stats() const;
   const LatencyHistogram& commit_latency() const { return commit_latency_.histogram(); }
+  // Does this binary and every member (as its last handshake said) apply
+  // log entry encoding `v`? A member never heard from counts as no.
+  bool cluster_supports(std::uint16_t v) const;
+  // What member `id` said in its last handshake; nullptr if none yet.
+  const PeerHello* peer_hello(raft::NodeId id) const;
+  const PeerTransportStats& transport_stats() const;
   // Times the leader this node knows changed (to another node or to none).
   std::uint64_t leader_changes() const { return leader_changes_; }
 
@@ -165,6 +187,7 @@ class ClusterNode final : private raft::ReadyHandler {
   std::function<void()> before_sync_;  // see set_before_sync()
   std::optional<TimeNs> armed_service_ns_;
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
+  std::map<raft::NodeId, PeerHello> peer_hellos_;
   raft::NodeId last_leader_ = raft::kNoNode;
   std::uint64_t leader_changes_ = 0;
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note

@@ -36,6 +36,18 @@ enum class LockCommandType : std::uint8_t {
 };
 constexpr std::uint8_t kMaxLockCommandType = 7;
 
+// The log entry encodings (the first byte of every command) this binary
+// applies. Version 2 is lockd 1.1's. A node refuses to start applying an
+// entry outside this range: it stops with one line (cluster_node.h); the
+// leader proposes a version only once every member's handshake says it
+// applies it (ReplicatedLockService::cluster_supports).
+constexpr std::uint16_t kEntryVersionMin = 2;
+#ifdef LOCKD_ENTRY_VERSION_MAX
+constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
+#else
+constexpr std::uint16_t kEntryVersionMax = 2;
+#endif
+
 // One command; which fields matter depends on `type`.
 struct LockCommand {
   LockCommandType type = LockCommandType::kAcquire;

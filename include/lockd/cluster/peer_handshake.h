@@ -1,24 +1,39 @@
-// The first frame on every peer connection: who is talking to whom, in
-// which cluster, speaking which protocol version. Pure: encoding, decoding
-// and checking, no sockets (docs/cluster.md, "Peer transport").
+// The first frames on every peer connection (handshake v2, lockd 1.2):
+// who is talking to whom, in which cluster, applying which log entry
+// encodings, reachable where. Pure: encoding, decoding and checking, no
+// sockets (docs/cluster.md, "Peer transport" > "Handshake").
 //
-// Layout, 36 bytes, little-endian like the Raft codec:
+// Frame, little-endian like the Raft codec:
 //
-//   off len field
-//     0   4 magic "LKDP"
-//     4   2 u16 protocol version (kPeerProtocolVersion)
-//     6   2 u16 kind: 1 = hello (dialer -> acceptor), 2 = reply (acceptor -> dialer)
-//     8   8 u64 sender node id
-//    16   8 u64 receiver node id (who the sender believes it talks to)
-//    24   8 u64 cluster hash (cluster_hash() of the sender's member list)
-//    32   4 u32 CRC-32C of bytes 0..31
+//   off len
+//     0   4  magic "LKDP"
+//     4   2  u16 handshake version (kPeerProtocolVersion = 2)
+//     6   2  u16 kind: 1 hello (dialer -> acceptor), 2 reply (acceptor -> dialer),
+//                      3 confirm (dialer -> acceptor; peer-secret auth only)
+//     8   4  u32 body length n (<= kMaxHandshakeBody, else a bad frame)
+//    12   n  body: TLV fields, each u16 tag, u16 len, len bytes. Unknown tags
+//            are skipped (forward compatible); a known tag with a wrong
+//            length, or twice, is a bad frame.
+//  12+n   4  u32 CRC-32C of bytes [0, 12+n)
 //
-// Fixed size and version-independent up to the version field, so a node of
-// any version can read enough of it to say why it refuses.
+// Tags (HandshakeTag): 1 sender id u64, 2 receiver id u64 (0 = unknown),
+// 3 cluster id u64 (0 = no formed cluster yet), 4 entry encodings this
+// binary applies (u16 min, u16 max), 5/6/7 the sender's client, raft and
+// admin addresses (host:port text; admin "" when off), 8 data state u8
+// (0 empty, 1 has data), 9 nonce (32 bytes), 10 proof (32 bytes). Tags 1,
+// 2, 3, 4 and 8 are required in a hello and a reply.
+//
+// A version-1 frame (lockd 1.1's fixed 36 bytes) is recognised by its
+// version field and refused with a line naming both versions; the
+// acceptor answers it in the 1.1 layout (with version 2 in it) so the old
+// node logs "protocol version 2, we speak 1" instead of a checksum error.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,9 +43,30 @@
 
 namespace lockd::cluster {
 
-constexpr std::uint16_t kPeerProtocolVersion = 1;
-constexpr std::size_t kHandshakeBytes = 36;
+constexpr std::uint16_t kPeerProtocolVersion = 2;
 constexpr std::string_view kHandshakeMagic = "LKDP";
+constexpr std::size_t kHandshakeHeaderBytes = 12;  // magic, version, kind, body length
+constexpr std::size_t kHandshakeTrailerBytes = 4;  // CRC-32C
+constexpr std::size_t kMaxHandshakeBody = 4096;
+// lockd 1.1's handshake: fixed size, version 1.
+constexpr std::uint16_t kPeerProtocolVersionV1 = 1;
+constexpr std::size_t kHandshakeV1Bytes = 36;
+constexpr std::size_t kHandshakeNonceBytes = 32;
+constexpr std::size_t kHandshakeProofBytes = 32;
+constexpr std::size_t kMaxHandshakeAddress = 255;  // host:port text
+
+enum class HandshakeTag : std::uint16_t {
+  kSender = 1,
+  kReceiver = 2,
+  kClusterId = 3,
+  kEntryVersions = 4,
+  kClientAddr = 5,
+  kRaftAddr = 6,
+  kAdminAddr = 7,
+  kDataState = 8,
+  kNonce = 9,
+  kProof = 10,
+};
 
 // One member of the cluster as every node's configuration lists it.
 struct Member {
@@ -39,63 +75,104 @@ struct Member {
   net::Endpoint raft;    // peer transport address
 };
 
-// FNV-1a 64 over the canonical member list: members sorted by id, one line
-// each, "ID CLIENT RAFT\n" with both addresses as Endpoint::to_string()
-// prints them. Two nodes agree only if they list the same ids with the
-// same addresses (spelled the same: "localhost" is not "127.0.0.1").
-std::uint64_t cluster_hash(std::span<const Member> members);
-
 // Which side of a connection wrote a handshake.
 enum class HandshakeKind : std::uint16_t {
-  kHello = 1,  // the dialer's opening frame
-  kReply = 2,  // the acceptor's answer, sent even when it refuses (so both sides log why)
+  kHello = 1,    // the dialer's opening frame
+  kReply = 2,    // the acceptor's answer, sent even when it refuses (so both sides log why)
+  kConfirm = 3,  // the dialer's proof (peer-secret auth)
+};
+
+// The log entry encodings a binary can apply (cluster/lock_command.h):
+// [min, max]. {0, 0}: unknown (never heard from).
+struct EntryVersionRange {
+  std::uint16_t min = 0;
+  std::uint16_t max = 0;
+
+  bool known() const { return min != 0; }
+  bool contains(std::uint16_t v) const { return known() && min <= v && v <= max; }
+  bool overlaps(const EntryVersionRange& o) const { return min <= o.max && o.min <= max; }
+  bool operator==(const EntryVersionRange&) const = default;
+};
+
+enum class DataState : std::uint8_t {
+  kEmpty = 0,    // never formed or joined a cluster: an empty data dir
+  kHasData = 1,  // has a log, a snapshot or an identity
 };
 
 struct Handshake {
   std::uint16_t version = kPeerProtocolVersion;
   HandshakeKind kind = HandshakeKind::kHello;
   raft::NodeId sender = raft::kNoNode;
-  raft::NodeId receiver = raft::kNoNode;
-  std::uint64_t cluster_hash = 0;
+  raft::NodeId receiver = raft::kNoNode;  // 0 = unknown
+  std::uint64_t cluster_id = 0;           // 0 = no formed cluster yet
+  EntryVersionRange entry_versions;
+  std::string client_addr;
+  std::string raft_addr;
+  std::string admin_addr;  // "" when admin is off
+  DataState data_state = DataState::kEmpty;
+  std::optional<std::array<std::uint8_t, kHandshakeNonceBytes>> nonce;  // tag 9 when present
+  std::optional<std::array<std::uint8_t, kHandshakeProofBytes>> proof;  // tag 10 when present
 
   bool operator==(const Handshake&) const = default;
 };
 
-// Appends the 36 bytes of `h` to `out`.
+// Appends the frame of `h` (version 2 whatever h.version says) to `out`.
 void encode_handshake(const Handshake& h, std::string& out);
+// Appends lockd 1.1's 36-byte frame with `version` in its version field:
+// the answer to a 1.1 node, which can then say why it refuses us.
+void encode_handshake_v1(std::uint16_t version, HandshakeKind kind, raft::NodeId sender,
+                         raft::NodeId receiver, std::string& out);
 
-// Why 36 bytes are not a handshake, or not one we accept.
+// Why bytes are not a handshake, or not one we accept.
 enum class HandshakeError : std::uint8_t {
   kOk = 0,          // accepted
   kBadMagic,        // not a lockd peer (or garbage)
   kBadChecksum,     // corrupted
-  kBadKind,         // neither hello nor reply, or not the one expected here
-  kBadVersion,      // a protocol version this build does not speak
-  kWrongCluster,    // cluster hash differs: another cluster or a different member list
+  kBadFrame,        // body too long, a malformed TLV, a known tag of the wrong size, a
+                    // required tag missing, an address that is not printable text
+  kBadKind,         // not the kind expected here
+  kBadVersion,      // a handshake version this build does not speak (1.1's is 1)
+  kWrongCluster,    // both cluster ids set and different
   kUnknownSender,   // sender is not a member, or is this node itself
   kWrongSender,     // a dialer reached a different member than it dialed
   kWrongReceiver,   // the sender thinks it talks to another node id
+  kWrongAddress,    // the sender's raft address is not the one our member list has for it
+  kNoCommonEntryVersion,  // no log entry encoding both binaries apply
 };
+constexpr std::size_t kHandshakeErrorCount = 12;
 std::string_view to_string(HandshakeError e);
 
-// Decodes exactly kHandshakeBytes (magic and checksum only; no policy).
-// kBadMagic / kBadChecksum on failure, leaving `out` unspecified.
-HandshakeError decode_handshake(std::string_view bytes, Handshake& out);
+// How much of a buffer is a handshake frame. kOk with frame_bytes = 0: need
+// more bytes; kOk with frame_bytes > 0: the frame is that long. kBadMagic,
+// kBadFrame (body too long), or kBadVersion with `version` set (a 1.1
+// peer's frame is kHandshakeV1Bytes long).
+HandshakeError peek_handshake(std::string_view buffered, std::size_t& frame_bytes,
+                              std::uint16_t& version);
+
+// Decodes one whole version-2 frame (layout and checksum only; no policy).
+HandshakeError decode_handshake(std::string_view frame, Handshake& out);
 
 // What this node requires of a handshake it receives.
 struct HandshakeExpect {
   raft::NodeId self = raft::kNoNode;
-  std::uint64_t cluster_hash = 0;
+  std::uint64_t cluster_id = 0;  // ours; 0 = not formed yet (accepts any)
+  EntryVersionRange entry_versions;  // ours
   HandshakeKind kind = HandshakeKind::kHello;
   raft::NodeId peer = raft::kNoNode;  // kReply: the member dialed; kHello: kNoNode (any member)
-  std::span<const raft::NodeId> members;  // every member id, self included
+  // Who may connect: the member with this id (self included, learners
+  // included once there are any), or nullopt. The transport's owner decides
+  // (today the --peer list; with membership, the configuration from the log).
+  std::function<std::optional<Member>(raft::NodeId)> member;
 };
 
 // The policy check of a decoded handshake.
 HandshakeError check_handshake(const Handshake& got, const HandshakeExpect& expect);
 
 // One line naming what differs, for the warning a refusal logs:
-// "cluster hash 0x1234 != ours 0xabcd", "sender 7 is not a member", ...
+// "node 2 belongs to cluster 0x.., we are cluster 0x..", ...
 std::string describe_mismatch(HandshakeError e, const Handshake& got, const HandshakeExpect& expect);
+
+// "0x0123456789abcdef": how cluster ids are printed everywhere.
+std::string cluster_id_text(std::uint64_t id);
 
 }  // namespace lockd::cluster

@@ -49,8 +49,8 @@ class PeerInput {
   };
 
   // `expect.kind` picks the side: kHello for an accepted connection,
-  // kReply (with expect.peer) for a dialed one. `expect.members` must
-  // outlive this object.
+  // kReply (with expect.peer) for a dialed one. next() calls
+  // `expect.member`: what it refers to must outlive this object.
   explicit PeerInput(HandshakeExpect expect) : expect_(expect) {}
 
   // Appends received bytes. Call next() until kNeedMore before feeding

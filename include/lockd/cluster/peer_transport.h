@@ -27,16 +27,20 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <sys/socket.h>
 
+#include "lockd/cluster/lock_command.h"
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
@@ -58,9 +62,9 @@ struct PeerTransportLimits {
   TimeNs write_stall_timeout_ns = 5000 * kNsPerMs;
   std::size_t max_inbound_connections = 64;  // accepted sockets, handshaken or not
   std::size_t read_chunk_bytes = 64u << 10;  // bytes read per readable event
-  // One refusal warning per peer (and one for strangers) per interval; the
-  // rest go to debug, so a misconfigured node redialing does not flood the log.
-  TimeNs refusal_warn_interval_ns = 10'000 * kNsPerMs;
+  // One refusal warning per remote address per interval; the rest go to
+  // debug, so a misconfigured node redialing does not flood the log.
+  TimeNs refusal_warn_interval_ns = 60'000 * kNsPerMs;
 };
 
 // State of the link this node dialed to a peer (what it sends on).
@@ -96,14 +100,30 @@ struct PeerTransportStats {
   std::uint64_t inbound_refused = 0;     // closed at once: max_inbound_connections reached
   std::uint64_t handshake_rejected = 0;  // refused handshakes (all peers and strangers)
   std::uint64_t handshake_timeouts = 0;  // connections closed for never handshaking
+  // Refused handshakes (ours refused by a peer's reply, or a peer's we
+  // refused) by reason: lockd_peer_refused_total{reason=to_string(e)}.
+  std::array<std::uint64_t, kHandshakeErrorCount> refused_by_reason{};
   std::uint64_t decode_errors = 0;       // connections closed for bad input (all)
   std::uint64_t writes = 0;              // send() syscalls on all links
+};
+
+// What this node says about itself in every handshake it sends, beyond
+// its id and member addresses (peer_handshake.h).
+struct PeerLocal {
+  std::uint64_t cluster_id = 0;       // 0 until the group has formed
+  // The log entry encodings this binary applies.
+  EntryVersionRange entry_versions{kEntryVersionMin, kEntryVersionMax};
+  std::string admin_addr;             // "" when admin is off
+  DataState data_state = DataState::kEmpty;
 };
 
 class PeerTransport {
  public:
   using MessageFn = std::function<void(const raft::Message&)>;
   using RandomFn = std::function<std::uint64_t()>;
+  // A member's handshake passed (its hello on a connection it dialed, or
+  // its reply on ours): what it says about itself.
+  using HandshakeFn = std::function<void(const Handshake&)>;
 
   // `members` lists every member, `self` included (ids unique, nonzero:
   // the caller validated the config). `random` draws backoff jitter; by
@@ -131,8 +151,14 @@ class PeerTransport {
   // connections closed during this turn. Call once per loop turn.
   void flush();
 
+  // What the next handshakes say about us; set before listen() and
+  // whenever it changes (the cluster id once the group formed). Links
+  // already up keep what they said.
+  void set_local(PeerLocal local) { local_ = std::move(local); }
+  const PeerLocal& local() const { return local_; }
+  void set_on_handshake(HandshakeFn fn) { on_handshake_ = std::move(fn); }
+
   raft::NodeId self() const { return self_; }
-  std::uint64_t cluster_hash() const { return hash_; }
   // Stats of every peer (self excluded), in member order.
   std::vector<PeerStats> peer_stats() const;
   // Stats of one peer; nullptr for self or a non-member.
@@ -155,7 +181,11 @@ class PeerTransport {
   void on_inbound_readable(Socket& s);
   void close_inbound(Socket& s);
   void discard(std::unique_ptr<Socket> s);
-  void warn_rejected(Peer* p, std::string_view side, const std::string& what);
+  void warn_rejected(const std::string& address, Peer* p, std::string_view side,
+                     const std::string& what);
+  HandshakeExpect expect(HandshakeKind kind, raft::NodeId peer) const;
+  Handshake own_handshake(HandshakeKind kind, raft::NodeId receiver) const;
+  std::optional<Member> member(raft::NodeId id) const;
   TimeNs backoff_ns(Peer& p);
 
   static constexpr TimeNs kNeverNs = std::numeric_limits<TimeNs>::min();
@@ -164,9 +194,9 @@ class PeerTransport {
   event_base* base_;
   raft::NodeId self_;
   std::vector<Member> members_;
-  std::vector<raft::NodeId> member_ids_;
-  std::uint64_t hash_;
+  PeerLocal local_;
   MessageFn on_message_;
+  HandshakeFn on_handshake_;
   PeerTransportLimits limits_;
   RandomFn random_;
   net::Endpoint self_raft_;
@@ -177,7 +207,7 @@ class PeerTransport {
   std::vector<std::unique_ptr<Socket>> inbound_;
   std::vector<std::unique_ptr<Socket>> graveyard_;  // closed this turn; freed in flush()
   PeerTransportStats stats_;
-  TimeNs last_stranger_warn_ns_ = kNeverNs;
+  std::map<std::string, TimeNs> last_warn_ns_;  // remote address -> last refusal warning
   std::vector<char> read_buf_;  // one read's bytes; PeerInput copies what it keeps
 };
 

@@ -56,6 +56,9 @@ struct ReplicatedServiceOptions {
   // The wall clock in ns, read once per leadership for the token base
   // (injected so tests choose it).
   std::function<TimeNs()> wall_clock_ns;
+  // Does every member apply log entry encoding `v`? (ClusterNode: from the
+  // peer handshakes.) Unset: only this binary's range counts (tests).
+  std::function<bool(std::uint16_t v)> cluster_supports;
 };
 
 // Counters for logs and metrics; only grow.
@@ -95,6 +98,10 @@ class ReplicatedLockService final : public server::LockService {
   void on_time(TimeNs now_ns);
   // When on_time() next has work (leader only), on the local monotonic clock.
   std::optional<TimeNs> next_deadline(TimeNs now_ns) const;
+  // May the leader propose an entry of encoding version `v`: does this
+  // binary and every member (its last handshake) apply it? New entry kinds
+  // and encodings are proposed only when this says yes.
+  bool cluster_supports(std::uint16_t v) const;
   // Stops taking requests (graceful stop): new ones get `E no_leader`.
   void stop_accepting() { accepting_ = false; }
 
