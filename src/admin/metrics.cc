@@ -364,6 +364,10 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_lines_too_long_total", "counter",
            "Request lines over 1024 bytes (answered E line_too_long, then closed).",
            st.lines_too_long);
+  w.single("lockd_client_tls_failures_total", "counter",
+           "Client connections closed because the TLS handshake or a record failed "
+           "(plaintext on a TLS port, a certificate refused).",
+           st.tls_failures);
   w.single("lockd_uptime_seconds", "gauge",
            "Seconds since lockd started.",
            static_cast<double>(now_ns - node.started_ns) / 1e9);

@@ -58,6 +58,37 @@ std::optional<Peer> parse_peer(const std::string& text, std::string& error) {
   return p;
 }
 
+// The TLS and authentication flags that only make sense together.
+std::string validate_security(const SecurityConfig& s) {
+  const bool any_tls = s.client_tls || s.admin_tls;
+  if (any_tls && (s.tls_cert.empty() || s.tls_key.empty())) {
+    return "--client-tls and --admin-tls need --tls-cert and --tls-key";
+  }
+  if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together";
+  // Until `H`, the credentials file and ACLs land (issue 21, next commit).
+  if (s.auth == AuthMode::kToken || s.auth == AuthMode::kAny || !s.credentials_file.empty() ||
+      !s.acl_file.empty()) {
+    return "--auth token|any, --credentials and --acl are not available in this build yet";
+  }
+  switch (s.auth) {
+    case AuthMode::kNone:
+      if (!s.acl_file.empty()) return "--acl needs --auth cert, token or any";
+      break;
+    case AuthMode::kCert:
+      if (!s.client_tls || s.tls_ca.empty()) return "--auth cert needs --client-tls and --tls-ca";
+      break;
+    case AuthMode::kToken:
+      if (s.credentials_file.empty()) return "--auth token needs --credentials";
+      break;
+    case AuthMode::kAny:
+      if (s.credentials_file.empty() && (!s.client_tls || s.tls_ca.empty())) {
+        return "--auth any needs --credentials, or --client-tls and --tls-ca";
+      }
+      break;
+  }
+  return {};
+}
+
 // Checks the relations between values that CLI11 checked one by one.
 std::string validate(Config& c, const std::string& listen, const std::string& admin,
                      const std::vector<std::string>& peers) {
@@ -91,6 +122,7 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
   if (c.server.output.max_bytes < kMinOutputBytes) {
     return "--max-output-bytes must be at least " + std::to_string(kMinOutputBytes);
   }
+  if (std::string e = validate_security(c.security); !e.empty()) return e;
   std::set<std::uint64_t> ids;
   for (const auto& text : peers) {
     auto peer = parse_peer(text, err);
@@ -128,6 +160,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   std::uint64_t sweep_ms = 5000;
   std::uint64_t node_id = 0;
   std::vector<std::string> peers;
+  std::string auth = "none";
 
   app.add_option("--mode", mode, "single | cluster")
       ->check(CLI::IsMember({"single", "cluster"}));
@@ -157,6 +190,18 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--snapshot-entries", c.snapshot_entries,
                  "cluster: snapshot and compact the log every N applied entries");
 
+  SecurityConfig& sec = c.security;
+  app.add_option("--tls-cert", sec.tls_cert, "this node's TLS certificate chain (PEM)");
+  app.add_option("--tls-key", sec.tls_key, "the key of --tls-cert (PEM)");
+  app.add_option("--tls-ca", sec.tls_ca, "CA (PEM) that client and peer certificates chain to");
+  app.add_flag("--client-tls", sec.client_tls, "require TLS on the client port");
+  app.add_flag("--admin-tls", sec.admin_tls, "require TLS (HTTPS) on the admin port");
+  app.add_option("--auth", auth, "client authentication: none | cert | token | any")
+      ->check(CLI::IsMember({"none", "cert", "token", "any"}));
+  app.add_option("--credentials", sec.credentials_file,
+                 "TOML file of identities and hashed credentials (H, admin bearer tokens)");
+  app.add_option("--acl", sec.acl_file, "TOML file: identities -> verbs on key prefixes, admins");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForVersion&) {
@@ -174,6 +219,10 @@ ParseOutcome parse_config(int argc, char** argv) {
   }
   c.mode = mode == "cluster" ? Mode::kCluster : Mode::kSingle;
   c.log_format = log_format == "json" ? LogFormat::kJson : LogFormat::kText;
+  sec.auth = auth == "cert"    ? AuthMode::kCert
+             : auth == "token" ? AuthMode::kToken
+             : auth == "any"   ? AuthMode::kAny
+                               : AuthMode::kNone;
   if (sweep_ms > 1'000'000'000) return {std::nullopt, 2, "lockd: --sweep-interval-ms too large"};
   c.server.sweep_interval_ns = ms_to_ns(sweep_ms);
   if (node_opt->count() > 0) c.node_id = node_id;

@@ -12,6 +12,7 @@
 #include "lockd/daemon/fd_limit.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
+#include "lockd/tls/tls_context.h"
 #include "lockd/version/version.h"
 
 namespace lockd::daemon {
@@ -55,7 +56,7 @@ Daemon::~Daemon() {
   admin_.reset();
   server_.reset();
   cluster_.reset();
-  for (event* ev : {sigterm_, sigint_, drain_deadline_, handover_poll_}) {
+  for (event* ev : {sighup_, sigterm_, sigint_, drain_deadline_, handover_poll_}) {
     if (ev != nullptr) event_free(ev);
   }
   event_base_free(base_);
@@ -80,8 +81,12 @@ bool Daemon::start(std::string& error) {
   sigint_ = evsignal_new(base_, SIGINT, &Daemon::on_signal, this);
   event_add(sigterm_, nullptr);
   event_add(sigint_, nullptr);
+  sighup_ = evsignal_new(base_, SIGHUP, &Daemon::on_sighup, this);
+  event_add(sighup_, nullptr);
+  if (!start_security(error)) return false;
   if (config_.mode == Mode::kCluster) return start_cluster(error);
   server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
+  server_->require_tls(client_tls_.get());
   if (!server_->listen(config_.listen, error)) return false;
   if (config_.admin) {
     admin_ = std::make_unique<admin::AdminServer>(
@@ -119,6 +124,7 @@ bool Daemon::start_cluster(std::string& error) {
   sc.first_client_id = (*config_.node_id << 48) + 1;
   server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
   cluster_->set_before_sync([server = server_.get()] { server->flush_replies(); });
+  server_->require_tls(client_tls_.get());
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
@@ -198,6 +204,46 @@ bool Daemon::start_cluster(std::string& error) {
   if (!cluster_->listen(error)) return false;
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
   return true;
+}
+
+bool Daemon::start_security(std::string& error) {
+  const SecurityConfig& s = config_.security;
+  tls::TlsOptions o;
+  o.role = tls::TlsRole::kServer;
+  o.cert_file = s.tls_cert;
+  o.key_file = s.tls_key;
+  o.ca_file = s.tls_ca;
+  if (s.client_tls) {
+    tls::TlsOptions co = o;
+    co.peer = s.auth == AuthMode::kCert  ? tls::PeerCertPolicy::kRequired
+              : s.auth == AuthMode::kAny ? tls::PeerCertPolicy::kOptional
+                                         : tls::PeerCertPolicy::kNone;
+    client_tls_ = tls::TlsContext::create(co, error);
+    if (!client_tls_) return false;
+  }
+  if (s.admin_tls) {
+    tls::TlsOptions ao = o;
+    // A client certificate is one way to an admin identity; a bearer
+    // credential is the other, so a certificate is asked for, not required.
+    ao.peer = s.auth != AuthMode::kNone && !s.tls_ca.empty() ? tls::PeerCertPolicy::kOptional
+                                                             : tls::PeerCertPolicy::kNone;
+    admin_tls_ = tls::TlsContext::create(ao, error);
+    if (!admin_tls_) return false;
+  }
+  return true;
+}
+
+void Daemon::on_sighup(int, short, void* arg) { static_cast<Daemon*>(arg)->reload_security(); }
+
+void Daemon::reload_security() {
+  spdlog::info("SIGHUP: reloading TLS certificates, credentials and ACL");
+  for (auto* ctx : {client_tls_.get(), admin_tls_.get()}) {
+    if (ctx == nullptr) continue;
+    std::string error;
+    if (!ctx->reload(error)) {
+      spdlog::error("SIGHUP: keeping the old TLS files: {}", error);
+    }
+  }
 }
 
 void Daemon::on_signal(int sig, short, void* arg) { static_cast<Daemon*>(arg)->begin_shutdown(sig); }

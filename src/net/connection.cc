@@ -21,8 +21,8 @@ constexpr std::size_t kCompactBytes = 64 * 1024;
 }  // namespace
 
 Connection::Connection(event_base* base, int fd, std::uint64_t id, ConnectionHandler& handler,
-                       OutputLimits limits)
-    : fd_(fd), id_(id), handler_(handler), limits_(limits) {
+                       OutputLimits limits, std::unique_ptr<tls::TlsSession> tls)
+    : fd_(fd), id_(id), handler_(handler), limits_(limits), tls_(std::move(tls)) {
   read_ev_ = event_new(base, fd, EV_READ | EV_PERSIST, &Connection::on_read_event, this);
   write_ev_ = event_new(base, fd, EV_WRITE | EV_PERSIST, &Connection::on_write_event, this);
   LOCKD_CHECK(read_ev_ != nullptr && write_ev_ != nullptr);
@@ -58,7 +58,12 @@ void Connection::handle_readable() {
   char buf[kReadChunkBytes];
   const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
   if (n > 0) {
-    handler_.on_bytes(*this, std::string_view(buf, static_cast<std::size_t>(n)));
+    const std::string_view bytes(buf, static_cast<std::size_t>(n));
+    if (tls_) {
+      tls_input(bytes);
+    } else {
+      handler_.on_bytes(*this, bytes);
+    }
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -69,6 +74,36 @@ void Connection::handle_readable() {
     close_after_flush();
   } else {
     close();
+  }
+}
+
+bool Connection::tls_input(std::string_view cipher) {
+  const bool was_established = tls_->handshake_done();
+  plain_in_.clear();
+  const tls::TlsSession::Status st = tls_->on_input(cipher, plain_in_);
+  // Handshake messages, alerts, tickets: out with this turn's flush.
+  tls_->take_output(wire_);
+  if (wire_.size() > wire_off_) schedule_flush();
+  if (st == tls::TlsSession::Status::kError) {
+    // A plaintext client on a TLS port ends here: nothing it sent was
+    // decrypted, so nothing was processed. The alert, if any, goes out.
+    handler_.on_tls_failed(*this, tls_->error());
+    close_after_flush();
+    return false;
+  }
+  if (!was_established && tls_->handshake_done()) {
+    handler_.on_tls_established(*this);
+    if (closed_ || closing_) return false;
+  }
+  if (!plain_in_.empty()) handler_.on_bytes(*this, plain_in_);
+  if (st == tls::TlsSession::Status::kClosed) close_after_flush();
+  return !closed_;
+}
+
+void Connection::schedule_flush() {
+  if (!pending_ && !closed_) {
+    pending_ = true;
+    handler_.on_pending_write(*this);
   }
 }
 
@@ -88,14 +123,11 @@ bool Connection::reply_queued() {
   return true;
 }
 
-void Connection::flush() {
-  pending_ = false;
-  if (closed_) return;
-  while (out_off_ < out_.size()) {
-    const ssize_t n =
-        ::send(fd_, out_.data() + out_off_, out_.size() - out_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+bool Connection::send_from(std::string& buf, std::size_t& off) {
+  while (off < buf.size()) {
+    const ssize_t n = ::send(fd_, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
-      out_off_ += static_cast<std::size_t>(n);
+      off += static_cast<std::size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -104,17 +136,41 @@ void Connection::flush() {
         write_armed_ = true;
         event_add(write_ev_, nullptr);
       }
-      if (out_off_ >= kCompactBytes) {
-        out_.erase(0, out_off_);
-        out_off_ = 0;
+      if (off >= kCompactBytes) {
+        buf.erase(0, off);
+        off = 0;
       }
-      return;
+      return false;
     }
     close();  // the peer is gone
+    return false;
+  }
+  buf.clear();
+  off = 0;
+  return true;
+}
+
+void Connection::flush() {
+  pending_ = false;
+  if (closed_) return;
+  if (tls_) {
+    // Encrypt everything queued this turn into one run of records, then
+    // one send of the ciphertext.
+    if (out_off_ < out_.size()) {
+      const auto st = tls_->write(std::string_view(out_).substr(out_off_));
+      out_.clear();
+      out_off_ = 0;
+      if (st == tls::TlsSession::Status::kError) {
+        handler_.on_tls_failed(*this, tls_->error());
+        close();
+        return;
+      }
+    }
+    tls_->take_output(wire_);
+    if (!send_from(wire_, wire_off_)) return;
+  } else if (!send_from(out_, out_off_)) {
     return;
   }
-  out_.clear();
-  out_off_ = 0;
   if (write_armed_) {
     write_armed_ = false;
     event_del(write_ev_);

@@ -44,7 +44,9 @@ void LockServer::accept(int fd) {
   ++stats_.connections_accepted;
   const std::uint64_t id = next_conn_id_++;
   Client& c = clients_[id];
-  c.conn = std::make_unique<net::Connection>(base_, fd, id, *this, config_.output);
+  c.conn = std::make_unique<net::Connection>(
+      base_, fd, id, *this, config_.output,
+      tls_ != nullptr ? tls::TlsSession::accept(*tls_) : nullptr);
 }
 
 void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
@@ -185,6 +187,11 @@ void LockServer::on_closed(net::Connection& conn) {
   for (const locks::WaiterId w : it->second.waiting) table_.cancel_waiter(w);
   it->second.waiting.clear();
   closed_.push_back(conn.id());
+}
+
+void LockServer::on_tls_failed(net::Connection& conn, std::string_view error) {
+  ++stats_.tls_failures;
+  spdlog::debug("client connection {}: TLS: {}", conn.id(), error);
 }
 
 std::string* LockServer::reply_buffer(locks::ClientId client, ReplyKind kind) {

@@ -22,6 +22,26 @@ enum class LogFormat {
   kJson,  // one JSON object per line
 };
 
+// Who a client must be (protocol.md §11, `--auth`).
+enum class AuthMode {
+  kNone,   // nobody is asked; `H` answers `H anonymous`
+  kCert,   // the TLS client certificate's CN (a client without one fails the handshake)
+  kToken,  // `H <credential>` checked against --credentials
+  kAny,    // either: a verified client certificate, or `H`
+};
+
+// TLS and authentication (v1.2; docs/security.md).
+struct SecurityConfig {
+  std::string tls_cert;  // --tls-cert: this node's certificate chain (PEM)
+  std::string tls_key;   // --tls-key
+  std::string tls_ca;    // --tls-ca: the CA clients and peers chain to
+  bool client_tls = false;
+  bool admin_tls = false;
+  AuthMode auth = AuthMode::kNone;
+  std::string credentials_file;  // --credentials
+  std::string acl_file;          // --acl
+};
+
 // One cluster member as `--peer ID=CLIENT_HOST:PORT/RAFT_HOST:PORT` gives it.
 struct Peer {
   std::uint64_t id = 0;
@@ -34,6 +54,7 @@ struct Config {
   net::Endpoint listen{"127.0.0.1", 7070};
   std::optional<net::Endpoint> admin = net::Endpoint{"127.0.0.1", 7071};  // nullopt: off
   server::ServerConfig server;
+  SecurityConfig security;
   std::string log_level = "info";
   LogFormat log_format = LogFormat::kText;
   // Cluster mode.

@@ -28,6 +28,10 @@ namespace lockd::cluster {
 class ClusterNode;
 }
 
+namespace lockd::tls {
+class TlsContext;
+}
+
 namespace lockd::daemon {
 
 class Daemon {
@@ -44,6 +48,13 @@ class Daemon {
 
  private:
   static void on_signal(int sig, short, void* arg);
+  // Loads the TLS contexts (and, with --auth, the credentials and ACL)
+  // the flags ask for. False with `error` set: lockd exits 2.
+  bool start_security(std::string& error);
+  // SIGHUP: reloads certificates, keys, CAs, credentials and ACL. A file
+  // that does not load leaves the old one in force and is logged.
+  static void on_sighup(int, short, void* arg);
+  void reload_security();
   void begin_shutdown(int sig);
   // Stops the lock server and admin (after a leader's hand-over).
   void drain();
@@ -55,6 +66,9 @@ class Daemon {
   std::unique_ptr<cluster::ClusterNode> cluster_;  // cluster mode only; outlives server_
   std::unique_ptr<server::LockServer> server_;
   std::unique_ptr<admin::AdminServer> admin_;  // null with --admin off
+  std::unique_ptr<tls::TlsContext> client_tls_;  // --client-tls
+  std::unique_ptr<tls::TlsContext> admin_tls_;   // --admin-tls
+  event* sighup_ = nullptr;
   event* sigterm_ = nullptr;
   event* sigint_ = nullptr;
   event* drain_deadline_ = nullptr;  // gives up on slow readers at shutdown

@@ -1,5 +1,7 @@
 // Connection: one non-blocking TCP socket on the reactor, with an output
-// buffer that is written once per loop turn.
+// buffer that is written once per loop turn. Optionally TLS: a TlsSession
+// (tls/tls_session.h) sits between the socket and the buffers, so a turn
+// still makes one recv and one send per connection.
 //
 // Replies are appended to out() and the connection is marked pending; the
 // owner flushes every pending connection after the turn's callbacks
@@ -14,8 +16,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+#include "lockd/tls/tls_session.h"
 
 struct event;
 struct event_base;
@@ -37,6 +42,12 @@ class ConnectionHandler {
   // The connection is closed (peer, error or ours) and must be reaped
   // after this turn. Called once.
   virtual void on_closed(Connection& conn) = 0;
+  // TLS only: the handshake completed (before the first on_bytes()); the
+  // session's verified peer certificate is readable now.
+  virtual void on_tls_established(Connection& /*conn*/) {}
+  // TLS only: the handshake or a record failed (`error` says why); the
+  // connection closes after this with nothing more read.
+  virtual void on_tls_failed(Connection& /*conn*/, std::string_view /*error*/) {}
 };
 
 // Output-buffer bounds of a connection.
@@ -50,8 +61,10 @@ struct OutputLimits {
 
 class Connection {
  public:
+  // `tls` null: plaintext. Otherwise every byte goes through the session,
+  // and a handshake that fails closes the connection with nothing read.
   Connection(event_base* base, int fd, std::uint64_t id, ConnectionHandler& handler,
-             OutputLimits limits);
+             OutputLimits limits, std::unique_ptr<tls::TlsSession> tls = nullptr);
   ~Connection();  // frees its events and closes the socket
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -67,7 +80,9 @@ class Connection {
   // Writes what it can. Arms the write event if the socket is full.
   void flush();
   // Unsent output bytes.
-  std::size_t unsent_bytes() const { return out_.size() - out_off_; }
+  std::size_t unsent_bytes() const { return out_.size() - out_off_ + wire_.size() - wire_off_; }
+  // The TLS session, or null on a plaintext connection.
+  const tls::TlsSession* tls() const { return tls_.get(); }
 
   // Stops reading for good and closes once the output is flushed.
   void close_after_flush();
@@ -82,6 +97,11 @@ class Connection {
   static void on_write_event(int fd, short what, void* arg);
   void handle_readable();
   void set_reading(bool on);
+  // TLS: ciphertext in; plaintext to the handler. False when the connection closed.
+  bool tls_input(std::string_view cipher);
+  // Sends `buf` from `off`; false if the connection closed.
+  bool send_from(std::string& buf, std::size_t& off);
+  void schedule_flush();
 
   int fd_;
   std::uint64_t id_;
@@ -91,6 +111,10 @@ class Connection {
   event* write_ev_ = nullptr;
   std::string out_;
   std::size_t out_off_ = 0;  // bytes of out_ already written
+  std::unique_ptr<tls::TlsSession> tls_;  // null: plaintext
+  std::string wire_;          // TLS: ciphertext not yet sent
+  std::size_t wire_off_ = 0;  // bytes of wire_ already sent
+  std::string plain_in_;      // TLS: scratch for decrypted input
   bool pending_ = false;     // registered for this turn's flush
   bool reading_ = false;
   bool write_armed_ = false;

@@ -30,6 +30,7 @@
 #include "lockd/proto/parser.h"
 #include "lockd/server/lock_service.h"
 #include "lockd/server/server_stats.h"
+#include "lockd/tls/tls_context.h"
 
 struct event_base;
 
@@ -57,6 +58,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
 
   // Starts accepting clients on `ep`. Returns false with `error` set.
   bool listen(const net::Endpoint& ep, std::string& error);
+  // Requires TLS of every client accepted from now on (`ctx` not owned,
+  // outlives the server; its reloads apply to new connections only).
+  void require_tls(const tls::TlsContext* ctx) { tls_ = ctx; }
   net::Endpoint bound() const { return listener_.bound(); }
   // Pauses of the client listener for want of descriptors (net/listener.h).
   std::uint64_t accept_pauses() const { return listener_.accept_pauses(); }
@@ -84,6 +88,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   void on_bytes(net::Connection& conn, std::string_view bytes) override;
   void on_pending_write(net::Connection& conn) override;
   void on_closed(net::Connection& conn) override;
+  void on_tls_failed(net::Connection& conn, std::string_view error) override;
 
   // ClientReplies
   std::string* reply_buffer(locks::ClientId client, ReplyKind kind) override;
@@ -110,6 +115,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   event_base* base_;
   ServerConfig config_;
   LockService* service_;  // null in single mode
+  const tls::TlsContext* tls_ = nullptr;  // null: plaintext clients
   locks::LockTable table_;
   net::Listener listener_;
   net::Timer deadline_timer_;
