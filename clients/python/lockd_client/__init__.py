@@ -3,14 +3,17 @@
     from lockd_client import Client
     with Client("127.0.0.1:7070").lock("orders/42", lease_ms=10_000, wait_ms=5_000) as lock:
         use(lock.token)
+    with Client().read_lock("config") as reader: ...          # many readers at once
+    with Client().semaphore("workers", 8).acquire() as permit: ...  # at most 8 at once
 
 See docs/clients.md in the lockd tree for the rules it implements.
 """
 
-from .aio import AsyncClient, AsyncLock
-from .client import Client, Lock
+from .aio import AsyncClient, AsyncLock, AsyncSemaphore
+from .client import Client, Lock, Semaphore
 from .errors import (
     Indeterminate,
+    LimitMismatch,
     LockBusy,
     LockdError,
     LockLost,
@@ -28,9 +31,12 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient",
     "AsyncLock",
+    "AsyncSemaphore",
     "Client",
     "Lock",
+    "Semaphore",
     "Indeterminate",
+    "LimitMismatch",
     "LockBusy",
     "LockdError",
     "LockLost",

@@ -55,15 +55,19 @@ class Backoff:
         return self._rng.uniform(d / 2, d)
 
 
-def acquire_outcome(reply: Reply, wait_ms: int) -> int:
-    """The token of an ``A`` reply; raises for ``T`` and ``B``."""
-    if reply.kind == "A":
+def acquire_outcome(reply: Reply, wait_ms: int, verb: str = "A") -> int:
+    """The token of the grant (``A`` for an ``A``, ``S`` for an ``S``);
+    raises for ``T`` and ``B``."""
+    if reply.kind == verb:
         return reply.token
     if reply.kind == "T":
+        if verb == "S":
+            raise LockTimeout("held exclusively, full, or someone is queued first" if wait_ms == 0
+                              else "not granted before the wait ran out")
         raise LockTimeout("held by someone else" if wait_ms == 0 else "still held when the wait ran out")
     if reply.kind == "B":
         raise LockBusy("the key's wait queue or a server cap is full")
-    raise ProtocolError(f"unexpected reply {reply.kind} to an acquire")
+    raise ProtocolError(f"unexpected reply {reply.kind} to {verb}")
 
 
 def token_outcome(reply: Reply, verb: str) -> None:

@@ -3,12 +3,17 @@
     client = Client("127.0.0.1:7070")
     with client.lock("orders/42", lease_ms=10_000, wait_ms=5_000) as lock:
         store.write(data, fencing_token=lock.token)   # kept alive meanwhile
+    with client.read_lock("config") as reader:        # many readers at once
+        load(path, fencing_token=reader.token)
+    with client.semaphore("workers", 8).acquire(wait_ms=60_000) as permit:
+        work()                                        # at most 8 at once
 
 A :class:`Client` is safe to share between threads; their requests are
 pipelined on one connection and a reader thread pairs each reply with its
 request by the echoed fields. It follows ``M`` redirects, retries
 ``E no_leader`` with jittered backoff, and raises :class:`Indeterminate`
-when a request may or may not have taken effect.
+when a request may or may not have taken effect. Those decisions are the
+sans-I/O core's (:mod:`._core`), shared with the asyncio client.
 """
 
 from __future__ import annotations
@@ -18,31 +23,20 @@ import random
 import socket
 import threading
 import time
-from typing import Callable, Dict, Optional, Set, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from ._common import (
     DEFAULT_ADDRESS,
     DEFAULT_LOCK_LEASE_MS,
-    KEEP_RETRY_PAUSE_S,
     Addresses,
-    Backoff,
     acquire_outcome,
     default_owner,
     parse_addresses,
     token_outcome,
 )
-from .errors import (
-    Indeterminate,
-    LockdError,
-    LockLost,
-    LockTimeout,
-    NoLeader,
-    NotHeld,
-    ProtocolError,
-    Rejected,
-    Unreachable,
-)
-from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
+from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Wire, address_name, permits
+from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
+from .protocol import Reply, Request
 
 _READ_CHUNK = 64 * 1024
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -53,23 +47,22 @@ class _NotSent(Exception):
 
 
 class _Connection:
-    """One TCP connection to one node: pipelined requests, a reader thread."""
+    """One TCP connection to one node: pipelined requests, a reader thread.
+    Matching and undo decisions are the shared :class:`~._core.Wire`'s."""
 
     def __init__(self, address: Tuple[str, int], connect_timeout_s: float) -> None:
         self.address = address
-        self.name = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+        self.name = address_name(address)
         try:
             self._sock = socket.create_connection(address, timeout=connect_timeout_s)
         except OSError as e:
             raise Unreachable(f"cannot connect to {self.name}: {e}") from None
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._write_lock = threading.Lock()  # held across Matcher.add + send: wire order
-        self._cond = threading.Condition()
-        self._matcher = Matcher()
+        self._write_lock = threading.Lock()  # held across Wire.add + send: wire order
+        self._cond = threading.Condition()  # guards _wire, _futures, broken
+        self._wire = Wire(self.name)
         self._futures: Dict[int, concurrent.futures.Future] = {}
-        self._abandoned: Set[int] = set()
-        self._next_id = 1
         self.broken: Optional[str] = None
         self._reader = threading.Thread(target=self._read_loop, name=f"lockd-reader-{self.name}", daemon=True)
         self._reader.start()
@@ -86,10 +79,9 @@ class _Connection:
         """Sends ``request``. A second acquire of one owner and key waits
         (until ``queue_deadline``) for the first to be answered: their
         replies could not be told apart."""
-        line = request.line()
         with self._write_lock:
             with self._cond:
-                while self._matcher.busy(request) and self.broken is None:
+                while self._wire.busy(request) and self.broken is None:
                     left = queue_deadline - time.monotonic()
                     if left <= 0:
                         raise LockTimeout("an acquire by this owner for this key was still in flight")
@@ -98,10 +90,8 @@ class _Connection:
                     self._fail(f"connection closed by {self.name}")
                 if self.broken is not None:
                     raise _NotSent(self.broken)
-                rid = self._next_id
-                self._next_id += 1
+                rid, line = self._wire.add(request)
                 future: concurrent.futures.Future = concurrent.futures.Future()
-                self._matcher.add(rid, request)
                 self._futures[rid] = future
             try:
                 self._sock.sendall(line)
@@ -130,111 +120,94 @@ class _Connection:
             with self._cond:
                 if future.done():
                     return future.result()
-                self._abandoned.add(rid)
+                self._wire.abandon(rid)
             raise Indeterminate(f"no reply from {self.name} in time (the request may have taken effect)") from None
 
     def _fail(self, why: str) -> None:
         with self._cond:
             if self.broken is None:
                 self.broken = why
-            for rid in self._matcher.drain():
+            for rid, _ in self._wire.drain():
                 f = self._futures.pop(rid, None)
                 if f is not None and not f.done():
                     f.set_exception(Indeterminate(f"connection lost before the reply (the request may have taken effect): {why}"))
-            self._abandoned.clear()
             self._cond.notify_all()
 
-    def _dispatch(self, text: str) -> None:
-        reply = parse_reply(text)
+    def _receive(self, data: bytes) -> Optional[str]:
+        """Delivers the replies ``data`` completes; why the connection broke, if it did."""
+        undo = []
         with self._cond:
-            rid = self._matcher.match(reply) if reply else None
-            if rid is None:
-                undo = None
-            else:
-                future = self._futures.pop(rid)
-                undo = reply if rid in self._abandoned and reply.kind == "A" else None
-                self._abandoned.discard(rid)
-                future.set_result(reply)
+            deliveries, broken = self._wire.receive(data)
+            for d in deliveries:
+                future = self._futures.pop(d.rid)
+                future.set_result(d.reply)
+                if d.undo is not None:
+                    undo.append(d.undo)
             self._cond.notify_all()
-        if rid is None:
-            # Nothing we sent drew this line: no reply on this connection can be trusted.
-            self._fail(f"unexpected reply from {self.name}: {text!r}")
-            self._sock.shutdown(socket.SHUT_RDWR)
-        elif undo is not None:
+        for request in undo:
             # A grant nobody waits for any more: release it (off this thread,
             # which must keep reading while the release is written).
-            threading.Thread(target=self._undo, args=(undo,), daemon=True).start()
+            threading.Thread(target=self._undo, args=(request,), daemon=True).start()
+        return broken
 
-    def _undo(self, reply: Reply) -> None:
+    def _undo(self, request: Request) -> None:
         try:
-            rid, _ = self.submit(Request("R", reply.key, token=reply.token), time.monotonic())
+            rid, _ = self.submit(request, time.monotonic())
             with self._cond:
-                self._abandoned.add(rid)
+                self._wire.abandon(rid)
         except (LockdError, _NotSent):
             pass
 
     def _read_loop(self) -> None:
-        buf = b""
         why = f"connection closed by {self.name}"
         try:
             while True:
                 chunk = self._sock.recv(_READ_CHUNK)
                 if not chunk:
                     break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for raw in lines:
-                    self._dispatch(raw.decode("ascii", "replace"))
-                if len(buf) > MAX_REPLY_LINE_BYTES:
-                    why = f"reply line from {self.name} too long"
+                broken = self._receive(chunk)
+                if broken is not None:
+                    # Nothing we sent drew that line: no reply on this connection can be trusted.
+                    why = broken
                     break
         except OSError as e:
             why = f"reading from {self.name} failed: {e}"
         self._fail(why)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
-class Lock:
-    """A held lock. ``token`` is the fencing token to hand to every resource
-    the lock protects. Use as a context manager to release on exit.
+class Lock(HeldBase):
+    """A held lock — exclusive (``acquire``/``lock``) or shared
+    (``read_lock``, a ``semaphore`` permit; then ``shared`` is set).
+    ``token`` is the fencing token to hand to every resource the lock
+    protects. Use as a context manager to release on exit.
 
-    With a keeper (``Client.lock(keep=True)``), the lease is extended every
-    third of its length; ``lost`` is set (and ``on_lost`` called, on the
-    keeper's thread) if that fails for good: the server answered ``N``, or no
+    With a keeper (``keep=True``), the lease is extended every third of its
+    length; ``lost`` is set (and ``on_lost`` called, on the keeper's
+    thread) if that fails for good: the server answered ``N``, or no
     extension was confirmed before the lease's safe end. Check ``lost`` (or
     call :meth:`check`) before each step that relies on the lock.
     """
 
-    def __init__(self, client: "Client", token: int, key: str, owner: str, lease_ms: int, sent_at: float) -> None:
-        self.client = client
-        self.token = token
-        self.key = key
-        self.owner = owner
-        self.lease_ms = lease_ms
-        #: monotonic time the acquire was sent: the lease started no earlier.
-        self.sent_at = sent_at
+    def __init__(self, client: "Client", token: int, key: str, owner: str, lease_ms: int, sent_at: float,
+                 shared: bool = False, limit: int = 0) -> None:
+        super().__init__(client, token, key, owner, lease_ms, sent_at, shared, limit)
         self.lost = threading.Event()
-        self.lost_reason: Optional[LockdError] = None
-        self.kept_count = 0
-        self.released = False
         self._stop = threading.Event()
         self._keeper: Optional[threading.Thread] = None
         self._on_lost: Optional[Callable[["Lock"], None]] = None
-
-    def __repr__(self) -> str:
-        return f"Lock(key={self.key!r}, token={self.token}, owner={self.owner!r})"
-
-    def check(self) -> None:
-        """Raises :class:`LockLost` if the keeper found the lock lost."""
-        if self.lost.is_set():
-            raise LockLost(f"lost the lock on {self.key}: {self.lost_reason}") from self.lost_reason
 
     def keep(self, lease_ms: Optional[int] = None) -> None:
         """Extends the lease now (``K``); raises NotHeld once it has ended."""
         self.client.keep(self.token, self.key, lease_ms or self.lease_ms)
 
     def release(self) -> None:
-        """Stops the keeper and releases (``R``). A second call does nothing.
-        Raises NotHeld if the lease had already ended."""
+        """Stops the keeper and releases (``R``; for a shared hold, this
+        holder only). A second call does nothing. Raises NotHeld if the
+        lease had already ended."""
         if self.released:
             return
         self.released = True
@@ -245,16 +218,12 @@ class Lock:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        error: Optional[LockdError] = None
         try:
             self.release()
-        except NotHeld as e:
-            if exc_type is None:
-                # The block finished, but the lock had ended before it did.
-                raise LockLost(f"the lock on {self.key} ended before the block finished: {e}") from e
-        except LockdError:
-            pass  # unreachable or unknown: the lease ends the lock by itself
-        if exc_type is None and self.lost.is_set():
-            self.check()
+        except LockdError as e:
+            error = e  # unreachable or unknown: the lease ends the lock by itself
+        self._exit_outcome(exc_type, error)
 
     # --- keeper -------------------------------------------------------------
 
@@ -275,28 +244,51 @@ class Lock:
             self._on_lost(self)
 
     def _keep_loop(self) -> None:
-        lease_s = self.lease_ms / 1000
-        interval = max(lease_s / 3, 0.001)
-        safe_end = self.sent_at + lease_s
-        next_at = self.sent_at + interval
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            sent = time.monotonic()
-            if sent >= safe_end:
-                self._declare_lost(NotHeld("the lease ended before an extension was confirmed"))
-                return
-            try:
-                reply = self.client.call(Request("K", self.key, token=self.token, lease_ms=self.lease_ms),
-                                         deadline=safe_end)
-                token_outcome(reply, "K")
-            except (NotHeld, Rejected, ProtocolError, ValueError) as e:
-                self._declare_lost(e if isinstance(e, LockdError) else Rejected("invalid", str(e)))
-                return
-            except LockdError:
-                next_at = min(time.monotonic() + min(KEEP_RETRY_PAUSE_S, interval), safe_end)
-                continue
-            self.kept_count += 1
-            safe_end = sent + lease_s
-            next_at = sent + interval
+        plan = KeepPlan(self.lease_ms, self.sent_at)
+        while not self._stop.wait(plan.wait_s(time.monotonic())):
+            lost = plan.sending(time.monotonic())
+            if lost is None:
+                try:
+                    reply = self.client.call(Request("K", self.key, token=self.token, lease_ms=self.lease_ms),
+                                             deadline=plan.safe_end)
+                    token_outcome(reply, "K")
+                except (LockdError, ValueError) as e:
+                    lost = plan.failed(e, time.monotonic())
+                    if lost is None:
+                        continue
+                else:
+                    self.kept_count += 1
+                    plan.kept()
+                    continue
+            self._declare_lost(lost)
+            return
+
+
+class Semaphore:
+    """``limit`` permits on one key, counted by the server (``S owner key
+    limit``). From :meth:`Client.semaphore`::
+
+        pool = client.semaphore("workers/encode", 8)
+        with pool.acquire(wait_ms=60_000) as permit:   # at most 8 at once
+            encode(job, fencing_token=permit.token)
+
+    Waiters are served in arrival order (one FIFO queue per key). Every
+    user of one key must pass the same limit (else :class:`LimitMismatch`).
+    """
+
+    def __init__(self, client: "Client", key: str, limit: int) -> None:
+        self.client = client
+        self.key = key
+        self.limit = permits(limit)
+
+    def acquire(self, *, owner: Optional[str] = None, lease_ms: int = DEFAULT_LOCK_LEASE_MS, wait_ms: int = 0,
+                keep: bool = True, on_lost: Optional[Callable[[Lock], None]] = None) -> Lock:
+        """Takes one permit (kept alive by a keeper thread); use it in a
+        ``with`` block. Raises :class:`LockTimeout` when none came free in time."""
+        return self.client._hold("S", self.key, owner, lease_ms, wait_ms, keep, on_lost, self.limit)
+
+    def __repr__(self) -> str:
+        return f"Semaphore(key={self.key!r}, limit={self.limit})"
 
 
 class Client:
@@ -322,7 +314,7 @@ class Client:
         backoff_max_s: float = 1.0,
         rng: Optional[random.Random] = None,
     ) -> None:
-        self._addresses = parse_addresses(addresses)
+        self._nodes = Nodes(parse_addresses(addresses))
         self.owner = owner or default_owner()
         self.connect_timeout_s = connect_timeout_s
         self.reply_timeout_s = reply_timeout_s
@@ -331,8 +323,7 @@ class Client:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
-        self._current = 0
+        self._lock = threading.Lock()  # guards _conn and _closed
         self._conn: Optional[_Connection] = None
         self._closed = False
 
@@ -353,106 +344,59 @@ class Client:
         with self._lock:
             if self._closed:
                 raise Unreachable("the client is closed")
-            address = self._addresses[target]
+            address = self._nodes.address(target)
             conn = self._conn
             if conn is not None and conn.broken is None and conn.address == address:
                 return conn
             new = _Connection(address, self.connect_timeout_s)
-            self._conn, self._current = new, target
+            self._conn = new
+            self._nodes.connected(target)
         if conn is not None:
             threading.Thread(target=conn.close, daemon=True).start()
         return new
 
-    def _index_of(self, address: Tuple[str, int]) -> int:
-        with self._lock:
-            if address not in self._addresses:
-                self._addresses.append(address)
-            return self._addresses.index(address)
-
     def call(self, request: Request, deadline: Optional[float] = None) -> Reply:
         """Sends any request, following redirects and retrying ``no_leader``.
-        Returns the reply (``A``/``T``/``B``/``R``/``N``/``K``). ``deadline``
-        (monotonic) cuts the retry budget and the reply timeout short: the
-        keeper passes its lease's safe end."""
-        why = request.validate()
-        if why:
-            raise ValueError(why)
-        deadline = deadline if deadline is not None else float("inf")
-        budget_end = min(time.monotonic() + self.no_leader_budget_s, deadline)
-        backoff = Backoff(self.backoff_initial_s, self.backoff_max_s, self._rng)
-        with self._lock:
-            target = self._current
-        redirects = 0
-        redirected = False  # ``target`` is the leader named by the last M
-        failures = 0
-        stale = 0
+        Returns the reply (``A``/``S``/``T``/``B``/``R``/``N``/``K``).
+        ``deadline`` (monotonic) cuts the retry budget and the reply timeout
+        short: the keeper passes its lease's safe end. The decisions are
+        :class:`~._core.CallPlan`'s; this does the I/O."""
+        plan = CallPlan(self._nodes, request, self, deadline, time.monotonic())
         while True:
             try:
-                conn = self._connection_to(target)
-                rid, future = conn.submit(request, time.monotonic() + request.wait_ms / 1000)
+                conn = self._connection_to(plan.target)
+                rid, future = conn.submit(request, plan.queue_deadline(time.monotonic()))
             except Unreachable as e:
-                if redirected:
-                    # The leader an M named is down (killed a moment ago: its
-                    # followers name it until their election timeout). That is
-                    # no leader for now: back off within the budget, like
-                    # ``E no_leader``, and ask another node.
-                    redirected = False
-                    pause = backoff.pause()
-                    if time.monotonic() + pause >= budget_end:
-                        raise NoLeader(f"the leader named by M cannot be reached ({e})") from None
-                    time.sleep(pause)
-                    target = (target + 1) % len(self._addresses)
-                    redirects = 0
-                    continue
-                # Not sent: safe to try the next node, once around the list.
-                failures += 1
-                if failures >= len(self._addresses):
-                    raise
-                target = (target + 1) % len(self._addresses)
+                time.sleep(plan.unreachable(e, time.monotonic()))
                 continue
             except _NotSent as e:
-                # The connection had broken (a restarted server): not sent, reconnect.
-                stale += 1
-                if stale > 3:
-                    raise Unreachable(str(e)) from None
+                plan.not_sent(str(e))
                 continue
-            reply_by = min(time.monotonic() + request.wait_ms / 1000 + self.reply_timeout_s, deadline)
             try:
-                reply = conn.wait(rid, future, reply_by)
+                reply = conn.wait(rid, future, plan.reply_by(time.monotonic()))
             except Indeterminate:
-                # No reply (a paused, partitioned or dead node): not resent (it
-                # may have taken effect), but the next request goes to the next
-                # node rather than to the same silent one.
-                with self._lock:
-                    if self._current == target:
-                        self._current = (target + 1) % len(self._addresses)
+                plan.silent()
                 raise
-            failures = 0
-            redirected = False
-            if reply.kind == "M":
-                leader = parse_address(reply.leader)
-                if leader is None:
-                    raise ProtocolError(f"M names a bad leader address: {reply.leader}")
-                redirects += 1
-                if redirects > self.max_redirects:
-                    raise NoLeader(f"more than {self.max_redirects} redirects (last to {reply.leader})")
-                target = self._index_of(leader)
-                redirected = True
-                continue
-            if reply.kind == "E":
-                if reply.error_code == "no_leader":
-                    pause = backoff.pause()
-                    if time.monotonic() + pause >= budget_end:
-                        raise NoLeader(f"no leader known (retried for {self.no_leader_budget_s} s)")
-                    time.sleep(pause)
-                    target = (target + 1) % len(self._addresses)  # another node may know one
-                    redirects = 0
-                    continue
-                if reply.error_code == "indeterminate":
-                    raise Indeterminate(
-                        "the leader lost leadership before the request committed; it may or may not have taken effect")
-                raise Rejected(reply.error_code)
-            return reply
+            pause = plan.reply(reply, time.monotonic())
+            if pause is None:
+                return reply
+            time.sleep(pause)
+
+    def _grant(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int, limit: int = 0) -> Lock:
+        owner = owner or self.owner
+        sent_at = time.monotonic()
+        reply = self.call(Request(verb, key, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms, limit=limit))
+        return Lock(self, acquire_outcome(reply, wait_ms, verb), key, owner, lease_ms, sent_at,
+                    shared=verb == "S", limit=limit)
+
+    def _hold(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int, keep: bool,
+              on_lost: Optional[Callable[[Lock], None]], limit: int = 0) -> Lock:
+        if lease_ms <= 0:
+            raise ValueError("a held lock needs lease_ms >= 1")
+        lock = self._grant(verb, key, owner, lease_ms, wait_ms, limit)
+        if keep:
+            lock._start_keeper(on_lost)
+        return lock
 
     def acquire(self, key: str, *, owner: Optional[str] = None, lease_ms: int = 0, wait_ms: int = 0) -> Lock:
         """``A``: returns the held :class:`Lock` (without a keeper).
@@ -461,21 +405,34 @@ class Client:
         :class:`LockTimeout` (a ``TimeoutError``) for ``T``,
         :class:`LockBusy` for ``B``, and the transport errors of :meth:`call`.
         """
-        owner = owner or self.owner
-        sent_at = time.monotonic()
-        reply = self.call(Request("A", key, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms))
-        return Lock(self, acquire_outcome(reply, wait_ms), key, owner, lease_ms, sent_at)
+        return self._grant("A", key, owner, lease_ms, wait_ms)
+
+    def acquire_shared(self, key: str, limit: int = 0, *, owner: Optional[str] = None, lease_ms: int = 0,
+                       wait_ms: int = 0) -> Lock:
+        """``S`` (v1.2): a shared hold without a keeper. ``limit`` 0 is a
+        reader of a reader-writer lock, N one of N permits. Raises as
+        :meth:`acquire`, and :class:`LimitMismatch` when the key's holders
+        and waiters carry another limit."""
+        return self._grant("S", key, owner, lease_ms, wait_ms, limit)
 
     def lock(self, key: str, *, owner: Optional[str] = None, lease_ms: int = DEFAULT_LOCK_LEASE_MS,
              wait_ms: int = 0, keep: bool = True, on_lost: Optional[Callable[[Lock], None]] = None) -> Lock:
-        """Acquires ``key`` and, with ``keep``, keeps its lease alive in a
-        background thread until released. Use it in a ``with`` block."""
-        if lease_ms <= 0:
-            raise ValueError("lock() needs lease_ms >= 1")
-        lock = self.acquire(key, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms)
-        if keep:
-            lock._start_keeper(on_lost)
-        return lock
+        """Acquires ``key`` exclusively (the write side, if others read it
+        with :meth:`read_lock`) and, with ``keep``, keeps its lease alive in
+        a background thread until released. Use it in a ``with`` block."""
+        return self._hold("A", key, owner, lease_ms, wait_ms, keep, on_lost)
+
+    def read_lock(self, key: str, *, owner: Optional[str] = None, lease_ms: int = DEFAULT_LOCK_LEASE_MS,
+                  wait_ms: int = 0, keep: bool = True, on_lost: Optional[Callable[[Lock], None]] = None) -> Lock:
+        """The read side of a reader-writer lock on ``key`` (``S key 0``):
+        any number of readers hold it at once; :meth:`lock` (a writer)
+        waits for all of them, and readers that come after a queued writer
+        wait behind it. Kept alive and released like :meth:`lock`."""
+        return self._hold("S", key, owner, lease_ms, wait_ms, keep, on_lost, 0)
+
+    def semaphore(self, key: str, limit: int) -> Semaphore:
+        """A :class:`Semaphore` of ``limit`` (1..65535) permits on ``key``."""
+        return Semaphore(self, key, limit)
 
     def release(self, token: int, key: str) -> None:
         """``R``: raises :class:`NotHeld` if the token does not hold the key."""

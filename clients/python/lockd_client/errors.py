@@ -57,5 +57,14 @@ class Rejected(LockdError, ValueError):
         self.code = code
 
 
+class LimitMismatch(Rejected):
+    """``E limit_mismatch`` (v1.2): a shared acquire's limit differs from the
+    one the key's shared holders and waiters carry. Every user of one
+    semaphore must pass the same limit."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__("limit_mismatch", message or "the key is shared with another limit")
+
+
 class ProtocolError(LockdError):
     """The server sent a line this client does not understand."""

@@ -15,6 +15,11 @@ MAX_KEY_BYTES = 250
 #: Longest reply line accepted; longer is a protocol error, not more buffering.
 MAX_REPLY_LINE_BYTES = 1024
 MAX_TOKEN = 2**64 - 1
+#: Largest ``limit`` of a shared acquire (0: no cap, a read lock).
+MAX_LIMIT = 65535
+#: The verbs that ask for a grant: they carry an owner, may wait, and are
+#: answered by ``A``/``S``/``T``/``B`` echoing ``owner key``.
+ACQUIRE_VERBS = ("A", "S")
 
 
 def _visible(text: str, max_bytes: int) -> bool:
@@ -23,10 +28,12 @@ def _visible(text: str, max_bytes: int) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One request. ``verb`` is ``"A"``, ``"R"`` or ``"K"``.
+    """One request. ``verb`` is ``"A"``, ``"S"``, ``"R"`` or ``"K"``.
 
-    For ``A``, ``lease_ms`` 0 means the server's default (``wait_ms`` must
-    then be 0); ``K`` needs ``lease_ms`` >= 1.
+    For ``A`` and ``S``, ``lease_ms`` 0 means the server's default
+    (``wait_ms`` must then be 0); ``K`` needs ``lease_ms`` >= 1. ``limit``
+    is the shared acquire's cap (v1.2): 0 for a read lock, N for a
+    semaphore of N permits.
     """
 
     verb: str
@@ -35,29 +42,38 @@ class Request:
     token: int = 0
     lease_ms: int = 0
     wait_ms: int = 0
+    limit: int = 0
+
+    @property
+    def is_acquire(self) -> bool:
+        return self.verb in ACQUIRE_VERBS
 
     def validate(self) -> Optional[str]:
         """Why the protocol would refuse this request, or None if it is valid."""
-        if self.verb not in ("A", "R", "K"):
-            return "verb must be A, R or K"
-        if self.verb == "A" and not _visible(self.owner, MAX_OWNER_BYTES):
+        if self.verb not in ("A", "S", "R", "K"):
+            return "verb must be A, S, R or K"
+        if self.is_acquire and not _visible(self.owner, MAX_OWNER_BYTES):
             return "owner must be 1..64 visible ASCII characters without spaces"
-        if self.verb != "A" and not 1 <= self.token <= MAX_TOKEN:
+        if not self.is_acquire and not 1 <= self.token <= MAX_TOKEN:
             return "token must be in 1..2^64-1"
         if not _visible(self.key, MAX_KEY_BYTES):
             return "key must be 1..250 visible ASCII characters without spaces"
+        if self.verb == "S" and not 0 <= self.limit <= MAX_LIMIT:
+            return "limit must be 0..65535 (0: no cap)"
         if self.lease_ms < 0 or self.wait_ms < 0:
             return "lease_ms and wait_ms must not be negative"
         if self.verb == "K" and self.lease_ms == 0:
             return "keep needs lease_ms >= 1"
-        if self.verb == "A" and self.lease_ms == 0 and self.wait_ms != 0:
+        if self.is_acquire and self.lease_ms == 0 and self.wait_ms != 0:
             return "a wait needs an explicit lease_ms (the protocol puts lease before wait)"
         return None
 
     def line(self) -> bytes:
         """The request line, ending in ``\\n``."""
-        if self.verb == "A":
-            parts = ["A", self.owner, self.key]
+        if self.is_acquire:
+            parts = [self.verb, self.owner, self.key]
+            if self.verb == "S":
+                parts.append(str(self.limit))
             if self.lease_ms:
                 parts.append(str(self.lease_ms))
                 if self.wait_ms:
@@ -69,8 +85,9 @@ class Request:
         return (" ".join(parts) + "\n").encode("ascii")
 
     def echo(self) -> str:
-        """The echo its replies carry, tagged by kind (``A owner key`` / ``T token key``)."""
-        if self.verb == "A":
+        """The echo its replies carry, tagged by kind (``A owner key`` / ``T token key``).
+        ``A`` and ``S`` share one: their ``T``/``B`` replies look the same."""
+        if self.is_acquire:
             return f"A {self.owner} {self.key}"
         return f"T {self.token} {self.key}"
 
@@ -91,6 +108,11 @@ class Reply:
     leader: str = ""
     error_code: str = ""
 
+    @property
+    def is_grant(self) -> bool:
+        """``A`` or ``S``: the server granted the key (and a token)."""
+        return self.kind in ("A", "S")
+
 
 def _token(text: str) -> Optional[int]:
     if not text.isdigit() or not text.isascii():
@@ -105,9 +127,9 @@ def parse_reply(line: str) -> Optional[Reply]:
     if not f or len(f[0]) != 1:
         return None
     kind = f[0]
-    if kind == "A" and len(f) == 4:
+    if kind in ("A", "S") and len(f) == 4:
         token = _token(f[1])
-        return Reply("A", token=token, owner=f[2], key=f[3]) if token else None
+        return Reply(kind, token=token, owner=f[2], key=f[3]) if token else None
     if kind in ("T", "B") and len(f) == 3:
         return Reply(kind, owner=f[1], key=f[2])
     if kind in ("R", "N", "K") and len(f) == 3:
@@ -138,8 +160,8 @@ def parse_address(text: str) -> Optional[tuple]:
 class Matcher:
     """Pairs replies with the pipelined requests they answer.
 
-    Rules (docs/clients.md): ``A``/``T``/``B`` answer the acquire with that
-    owner and key, and only one such acquire may be in flight per
+    Rules (docs/clients.md): ``A``/``S``/``T``/``B`` answer the acquire
+    (``A`` or ``S``) with that owner and key, and only one such acquire may be in flight per
     connection (callers queue a second one until the first is answered);
     ``R``/``K``/``N`` answer the oldest release or keep with that token and
     key; ``M``/``E`` with an echo try the acquire reading, then the token
@@ -156,7 +178,7 @@ class Matcher:
 
     def busy(self, request: Request) -> bool:
         """True if an acquire with this owner and key is already in flight."""
-        return request.verb == "A" and request.echo() in self._by_echo
+        return request.is_acquire and request.echo() in self._by_echo
 
     def add(self, rid: int, request: Request) -> None:
         assert not self.busy(request), "caller must queue a duplicate acquire"
@@ -184,7 +206,7 @@ class Matcher:
     def match(self, reply: Reply) -> Optional[int]:
         """The id of the request ``reply`` answers, removed; None if none matches."""
         rid: Optional[int] = None
-        if reply.kind in ("A", "T", "B"):
+        if reply.kind in ("A", "S", "T", "B"):
             rid = self._find(f"A {reply.owner} {reply.key}")
         elif reply.kind in ("R", "K", "N"):
             rid = self._find(f"T {reply.token} {reply.key}", None if reply.kind == "N" else reply.kind)
@@ -195,13 +217,15 @@ class Matcher:
         else:  # E without echo
             def could_draw(r: Request) -> bool:
                 if reply.error_code == "bad_wait":
-                    return r.verb == "A" and r.wait_ms > 0
+                    return r.is_acquire and r.wait_ms > 0
                 if reply.error_code == "bad_lease":
-                    return r.verb == "K" or (r.verb == "A" and r.lease_ms > 0)
+                    return r.verb == "K" or (r.is_acquire and r.lease_ms > 0)
+                if reply.error_code == "bad_limit":
+                    return r.verb == "S"
                 return True
 
             candidates = [i for i, r in self._order.items() if could_draw(r)]
-            settled = [i for i in candidates if not (self._order[i].verb == "A" and self._order[i].wait_ms > 0)]
+            settled = [i for i in candidates if not (self._order[i].is_acquire and self._order[i].wait_ms > 0)]
             rid = (settled or candidates or [None])[0]
         return None if rid is None else self._take(rid)
 

@@ -53,10 +53,10 @@ class AsyncWithLockd(unittest.IsolatedAsyncioTestCase):
 
         task = asyncio.create_task(waiter())
         for _ in range(1000):  # until bob's acquire is on the wire, waiting (10 s at most)
-            if len(self.client._conn._matcher) == 1:
+            if len(self.client._conn._wire) == 1:
                 break
             await asyncio.sleep(0.01)
-        self.assertEqual(len(self.client._conn._matcher), 1)
+        self.assertEqual(len(self.client._conn._wire), 1)
         other = await self.client.acquire("other", owner="carol", lease_ms=10_000)
         order.append("other")
         await holder.release()

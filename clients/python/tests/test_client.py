@@ -89,7 +89,7 @@ class AcquireReleaseKeepTest(WithLockd):
             ("waiter", self.client.acquire("k", owner="bob", lease_ms=10_000, wait_ms=5_000).token)))
         waiter.start()
         # bob's acquire is on the wire, waiting for the key.
-        self.assertTrue(eventually(lambda: self.client._conn is not None and len(self.client._conn._matcher) == 1))
+        self.assertTrue(eventually(lambda: self.client._conn is not None and len(self.client._conn._wire) == 1))
         # Sent after bob's acquire on the same connection, answered before it.
         other = self.client.acquire("other", owner="dave", lease_ms=10_000)
         done.append(("other", other.token))

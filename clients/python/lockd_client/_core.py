@@ -1,0 +1,362 @@
+"""The sans-I/O core both Python clients drive (the h11 idea): every decision
+of the protocol lives here as plain state machines that take what happened
+(bytes received, a reply, a node unreachable, the time) and say what to do
+next (which node to send to, how long to pause, what to raise). The
+threaded client (:mod:`.client`) and the asyncio client (:mod:`.aio`) only
+do the I/O — sockets or streams, threads or tasks, ``time.sleep`` or
+``asyncio.sleep`` — so a rule is written once and both fronts keep it.
+
+- :class:`Nodes` — the address list and the node requests go to.
+- :class:`Wire` — one connection's bytes and matching: request ids, the
+  :class:`~.protocol.Matcher`, abandoned requests, late grants to undo.
+- :class:`CallPlan` — one request's round trips: redirects (``M``),
+  ``E no_leader`` backoff, unreachable nodes, the outcome codes.
+- :class:`KeepPlan` — a keeper's schedule: when to send ``K``, when the
+  lease's safe end has passed, which failures are final.
+- :class:`HeldBase` — what a held lock (exclusive or shared) knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import List, Optional, Tuple
+
+from ._common import KEEP_RETRY_PAUSE_S, Backoff
+from .errors import (
+    Indeterminate,
+    LimitMismatch,
+    LockdError,
+    LockLost,
+    NoLeader,
+    NotHeld,
+    ProtocolError,
+    Rejected,
+    Unreachable,
+)
+from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
+
+Address = Tuple[str, int]
+
+
+def address_name(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Nodes:
+    """Every node's address and the one requests go to (the leader, once
+    known). A leader named by ``M`` that was not in the list is appended.
+    Safe to share between threads (the lock is never held across I/O)."""
+
+    def __init__(self, addresses: List[Address]) -> None:
+        self._lock = threading.Lock()
+        self._addresses = list(addresses)
+        self._current = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._addresses)
+
+    @property
+    def current(self) -> int:
+        with self._lock:
+            return self._current
+
+    def address(self, i: int) -> Address:
+        with self._lock:
+            return self._addresses[i]
+
+    def after(self, i: int) -> int:
+        with self._lock:
+            return (i + 1) % len(self._addresses)
+
+    def index_of(self, address: Address) -> int:
+        with self._lock:
+            if address not in self._addresses:
+                self._addresses.append(address)
+            return self._addresses.index(address)
+
+    def connected(self, i: int) -> None:
+        """A connection to node ``i`` is open: later requests go there."""
+        with self._lock:
+            self._current = i
+
+    def went_silent(self, i: int) -> None:
+        """Node ``i`` did not answer in time (paused, partitioned, dead): the
+        next request goes to the next node, not to the same silent one."""
+        with self._lock:
+            if self._current == i:
+                self._current = (i + 1) % len(self._addresses)
+
+
+@dataclasses.dataclass
+class Delivery:
+    """A reply paired with the request it answers."""
+
+    rid: int
+    reply: Reply
+    #: Nobody waits for it any more (the caller gave up): drop it, and if it
+    #: is a grant, release it (``undo``) so no lock is held by nobody.
+    abandoned: bool
+
+    @property
+    def undo(self) -> Optional[Request]:
+        if self.abandoned and self.reply.is_grant:
+            return Request("R", self.reply.key, token=self.reply.token)
+        return None
+
+
+class Wire:
+    """One connection's protocol state, without the socket: ids for requests
+    in wire order, the Matcher, and the requests whose callers gave up."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._matcher = Matcher()
+        self._abandoned: set = set()
+        self._next_id = 1
+        self._buf = b""
+
+    def __len__(self) -> int:
+        """Requests in flight."""
+        return len(self._matcher)
+
+    def busy(self, request: Request) -> bool:
+        """True if an acquire (``A`` or ``S``) with this owner and key is in
+        flight: a second one must wait for its reply (rule 3)."""
+        return self._matcher.busy(request)
+
+    def add(self, request: Request) -> Tuple[int, bytes]:
+        """Records ``request`` as sent next; returns its id and its line.
+        The caller sends the line before adding anything else."""
+        rid = self._next_id
+        self._next_id += 1
+        self._matcher.add(rid, request)
+        return rid, request.line()
+
+    def abandon(self, rid: int) -> None:
+        """The caller of ``rid`` stopped waiting (rule 4)."""
+        self._abandoned.add(rid)
+
+    def receive(self, data: bytes) -> Tuple[List[Delivery], Optional[str]]:
+        """Feeds bytes read; returns the replies they complete, in order, and
+        why the connection is broken if it now is: a line nothing we sent can
+        have drawn (or one too long) means no later reply can be trusted."""
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        out = []
+        for raw in lines:
+            text = raw.decode("ascii", "replace")
+            reply = parse_reply(text)
+            rid = self._matcher.match(reply) if reply else None
+            if rid is None:
+                return out, f"unexpected reply from {self.name}: {text!r}"
+            abandoned = rid in self._abandoned
+            self._abandoned.discard(rid)
+            out.append(Delivery(rid, reply, abandoned))
+        if len(self._buf) > MAX_REPLY_LINE_BYTES:
+            return out, f"reply line from {self.name} too long"
+        return out, None
+
+    def drain(self) -> List[Tuple[int, bool]]:
+        """The connection is gone: every request in flight, oldest first, as
+        ``(id, abandoned)``; afterwards nothing is in flight."""
+        out = [(rid, rid in self._abandoned) for rid in self._matcher.drain()]
+        self._abandoned.clear()
+        return out
+
+
+class CallPlan:
+    """One request's trip through a cluster, sans I/O (rules 7-9 of
+    docs/clients.md). The front end sends ``request`` to ``target`` and
+    reports what happened; each report returns the pause (seconds) before
+    sending again to the new ``target``, returns None when the reply is the
+    answer, or raises the outcome (``NoLeader``, ``Indeterminate`` ...).
+
+    ``options`` is the client (``max_redirects``, ``no_leader_budget_s``,
+    ``reply_timeout_s``, ``backoff_initial_s``, ``backoff_max_s``, ``_rng``).
+    """
+
+    def __init__(self, nodes: Nodes, request: Request, options, deadline: Optional[float], now: float) -> None:
+        why = request.validate()
+        if why:
+            raise ValueError(why)
+        self.nodes = nodes
+        self.request = request
+        self.options = options
+        self.deadline = deadline if deadline is not None else float("inf")
+        self.budget_end = min(now + options.no_leader_budget_s, self.deadline)
+        self.backoff = Backoff(options.backoff_initial_s, options.backoff_max_s, options._rng)
+        self.target = nodes.current
+        self.redirects = 0
+        self.redirected = False  # ``target`` is the leader named by the last M
+        self.failures = 0  # unreachable nodes in a row
+        self.stale = 0  # connections found closed before sending
+
+    def queue_deadline(self, now: float) -> float:
+        """How long a second acquire of one owner and key may wait for the first."""
+        return now + self.request.wait_ms / 1000
+
+    def reply_by(self, now: float) -> float:
+        """When to give up waiting for the reply (then: :meth:`silent`)."""
+        return min(now + self.request.wait_ms / 1000 + self.options.reply_timeout_s, self.deadline)
+
+    def _back_off(self, now: float, error: LockdError) -> float:
+        pause = self.backoff.pause()
+        if now + pause >= self.budget_end:
+            raise error
+        return pause
+
+    def unreachable(self, error: Unreachable, now: float) -> float:
+        """``target`` could not be connected to: the request was not sent."""
+        self.target = self.nodes.after(self.target)
+        if self.redirected:
+            # The leader an M named is down (killed a moment ago: its
+            # followers name it until their election timeout). That is no
+            # leader for now: back off within the budget, like
+            # ``E no_leader``, and ask another node, instead of a hop.
+            self.redirected = False
+            self.redirects = 0
+            return self._back_off(now, NoLeader(f"the leader named by M cannot be reached ({error})"))
+        # Safe to try the next node, once around the list.
+        self.failures += 1
+        if self.failures >= len(self.nodes):
+            raise error
+        return 0.0
+
+    def not_sent(self, why: str) -> float:
+        """The connection had broken while idle (a restarted node): not
+        sent, go over a new one; bounded (a node closing every connection)."""
+        self.stale += 1
+        if self.stale > 3:
+            raise Unreachable(why)
+        return 0.0
+
+    def silent(self) -> None:
+        """No reply in time: the outcome is unknown, so the request is not
+        resent (the caller raises Indeterminate), but the next request goes
+        to the next node."""
+        self.nodes.went_silent(self.target)
+
+    def reply(self, reply: Reply, now: float) -> Optional[float]:
+        self.failures = 0
+        self.redirected = False
+        if reply.kind == "M":
+            leader = parse_address(reply.leader)
+            if leader is None:
+                raise ProtocolError(f"M names a bad leader address: {reply.leader}")
+            self.redirects += 1
+            if self.redirects > self.options.max_redirects:
+                raise NoLeader(f"more than {self.options.max_redirects} redirects (last to {reply.leader})")
+            self.target = self.nodes.index_of(leader)
+            self.redirected = True
+            return 0.0
+        if reply.kind == "E":
+            if reply.error_code == "no_leader":
+                pause = self._back_off(now, NoLeader(
+                    f"no leader known (retried for {self.options.no_leader_budget_s} s)"))
+                self.target = self.nodes.after(self.target)  # another node may know one
+                self.redirects = 0
+                return pause
+            if reply.error_code == "indeterminate":
+                raise Indeterminate(
+                    "the leader lost leadership before the request committed; it may or may not have taken effect")
+            if reply.error_code == "limit_mismatch":
+                raise LimitMismatch()
+            raise Rejected(reply.error_code)
+        return None
+
+
+#: Failures of a ``K`` after which asking again cannot help: the lock is lost.
+FINAL_KEEP_ERRORS = (NotHeld, Rejected, ProtocolError, ValueError)
+
+
+class KeepPlan:
+    """A keeper's schedule (rules 5-6 of docs/clients.md), sans I/O: ``K``
+    every third of the lease; a transient failure is retried every 100 ms
+    until the lease's safe end (``sent_at + lease``, the acquire's or the
+    last confirmed ``K``'s); ``N`` or the safe end passing is a loss."""
+
+    def __init__(self, lease_ms: int, sent_at: float) -> None:
+        self.lease_s = lease_ms / 1000
+        self.interval = max(self.lease_s / 3, 0.001)
+        self.safe_end = sent_at + self.lease_s
+        self.next_at = sent_at + self.interval
+        self._sent = sent_at
+
+    def wait_s(self, now: float) -> float:
+        """How long to sleep before the next ``K``."""
+        return max(0.0, self.next_at - now)
+
+    def sending(self, now: float) -> Optional[LockdError]:
+        """About to send a ``K`` at ``now``: the loss if the safe end has passed."""
+        if now >= self.safe_end:
+            return NotHeld("the lease ended before an extension was confirmed")
+        self._sent = now
+        return None
+
+    def kept(self) -> None:
+        """The ``K`` sent last was confirmed: the lease surely runs a whole
+        lease from when it was sent."""
+        self.safe_end = self._sent + self.lease_s
+        self.next_at = self._sent + self.interval
+
+    def failed(self, error: Exception, now: float) -> Optional[LockdError]:
+        """The ``K`` failed: the loss if final, else None (retry soon)."""
+        if isinstance(error, FINAL_KEEP_ERRORS):
+            return error if isinstance(error, LockdError) else Rejected("invalid", str(error))
+        self.next_at = min(now + min(KEEP_RETRY_PAUSE_S, self.interval), self.safe_end)
+        return None
+
+
+class HeldBase:
+    """What a held lock knows, exclusive or shared (the fronts add the
+    ``lost`` event of their kind, release and the keeper).
+
+    ``token`` is the fencing token to hand to every resource the lock
+    protects; a shared holder has its own. ``shared`` is set for ``S``
+    holds, whose ``limit`` is 0 for a read lock and N for a semaphore."""
+
+    def __init__(self, client, token: int, key: str, owner: str, lease_ms: int, sent_at: float,
+                 shared: bool = False, limit: int = 0) -> None:
+        self.client = client
+        self.token = token
+        self.key = key
+        self.owner = owner
+        self.lease_ms = lease_ms
+        #: monotonic time the acquire was sent: the lease started no earlier.
+        self.sent_at = sent_at
+        self.shared = shared
+        self.limit = limit
+        self.lost_reason: Optional[LockdError] = None
+        self.kept_count = 0
+        self.released = False
+
+    def __repr__(self) -> str:
+        kind = f", shared limit={self.limit}" if self.shared else ""
+        return f"{type(self).__name__}(key={self.key!r}, token={self.token}, owner={self.owner!r}{kind})"
+
+    def check(self) -> None:
+        """Raises :class:`LockLost` if the keeper found the lock lost."""
+        if self.lost.is_set():  # type: ignore[attr-defined]
+            raise LockLost(f"lost the lock on {self.key}: {self.lost_reason}") from self.lost_reason
+
+    def _exit_outcome(self, exc_type, error: Optional[LockdError]) -> None:
+        """What leaving a ``with`` block raises, given the release's error:
+        if the block finished normally but the lock had ended before it did,
+        ``LockLost`` (the work ran unprotected for a while); a block's own
+        exception is never masked."""
+        if exc_type is not None:
+            return
+        if isinstance(error, NotHeld):
+            raise LockLost(f"the lock on {self.key} ended before the block finished: {error}") from error
+        if self.lost.is_set():  # type: ignore[attr-defined]
+            self.check()
+
+
+def permits(limit: int) -> int:
+    """Checks a semaphore's permit count (1..65535)."""
+    if not isinstance(limit, int) or not 1 <= limit <= 65535:
+        raise ValueError("a semaphore needs 1..65535 permits (0 would be a read lock)")
+    return limit
