@@ -146,6 +146,10 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
         redirects = 0;
         continue;
       }
+      if (r.error_code == "limit_mismatch") {
+        return Status{Code::kLimitMismatch,
+                      "the key is shared with another limit (its holders and waiters carry it)"};
+      }
       if (r.error_code == "indeterminate") {
         return Status{Code::kIndeterminate,
                       "the leader lost leadership before the request committed; it may or may "
@@ -178,6 +182,37 @@ Result<Lock> Client::acquire(std::string_view owner, std::string_view key, std::
       return Status{Code::kBusy, "the key's wait queue or a server cap is full"};
     default:
       return Status{Code::kProtocol, "unexpected reply kind to an acquire"};
+  }
+}
+
+Result<Lock> Client::acquire_shared(std::string_view owner, std::string_view key,
+                                   std::uint32_t limit, std::uint64_t lease_ms,
+                                   std::uint64_t wait_ms) {
+  Request req;
+  req.verb = Verb::kShared;
+  req.owner = owner;
+  req.key = key;
+  req.limit = limit;
+  req.lease_ms = lease_ms;
+  req.wait_ms = wait_ms;
+  const auto sent_at = Clock::now();
+  auto reply = call(req);
+  if (!reply.ok()) return reply.status();
+  switch (reply->kind) {
+    case ReplyKind::kShared: {
+      Lock lock{reply->token, std::string(owner), std::string(key), lease_ms, sent_at};
+      lock.shared = true;
+      lock.limit = limit;
+      return lock;
+    }
+    case ReplyKind::kTimedOut:
+      return Status{Code::kTimedOut,
+                    wait_ms == 0 ? "held exclusively, full, or someone is queued first"
+                                 : "not granted before the wait ran out"};
+    case ReplyKind::kBusy:
+      return Status{Code::kBusy, "the key's wait queue or a server cap is full"};
+    default:
+      return Status{Code::kProtocol, "unexpected reply kind to a shared acquire"};
   }
 }
 
@@ -221,6 +256,26 @@ Result<LockGuard> Client::lock(std::string_view owner, std::string_view key, Loc
     return Status{Code::kInvalidArgument, "lock() needs lease_ms >= 1"};
   }
   auto acquired = acquire(owner, key, options.lease_ms, options.wait_ms);
+  return guard(std::move(acquired), std::move(options));
+}
+
+Result<SharedGuard> Client::lock_shared(std::string_view owner, std::string_view key,
+                                        LockOptions options) {
+  return lock_shared(owner, key, 0, std::move(options));
+}
+
+Result<SharedGuard> Client::lock_shared(std::string_view owner, std::string_view key,
+                                        std::uint32_t limit, LockOptions options) {
+  if (options.lease_ms == 0) {
+    return Status{Code::kInvalidArgument, "lock_shared() needs lease_ms >= 1"};
+  }
+  auto acquired = acquire_shared(owner, key, limit, options.lease_ms, options.wait_ms);
+  auto g = guard(std::move(acquired), std::move(options));
+  if (!g.ok()) return g.status();
+  return SharedGuard(std::move(g.value()));
+}
+
+Result<LockGuard> Client::guard(Result<Lock> acquired, LockOptions options) {
   if (!acquired.ok()) return acquired.status();
   std::unique_ptr<Keeper> keeper;
   if (options.keep) {

@@ -171,7 +171,7 @@ void Connection::dispatch(std::string_view line) {
     return;
   }
   if (abandoned_.erase(entry->id) != 0) {
-    if (reply->kind == ReplyKind::kAcquired) {
+    if (reply->is_grant()) {
       Request undo;
       undo.verb = Verb::kRelease;
       undo.token = reply->token;

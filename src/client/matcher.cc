@@ -21,7 +21,9 @@ std::string Matcher::token_echo(std::uint64_t token, std::string_view key) {
 }
 
 Status Matcher::add(Id id, const Request& request) {
-  const bool acquire = request.verb == Verb::kAcquire;
+  // `A` and `S` share one echo (`owner key`): an exclusive and a shared
+  // acquire of one owner and key in flight at once are refused like two `A`s.
+  const bool acquire = is_acquire(request.verb);
   std::string echo = acquire ? acquire_echo(request.owner, request.key)
                              : token_echo(request.token, request.key);
   auto& same = by_echo_[echo];
@@ -36,8 +38,8 @@ Status Matcher::add(Id id, const Request& request) {
 
 Matcher::Entry Matcher::take(Iter it) {
   const Request& r = it->request;
-  const std::string echo = r.verb == Verb::kAcquire ? acquire_echo(r.owner, r.key)
-                                                    : token_echo(r.token, r.key);
+  const std::string echo = is_acquire(r.verb) ? acquire_echo(r.owner, r.key)
+                                              : token_echo(r.token, r.key);
   auto found = by_echo_.find(echo);
   LOCKD_CHECK(found != by_echo_.end());
   found->second.remove(it);
@@ -62,6 +64,7 @@ std::optional<Matcher::Entry> Matcher::match(const Reply& reply) {
   std::optional<Iter> it;
   switch (reply.kind) {
     case ReplyKind::kAcquired:
+    case ReplyKind::kShared:
     case ReplyKind::kTimedOut:
     case ReplyKind::kBusy:
       it = find(acquire_echo(reply.owner, reply.key), std::nullopt);
@@ -90,14 +93,15 @@ std::optional<Matcher::Entry> Matcher::match(const Reply& reply) {
         // Answered at once: the oldest request that could have drawn this
         // code and cannot still be waiting (an acquire with a wait can).
         const auto could_draw = [&](const Request& r) {
-          if (reply.error_code == "bad_wait") return r.verb == Verb::kAcquire && r.wait_ms > 0;
+          if (reply.error_code == "bad_wait") return is_acquire(r.verb) && r.wait_ms > 0;
           if (reply.error_code == "bad_lease") {
-            return r.verb == Verb::kKeep || (r.verb == Verb::kAcquire && r.lease_ms > 0);
+            return r.verb == Verb::kKeep || (is_acquire(r.verb) && r.lease_ms > 0);
           }
+          if (reply.error_code == "bad_limit") return r.verb == Verb::kShared;
           return true;
         };
         for (auto i = order_.begin(); i != order_.end() && !it; ++i) {
-          if (could_draw(i->request) && !(i->request.verb == Verb::kAcquire && i->request.wait_ms > 0)) {
+          if (could_draw(i->request) && !(is_acquire(i->request.verb) && i->request.wait_ms > 0)) {
             it = i;
           }
         }

@@ -42,15 +42,19 @@ std::optional<std::uint64_t> parse_u64(std::string_view text) {
 }
 
 Status validate(const Request& r) {
-  if (r.verb == Verb::kAcquire && !visible(r.owner, kMaxOwnerBytes)) {
+  const bool acquire = is_acquire(r.verb);
+  if (acquire && !visible(r.owner, kMaxOwnerBytes)) {
     return invalid("owner must be 1..64 visible ASCII bytes without spaces");
   }
-  if (r.verb != Verb::kAcquire && r.token == 0) return invalid("token must be 1 or more");
+  if (!acquire && r.token == 0) return invalid("token must be 1 or more");
   if (!visible(r.key, kMaxKeyBytes)) {
     return invalid("key must be 1..250 visible ASCII bytes without spaces");
   }
+  if (r.verb == Verb::kShared && r.limit > kMaxLimit) {
+    return invalid("limit must be 0..65535 (0: no cap)");
+  }
   if (r.verb == Verb::kKeep && r.lease_ms == 0) return invalid("keep needs lease_ms >= 1");
-  if (r.verb == Verb::kAcquire && r.lease_ms == 0 && r.wait_ms != 0) {
+  if (acquire && r.lease_ms == 0 && r.wait_ms != 0) {
     return invalid("a wait needs an explicit lease_ms (the protocol puts lease before wait)");
   }
   return Status::Ok();
@@ -61,9 +65,14 @@ std::string format_request(const Request& r) {
   line += ' ';
   switch (r.verb) {
     case Verb::kAcquire:
+    case Verb::kShared:
       line += r.owner;
       line += ' ';
       line += r.key;
+      if (r.verb == Verb::kShared) {
+        line += ' ';
+        line += std::to_string(r.limit);
+      }
       if (r.lease_ms != 0) {
         line += ' ';
         line += std::to_string(r.lease_ms);
@@ -100,8 +109,9 @@ std::optional<Reply> parse_reply(std::string_view line) {
   };
   switch (f[0][0]) {
     case 'A':
+    case 'S':
       if (f.size() != 4 || !token_at(1)) return std::nullopt;
-      r.kind = ReplyKind::kAcquired;
+      r.kind = f[0][0] == 'A' ? ReplyKind::kAcquired : ReplyKind::kShared;
       r.owner = f[2];
       r.key = f[3];
       return r;

@@ -15,6 +15,7 @@ const char* code_name(Code code) {
     case Code::kInvalidArgument: return "invalid_argument";
     case Code::kProtocol: return "protocol";
     case Code::kInFlight: return "in_flight";
+    case Code::kLimitMismatch: return "limit_mismatch";
   }
   return "unknown";
 }

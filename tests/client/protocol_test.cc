@@ -29,6 +29,14 @@ Request by_token(Verb verb, std::uint64_t token, std::string key, std::uint64_t 
   return r;
 }
 
+Request shared(std::string owner, std::string key, std::uint32_t limit, std::uint64_t lease = 0,
+               std::uint64_t wait = 0) {
+  Request r = acquire(std::move(owner), std::move(key), lease, wait);
+  r.verb = Verb::kShared;
+  r.limit = limit;
+  return r;
+}
+
 Reply parse(const std::string& line) {
   auto r = parse_reply(line);
   EXPECT_TRUE(r.has_value()) << line;
@@ -41,6 +49,10 @@ TEST(ClientProtocol, FormatsEveryVerb) {
   EXPECT_EQ(format_request(acquire("o", "k", 100, 5)), "A o k 100 5\n");
   EXPECT_EQ(format_request(by_token(Verb::kRelease, 7, "k")), "R 7 k\n");
   EXPECT_EQ(format_request(by_token(Verb::kKeep, 7, "k", 300)), "K 7 k 300\n");
+  // `S owner key limit [lease [wait]]`: the limit is always sent (0: read lock).
+  EXPECT_EQ(format_request(shared("o", "k", 0)), "S o k 0\n");
+  EXPECT_EQ(format_request(shared("o", "k", 8, 100)), "S o k 8 100\n");
+  EXPECT_EQ(format_request(shared("o", "k", 65535, 100, 5)), "S o k 65535 100 5\n");
 }
 
 TEST(ClientProtocol, ValidatesBeforeSending) {
@@ -53,6 +65,10 @@ TEST(ClientProtocol, ValidatesBeforeSending) {
   EXPECT_EQ(validate(acquire("o", "k", 0, 10)).code, Code::kInvalidArgument);
   EXPECT_EQ(validate(by_token(Verb::kRelease, 0, "k")).code, Code::kInvalidArgument);
   EXPECT_EQ(validate(by_token(Verb::kKeep, 1, "k", 0)).code, Code::kInvalidArgument);
+  EXPECT_TRUE(validate(shared("o", "k", 65535)).ok());
+  EXPECT_EQ(validate(shared("o", "k", 65536)).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(shared("", "k", 1)).code, Code::kInvalidArgument);
+  EXPECT_EQ(validate(shared("o", "k", 1, 0, 10)).code, Code::kInvalidArgument);
 }
 
 TEST(ClientProtocol, ParsesEveryReply) {
@@ -61,6 +77,12 @@ TEST(ClientProtocol, ParsesEveryReply) {
   EXPECT_EQ(a.token, 18446744073709551615ULL);
   EXPECT_EQ(a.owner, "o");
   EXPECT_EQ(a.key, "k");
+  Reply s = parse("S 12 o k");
+  EXPECT_EQ(s.kind, ReplyKind::kShared);
+  EXPECT_TRUE(s.is_grant());
+  EXPECT_EQ(s.token, 12u);
+  EXPECT_EQ(s.owner, "o");
+  EXPECT_FALSE(parse("T o k").is_grant());
   EXPECT_EQ(parse("T o k").kind, ReplyKind::kTimedOut);
   EXPECT_EQ(parse("B o k").kind, ReplyKind::kBusy);
   EXPECT_EQ(parse("R 5 k").kind, ReplyKind::kReleased);
@@ -74,7 +96,7 @@ TEST(ClientProtocol, ParsesEveryReply) {
   EXPECT_TRUE(e.has_echo());
   EXPECT_FALSE(parse("E bad_lease").has_echo());
   for (const char* bad : {"", "X 1 k", "A 0 o k", "A x o k", "A 1 o", "R 1", "E", "M a o",
-                          "AA 1 o k", "A 18446744073709551616 o k"}) {
+                          "AA 1 o k", "A 18446744073709551616 o k", "S 0 o k", "S 1 o"}) {
     EXPECT_FALSE(parse_reply(bad).has_value()) << bad;
   }
 }
@@ -107,6 +129,24 @@ TEST(Matcher, RefusesASecondAcquireOfTheSameOwnerAndKey) {
   EXPECT_TRUE(m.add(3, acquire("b", "k", 100)).ok());
   m.match(parse("T a k"));
   EXPECT_TRUE(m.add(4, acquire("a", "k", 100)).ok());
+}
+
+TEST(Matcher, SharedAcquiresShareTheAcquireEcho) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, shared("a", "k", 0, 100, 5000)).ok());
+  // An A and an S of one owner and key would draw indistinguishable T/B.
+  EXPECT_EQ(m.add(2, acquire("a", "k", 100)).code, Code::kInFlight);
+  EXPECT_EQ(m.add(3, shared("a", "k", 0, 100)).code, Code::kInFlight);
+  ASSERT_TRUE(m.add(4, shared("b", "k", 3, 100)).ok());
+  EXPECT_EQ(m.match(parse("E limit_mismatch b k"))->id, 4u);
+  EXPECT_EQ(m.match(parse("S 7 a k"))->id, 1u);
+  // A bad_limit (no echo) can only come from an S; bad_wait only from a wait.
+  ASSERT_TRUE(m.add(5, by_token(Verb::kRelease, 5, "x")).ok());
+  ASSERT_TRUE(m.add(6, shared("c", "k", 2, 100, 50)).ok());
+  ASSERT_TRUE(m.add(7, shared("d", "k", 2, 100)).ok());
+  EXPECT_EQ(m.match(parse("E bad_limit"))->id, 7u);  // settled before one that may wait
+  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 6u);
+  EXPECT_EQ(m.match(parse("R 5 x"))->id, 5u);
 }
 
 TEST(Matcher, ReleasesAndKeepsOfOneTokenInOrderByVerb) {

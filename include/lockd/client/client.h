@@ -6,6 +6,10 @@
 //   write_with_fence(guard->token());                     // kept alive meanwhile
 //   // released when `guard` goes out of scope
 //
+//   auto reader = client.lock_shared("report-1", "config", {.lease_ms = 10'000});  // read lock
+//   Semaphore pool(client, "workers", 8);                           // 8 permits
+//   auto permit = pool.acquire("worker-3", {.lease_ms = 10'000, .wait_ms = 60'000});
+//
 // A Client is safe to share between threads; every thread's requests are
 // pipelined on one connection. It follows `M` redirects to the leader,
 // retries `E no_leader` with jittered backoff within a budget, and turns
@@ -63,9 +67,15 @@ struct Lock {
   // `sent_at + lease` is a safe lower bound of when it ends (given the
   // bounded clock drift every lease service assumes).
   Clock::time_point sent_at{};
+  // Held shared (`S`, v1.2): one of the key's shared holders, a reader of a
+  // reader-writer lock (`limit` 0) or one of `limit` permits of a
+  // semaphore. `R` and `K` act on this holder alone, by its token.
+  bool shared = false;
+  std::uint32_t limit = 0;  // shared only
 };
 
 class LockGuard;
+class SharedGuard;
 
 // What Client::lock() does besides acquiring.
 struct LockOptions {
@@ -96,9 +106,26 @@ class Client {
   Status keep(const Lock& lock, std::uint64_t lease_ms);
   Status keep(std::uint64_t token, std::string_view key, std::uint64_t lease_ms);
 
+  // `S owner key limit lease_ms wait_ms` (v1.2, protocol.md §5b): a shared
+  // hold. `limit` 0 is the read side of a reader-writer lock (acquire() is
+  // its write side); N >= 1 takes one of N permits of a semaphore. kOk with
+  // the Lock (`shared` set), kTimedOut (`T`: held exclusively, full, or
+  // someone queued first), kBusy, kLimitMismatch (the key's holders and
+  // waiters use another limit), and the transport codes of call().
+  Result<Lock> acquire_shared(std::string_view owner, std::string_view key, std::uint32_t limit,
+                              std::uint64_t lease_ms, std::uint64_t wait_ms = 0);
+
   // Acquires and returns a guard that releases on destruction and, with
   // `keep`, extends the lease in the background.
   Result<LockGuard> lock(std::string_view owner, std::string_view key, LockOptions options);
+  // The read side of a reader-writer lock on `key`, as a guard: many
+  // readers hold it at once; a writer (lock()) waits for all of them, and
+  // readers that come after a queued writer wait behind it (one FIFO queue).
+  Result<SharedGuard> lock_shared(std::string_view owner, std::string_view key,
+                                  LockOptions options);
+  // A shared hold with any limit, as a guard (Semaphore uses it).
+  Result<SharedGuard> lock_shared(std::string_view owner, std::string_view key,
+                                  std::uint32_t limit, LockOptions options);
 
   // Any request, with redirects and retries; the raw reply on success
   // (kinds A, T, B, R, N, K). Errors: kIndeterminate, kNoLeader,
@@ -116,6 +143,8 @@ class Client {
   // by `M` that was not in the list).
   std::size_t index_of(const Address& address);
   std::chrono::milliseconds jitter(std::chrono::milliseconds ceiling);
+  // A guard for what `acquired` holds, with a keeper if `options.keep`.
+  Result<LockGuard> guard(Result<Lock> acquired, LockOptions options);
 
   const Options options_;
   std::mutex mu_;  // guards everything below
@@ -129,3 +158,5 @@ class Client {
 }  // namespace lockd::client
 
 #include "lockd/client/guard.h"
+#include "lockd/client/semaphore.h"
+#include "lockd/client/shared_guard.h"

@@ -3,10 +3,11 @@
 // order; the echoed fields tell them apart). Pure: no I/O, no clock.
 //
 // Rules:
-// - `A`/`T`/`B` and an `M`/`E` whose echo is `owner key` answer the acquire
-//   with that owner and key. Two acquires with one owner and key in flight
-//   at once could not be told apart (one may wait while the other is
-//   answered at once), so the second is refused with kInFlight.
+// - `A`/`S`/`T`/`B` and an `M`/`E` whose echo is `owner key` answer the
+//   acquire (`A` or `S`) with that owner and key. Two acquires with one
+//   owner and key in flight at once could not be told apart (one may wait
+//   while the other is answered at once), so the second is refused with
+//   kInFlight, whether each is exclusive or shared.
 // - `R`/`K`/`N` and an `M`/`E` whose echo is `token key` answer the oldest
 //   release or keep in flight with that token and key (an `R` reply prefers
 //   a release, a `K` reply a keep). Those are answered in request order.

@@ -19,20 +19,29 @@ constexpr std::size_t kMaxKeyBytes = 250;
 // echo; anything longer is a protocol error, not a reason to buffer more.
 constexpr std::size_t kMaxReplyLineBytes = 1024;
 
-// The three verbs (protocol.md §3).
+// Largest `limit` of a shared acquire (protocol.md §2); 0 means no cap.
+constexpr std::uint32_t kMaxLimit = 65'535;
+
+// The verbs a client sends (protocol.md §3).
 enum class Verb : char {
   kAcquire = 'A',  // A owner key [lease_ms [wait_ms]]
   kRelease = 'R',  // R token key
   kKeep = 'K',     // K token key lease_ms (v1.1, §6a)
+  kShared = 'S',   // S owner key limit [lease_ms [wait_ms]] (v1.2, §5b)
 };
+
+// True for the verbs that ask for a grant (`A`, `S`): they carry an owner,
+// may wait, and are answered by `A`/`S`/`T`/`B` echoing `owner key`.
+constexpr bool is_acquire(Verb v) { return v == Verb::kAcquire || v == Verb::kShared; }
 
 struct Request {
   Verb verb = Verb::kAcquire;
-  std::string owner;          // A only
+  std::string owner;          // A and S
   std::string key;
   std::uint64_t token = 0;    // R and K
-  std::uint64_t lease_ms = 0; // A: 0 = the server's default lease; K: required (>= 1)
-  std::uint64_t wait_ms = 0;  // A only
+  std::uint64_t lease_ms = 0; // A, S: 0 = the server's default lease; K: required (>= 1)
+  std::uint64_t wait_ms = 0;  // A and S
+  std::uint32_t limit = 0;    // S only: 0 = a read lock (no cap), N = a semaphore of N permits
 };
 
 // kInvalidArgument naming the first field the protocol would refuse.
@@ -43,6 +52,7 @@ std::string format_request(const Request& request);
 // The reply kinds (protocol.md §4).
 enum class ReplyKind : char {
   kAcquired = 'A',  // A token owner key
+  kShared = 'S',    // S token owner key: acquired shared (v1.2)
   kTimedOut = 'T',  // T owner key
   kBusy = 'B',      // B owner key
   kReleased = 'R',  // R token key
@@ -57,13 +67,15 @@ enum class ReplyKind : char {
 // `owner key` for an acquire and `token key` for a release or keep.
 struct Reply {
   ReplyKind kind = ReplyKind::kError;
-  std::uint64_t token = 0;  // A, R, N, K
-  std::string owner;        // A, T, B
+  std::uint64_t token = 0;  // A, S, R, N, K
+  std::string owner;        // A, S, T, B
   std::string key;          // every kind with an echo
   std::string echo_first;   // M, E: first echo field (owner or token), empty if none
   std::string leader;       // M: the leader's client host:port
   std::string error_code;   // E: no_leader, indeterminate, bad_lease ...
   bool has_echo() const { return !key.empty(); }
+  // `A` or `S`: the server granted the key (and a token).
+  bool is_grant() const { return kind == ReplyKind::kAcquired || kind == ReplyKind::kShared; }
 };
 
 // Parses one reply line (without `\n`; a trailing `\r` is ignored).

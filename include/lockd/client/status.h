@@ -15,7 +15,7 @@ namespace lockd::client {
 
 // What happened to a request. Only kOk means the server did what was asked.
 enum class Code {
-  kOk,               // `A`, `R` or `K`: done
+  kOk,               // `A`, `S`, `R` or `K`: done
   kTimedOut,         // `T`: held by someone else (wait 0), or the wait ran out
   kBusy,             // `B`: the key's queue or a server-wide cap is full; not enqueued
   kNotHeld,          // `N`: the token does not hold the key (released or extended: no)
@@ -29,6 +29,8 @@ enum class Code {
   kProtocol,         // the server sent a line this client does not understand
   kInFlight,         // an acquire with this owner and key is already in flight on
                      // the connection: its replies could not be told apart
+  kLimitMismatch,    // `E limit_mismatch`: a shared acquire's limit differs from the
+                     // one the key's shared holders and waiters carry (v1.2, §5b)
 };
 
 // The name of a code, for messages ("timed_out", "not_held" ...).
