@@ -204,6 +204,10 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
            "Snapshots this leader sent that a follower acknowledged.", m.snapshots_sent);
   w.single("lockd_raft_snapshots_installed_total", "counter",
            "Snapshots from a leader installed on this node.", m.snapshots_installed);
+  w.single("lockd_raft_snapshots_refused_total", "counter",
+           "Snapshots received whole that failed the full check (decode, limits, waiter ids) "
+           "and were dropped before anything was stored.",
+           m.snapshots_refused);
 
   std::vector<std::string> ids;
   ids.reserve(m.peers.size());

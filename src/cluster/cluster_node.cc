@@ -69,6 +69,21 @@ bool ClusterNode::open(std::string& error) {
     error = std::string("raft config: ") + std::string(raft::to_string(raft::validate(rc)));
     return false;
   }
+  // A snapshot from a peer is decoded and checked in full before Raft
+  // stores it: one that would not install must never reach the disk, or
+  // the node could not restart (issue 21). service_ is built below, before
+  // any message can arrive.
+  rc.check_snapshot = [this](const raft::SnapshotMeta& meta, std::string_view data) {
+    std::string why;
+    if (service_->state_machine().check_snapshot(data, meta.index, why)) return true;
+    const TimeNs now = net::monotonic_now_ns();
+    if (last_snapshot_refusal_warn_ns_ == 0 || now - last_snapshot_refusal_warn_ns_ >= kRefusalWarnIntervalNs) {
+      last_snapshot_refusal_warn_ns_ = now;
+      spdlog::warn("refusing a snapshot at index {} from the leader, nothing stored: {}",
+                   meta.index, why);
+    }
+    return false;
+  };
   raft_ = std::make_unique<raft::Raft>(rc, *storage_);
   ReplicatedServiceOptions so;
   so.limits = config_.limits;

@@ -63,6 +63,19 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
     error = "snapshot: token counter inconsistent with the token base";
     return false;
   }
+  // A waiter's id is the index of the entry that queued it, so none can be
+  // beyond the snapshot's index; one that is would collide with the
+  // acquire applied at that index later (an assertion in the table).
+  locks::WaiterId last_waiter = 0;
+  fresh->for_each([&](std::string_view, const locks::KeyState& s) {
+    if (!s.waiters) return;
+    for (const locks::Waiter& w : *s.waiters) last_waiter = std::max(last_waiter, w.id);
+  });
+  if (last_waiter > index) {
+    error = "snapshot: waiter id " + std::to_string(last_waiter) + " is beyond its index " +
+            std::to_string(index);
+    return false;
+  }
   table_ = std::move(fresh);
   applied_ = applied;
   token_base_ = base;
@@ -70,6 +83,12 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   floor_ns_ = floor;
   clock_term_ = clock_term;
   return true;
+}
+
+bool LockStateMachine::check_snapshot(std::string_view bytes, raft::Index index,
+                                      std::string& error) const {
+  LockStateMachine scratch(limits_);
+  return scratch.restore(bytes, index, error);
 }
 
 const EntryResult& LockStateMachine::apply(const raft::Entry& e) {

@@ -159,6 +159,7 @@ bool Daemon::start_cluster(std::string& error) {
       m.step_downs_check_quorum = r.step_downs_check_quorum;
       m.snapshots_sent = r.snapshots_sent;
       m.snapshots_installed = r.snapshots_installed;
+      m.snapshots_refused = r.snapshots_refused;
       const cluster::ReplicatedServiceStats& s = node->service_stats();
       m.proposals = s.proposals;
       m.proposals_refused = s.proposals_refused;

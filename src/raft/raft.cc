@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -189,6 +190,9 @@ void Raft::become_pre_candidate() {
 
 void Raft::become_candidate() {
   LOCKD_CHECK(role_ != Role::kLeader);
+  // Terms only come in up to kMaxTerm (validate_message), so only our own
+  // campaigns move it on: 2^64 - 2^62 of them is not a thing that happens.
+  LOCKD_CHECK(term_ < std::numeric_limits<Term>::max());
   reset(term_ + 1);
   vote_ = cfg_.id;
   role_ = Role::kCandidate;
@@ -384,6 +388,12 @@ void Raft::compact(Index index, std::string data) {
 StepError Raft::validate_message(const Message& m) const {
   if (m.to != cfg_.id) return StepError::kWrongRecipient;
   if (m.from == cfg_.id || !is_voter(m.from)) return StepError::kUnknownPeer;
+  // Every other term in a message is checked against m.term below (or is
+  // only compared with ours), so this one bound keeps all of them in range.
+  if (m.term > kMaxTerm) return StepError::kMalformed;
+  if ((m.type == MessageType::kVote || m.type == MessageType::kPreVote) && m.log_term > m.term) {
+    return StepError::kMalformed;
+  }
   if (m.type == MessageType::kAppend) {
     if (m.entries.size() > kMaxDecodedEntries) return StepError::kMalformed;
     Index want = m.index + 1;
@@ -662,6 +672,16 @@ void Raft::handle_snapshot_chunk(const Message& m) {
   }
   std::string data = std::move(incoming_->data);
   incoming_.reset();
+  if (cfg_.check_snapshot && !cfg_.check_snapshot(m.snapshot, data)) {
+    // Refused before it is stored: the node keeps its state and can always
+    // restart. The leader hears "nothing received" and starts over; a
+    // leader whose snapshots never decode is a bug the counter shows.
+    ++stats_.snapshots_refused;
+    r.reject = true;
+    r.offset = 0;
+    send(std::move(r));
+    return;
+  }
   install_snapshot(m.snapshot, std::move(data));
   r.done = true;
   send(std::move(r));

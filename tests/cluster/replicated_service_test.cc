@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "lockd/cluster/lock_state_machine.h"
+#include "forged_snapshot.h"
 #include "lockd/cluster/replicated_lock_service.h"
 #include "lockd/proto/parser.h"
 #include "lockd/raft/driver.h"
@@ -134,6 +135,28 @@ TEST(LockStateMachine, SnapshotRestoresEverythingTheNextEntryNeeds) {
   EXPECT_FALSE(other.restore(sm.snapshot(), 7, error));
   EXPECT_FALSE(other.restore("garbage", 4, error));
   EXPECT_EQ(other.applied(), 0u);
+}
+
+// issue 21: a waiter id beyond the snapshot's index collides with the
+// acquire applied at that index later. Refused by restore() and by
+// check_snapshot(), which Raft asks before storing anything.
+TEST(LockStateMachine, SnapshotWithAWaiterIdBeyondItsIndexIsRefused) {
+  LockStateMachine sm({});
+  std::string error;
+  EXPECT_TRUE(sm.check_snapshot(testing::snapshot_with_waiter(5, 5), 5, error)) << error;
+  EXPECT_FALSE(sm.check_snapshot(testing::snapshot_with_waiter(5, 6), 5, error));
+  EXPECT_NE(error.find("waiter id 6 is beyond its index 5"), std::string::npos) << error;
+  EXPECT_FALSE(sm.restore(testing::snapshot_with_waiter(5, 6), 5, error));
+  EXPECT_EQ(sm.applied(), 0u);
+  // check_snapshot() changes nothing even when the bytes are good.
+  EXPECT_TRUE(sm.check_snapshot(testing::snapshot_with_waiter(5, 4), 5, error)) << error;
+  EXPECT_EQ(sm.applied(), 0u);
+  EXPECT_EQ(sm.table().key_count(), 0u);
+  // Each limit of the restoring node holds too (here --max-waiters-per-key 0).
+  locks::Limits tight;
+  tight.max_waiters_per_key = 0;
+  EXPECT_FALSE(LockStateMachine(tight).check_snapshot(testing::snapshot_with_waiter(5, 4), 5, error));
+  EXPECT_FALSE(sm.check_snapshot("garbage", 5, error));
 }
 
 TEST(LockCommandCodec, NewTypesDecodeStrictly) {

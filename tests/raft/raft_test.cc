@@ -4,6 +4,7 @@
 // testdata/*.txt, run by scenario_test.cc.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -268,6 +269,46 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   EXPECT_EQ(r.term(), 0u);  // none of it changed any state
 }
 
+// issue 21: a term near 2^64 from a peer would be adopted, and the next
+// campaign's term + 1 would wrap to 0. Past kMaxTerm every message type is
+// refused before it touches term, vote or leader.
+TEST(RaftStep, TermsBeyondTheCapAreRefusedAndChangeNothing) {
+  MemoryStorage disk;
+  Config cfg = make_config(2, {1, 2, 3});
+  cfg.pre_vote = false;  // so campaign() below bumps the term at once
+  Raft r(cfg, disk);
+  const Term huge = std::numeric_limits<Term>::max();
+  for (MessageType t : {MessageType::kAppend, MessageType::kHeartbeat, MessageType::kVote,
+                        MessageType::kPreVote, MessageType::kAppendResp, MessageType::kVoteResp,
+                        MessageType::kTimeoutNow}) {
+    for (Term term : {huge, kMaxTerm + 1}) {
+      Message m = message(t, 1, 2, term);
+      m.log_term = 0;
+      EXPECT_EQ(r.step(m), StepError::kMalformed) << to_string(t) << " at " << term;
+    }
+  }
+  // A vote request whose last log term is beyond its own term is forged.
+  Message v = message(MessageType::kVote, 1, 2, 5);
+  v.log_term = 6;
+  EXPECT_EQ(r.step(v), StepError::kMalformed);
+  EXPECT_EQ(r.term(), 0u);
+  EXPECT_EQ(r.status().vote, kNoNode);
+  EXPECT_EQ(r.leader(), kNoNode);
+  EXPECT_FALSE(r.has_ready());  // nothing to store, nothing to send
+  // The cap itself is still a term (a hostile member can push us there,
+  // never past it), and the campaign after it does not wrap.
+  Message at_cap = message(MessageType::kHeartbeat, 1, 2, kMaxTerm);
+  EXPECT_EQ(r.step(at_cap), StepError::kOk);
+  EXPECT_EQ(r.term(), kMaxTerm);
+  while (r.has_ready()) {
+    Ready rd = r.ready();
+    if (rd.hard_state) disk.set_hard_state(*rd.hard_state);
+    r.advance();
+  }
+  r.campaign();
+  EXPECT_EQ(r.term(), kMaxTerm + 1);
+}
+
 TEST(RaftContract, NothingMayHappenBetweenReadyAndAdvance) {
   EXPECT_DEATH(
       {
@@ -377,6 +418,43 @@ TEST(RaftSnapshot, ChunksOfAnotherLeaderNeverContinueAnIncomingSnapshot) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].done);
   EXPECT_EQ(disk.snapshot().data, "STUVWXYZ");
+}
+
+// issue 21: a snapshot was stored before anything decoded it, so garbage
+// from a peer made the node exit, and exit again on every restart. With a
+// check_snapshot that refuses, the whole snapshot arrives and nothing is
+// stored, installed or committed; the leader is told to start over.
+TEST(RaftSnapshot, RefusedByTheCheckIsNeverStored) {
+  MemoryStorage disk;
+  Config cfg = make_config(2, {1, 2, 3});
+  std::vector<std::string> seen;
+  cfg.check_snapshot = [&](const SnapshotMeta& meta, std::string_view data) {
+    EXPECT_EQ(meta, (SnapshotMeta{10, 1}));
+    seen.emplace_back(data);
+    return data != "garbage!!!";
+  };
+  Raft r(cfg, disk);
+  step_and_settle(r, disk, chunk(0, "garba", 10));
+  auto out = step_and_settle(r, disk, chunk(5, "ge!!!", 10));
+  ASSERT_EQ(seen, std::vector<std::string>{"garbage!!!"});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, MessageType::kSnapshotResp);
+  EXPECT_TRUE(out[0].reject);
+  EXPECT_FALSE(out[0].done);
+  EXPECT_EQ(out[0].offset, 0u);
+  EXPECT_EQ(disk.snapshot().meta.index, 0u);
+  EXPECT_TRUE(disk.snapshot().data.empty());
+  EXPECT_EQ(r.commit(), 0u);
+  EXPECT_EQ(r.snapshot_meta().index, 0u);
+  EXPECT_EQ(r.stats().snapshots_refused, 1u);
+  EXPECT_EQ(r.stats().snapshots_installed, 0u);
+  // A good one afterwards goes through the same check and is installed.
+  step_and_settle(r, disk, chunk(0, "abcde", 10));
+  out = step_and_settle(r, disk, chunk(5, "fghij", 10));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].done);
+  EXPECT_EQ(disk.snapshot().data, "abcdefghij");
+  EXPECT_EQ(r.stats().snapshots_installed, 1u);
 }
 
 TEST(RaftSnapshot, RestartsFromStoredSnapshotAndLog) {

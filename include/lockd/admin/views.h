@@ -92,6 +92,7 @@ struct ClusterMetrics {
   std::uint64_t step_downs_check_quorum = 0;
   std::uint64_t snapshots_sent = 0;
   std::uint64_t snapshots_installed = 0;
+  std::uint64_t snapshots_refused = 0;  // from a peer, failed the full check, never stored
   // Proposals (the leader's replicated lock service).
   std::uint64_t proposals = 0;
   std::uint64_t proposals_refused = 0;

@@ -55,6 +55,9 @@ constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many
 // clients while still bounding the leader's memory.
 constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
+// One warning per this interval for refused peer input decided here (a
+// snapshot that does not decode); the rest are counted only.
+constexpr TimeNs kRefusalWarnIntervalNs = 60'000 * kNsPerMs;
 
 struct ClusterNodeConfig {
   raft::NodeId self = raft::kNoNode;
@@ -178,6 +181,7 @@ class ClusterNode final : private raft::ReadyHandler {
   std::unique_ptr<storage::FileStorage> storage_;
   std::unique_ptr<storage::SnapshotWriter> snapshots_;
   raft::Index last_snapshot_index_ = 0;
+  TimeNs last_snapshot_refusal_warn_ns_ = 0;  // monotonic; 0: never warned
   std::unique_ptr<raft::Raft> raft_;
   std::unique_ptr<class PeerTransport> transport_;
   std::unique_ptr<ReplicatedLockService> service_;

@@ -64,6 +64,11 @@ class LockStateMachine {
   // false with a one-line `error`, and the machine unchanged, when they do
   // not decode).
   bool restore(std::string_view bytes, raft::Index index, std::string& error);
+  // Whether restore() would take these bytes, leaving this machine as it
+  // is: the full decode and every check (limits, tokens, waiter ids no
+  // later than `index`) into a scratch machine. Raft asks before it stores
+  // a snapshot from a peer (raft::Config::check_snapshot).
+  bool check_snapshot(std::string_view bytes, raft::Index index, std::string& error) const;
 
   // The leader's clock <-> table time, with the offset of the latest
   // LeaderStart applied (only meaningful on the node that proposed it).

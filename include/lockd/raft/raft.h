@@ -64,6 +64,12 @@ constexpr std::size_t kDefaultMaxSnapshotBytes = 1u << 30;     // refuse larger 
 constexpr std::size_t kDefaultMaxUncommittedEntries = 4096;    // proposals beyond commit
 constexpr std::size_t kDefaultMaxApplyEntries = 1024;          // committed entries per Ready
 constexpr std::size_t kMaxVoters = 9;                          // cluster size cap
+// The largest term a message may carry (and so the largest this node ever
+// adopts). Real terms grow by one per election: 2^62 of them at a million
+// a second is 146,000 years. A term beyond it is a forged or corrupt
+// message, refused (kMalformed) before it can reach the node's term, where
+// the next campaign's term + 1 would wrap to 0.
+constexpr Term kMaxTerm = Term{1} << 62;
 
 // The role a node plays in its current term.
 enum class Role : std::uint8_t {
@@ -90,6 +96,13 @@ struct FaultInjection {
   bool assume_followers_committed = false;  // a new leader starts every follower's match at its commit
 };
 
+// Decides whether a fully received snapshot may be stored: the state
+// machine decodes `data` and checks it against `meta` (limits, ids no
+// later than meta.index). Must be pure (no I/O; it runs inside step()).
+// false: the snapshot is dropped before anything is persisted, so a bad
+// snapshot can never make the node unable to restart.
+using SnapshotCheckFn = std::function<bool(const SnapshotMeta& meta, std::string_view data)>;
+
 // Where to find randomness: returns a uniformly random 64-bit number.
 // Replaceable so tests and the simulator decide every draw.
 using RandomFn = std::function<std::uint64_t()>;
@@ -112,6 +125,7 @@ struct Config {
   std::size_t max_apply_entries = kDefaultMaxApplyEntries;
   std::uint64_t rng_seed = 1;  // seeds the built-in generator when `random` is empty
   RandomFn random;             // overrides the built-in generator
+  SnapshotCheckFn check_snapshot;  // empty: every snapshot that arrives whole is accepted
   FaultInjection faults;       // test-only
 };
 
@@ -206,6 +220,7 @@ struct RaftStats {
   std::uint64_t step_downs_check_quorum = 0;
   std::uint64_t snapshots_sent = 0;      // complete snapshots acked by followers
   std::uint64_t snapshots_installed = 0;
+  std::uint64_t snapshots_refused = 0;   // arrived whole, failed check_snapshot, dropped unstored
   std::uint64_t rejected_messages = 0;   // StepError != kOk
   std::uint64_t committed_conflicts = 0; // appends that would rewrite committed entries (a peer bug)
 };
