@@ -1,0 +1,244 @@
+package lockd
+
+// conn is one TCP connection to one node, shared by every goroutine of a
+// Client: requests are pipelined (written at once, in wire order) and one
+// reader goroutine hands each reply to the request the matcher pairs it
+// with, whatever order replies arrive in.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// maxInFlight bounds the requests one connection keeps in flight.
+const maxInFlight = 100000
+
+// errNotSent: the connection was already broken; the request never left
+// and may safely go over a new connection.
+var errNotSent = errors.New("connection closed before sending")
+
+type result struct {
+	reply Reply
+	err   error
+}
+
+type conn struct {
+	addr string
+	nc   net.Conn
+
+	wmu sync.Mutex // one writer at a time; held across matcher.add + write (wire order)
+
+	mu        sync.Mutex // guards everything below
+	m         *matcher
+	waiters   map[uint64]chan result // buffered(1): the reply or the failure
+	abandoned map[uint64]bool        // callers gave up: drop (or undo) the reply
+	nextID    uint64
+	broken    error
+	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
+}
+
+func dial(ctx context.Context, addr string, timeout time.Duration) (*conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, failCause(ErrUnreachable, "cannot connect to "+addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true) // small requests: latency over packet count
+	}
+	c := &conn{addr: addr, nc: nc, m: newMatcher(), waiters: map[uint64]chan result{},
+		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *conn) isBroken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken != nil
+}
+
+func (c *conn) close() { _ = c.nc.Close() }
+
+// peerClosed is true when the peer closed the connection (EOF with nothing
+// before it) and the reader has not noticed yet: a node killed or restarted
+// a moment ago. The request is not sent, so it can go over a new connection.
+func (c *conn) peerClosed() bool {
+	tc, ok := c.nc.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = (n == 0 && err == nil) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+	})
+	return closed
+}
+
+// submit sends r. A second acquire of one owner and key waits (until
+// queueBy or ctx ends) for the first to be answered: their replies could
+// not be told apart. errNotSent if the connection had broken.
+func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64, chan result, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	for c.broken == nil && c.m.busy(r) {
+		changed := c.changed
+		c.mu.Unlock()
+		t := time.NewTimer(time.Until(queueBy))
+		select {
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+			return 0, nil, fail(ErrTimedOut, "an acquire by this owner for this key was still in flight")
+		case <-ctx.Done():
+			t.Stop()
+			return 0, nil, failCause(ErrTimedOut, "an acquire by this owner for this key was still in flight", ctx.Err())
+		}
+		c.mu.Lock()
+	}
+	if c.broken == nil && c.peerClosed() {
+		c.failLocked(errors.New("connection closed by " + c.addr))
+	}
+	if c.broken != nil {
+		c.mu.Unlock()
+		return 0, nil, errNotSent
+	}
+	if c.m.inFlight() >= maxInFlight {
+		c.mu.Unlock()
+		return 0, nil, fail(ErrBusy, "too many requests in flight on one connection")
+	}
+	id := c.nextID
+	c.nextID++
+	ch := make(chan result, 1)
+	c.m.add(id, r)
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	if _, err := c.nc.Write([]byte(r.Line())); err != nil {
+		// May be partly written: the waiter gets ErrIndeterminate.
+		c.fail(err)
+	}
+	return id, ch, nil
+}
+
+// wait returns the reply to id, or ErrIndeterminate when the connection
+// broke, `by` passed or ctx ended first (the request may have taken
+// effect; a late grant is released at once).
+func (c *conn) wait(ctx context.Context, id uint64, ch chan result, by time.Time) (Reply, error) {
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	var cause error
+	select {
+	case res := <-ch:
+		return res.reply, res.err
+	case <-t.C:
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+	c.mu.Lock()
+	select {
+	case res := <-ch: // arrived meanwhile
+		c.mu.Unlock()
+		return res.reply, res.err
+	default:
+	}
+	if _, inFlight := c.waiters[id]; inFlight {
+		c.abandoned[id] = true
+	}
+	c.mu.Unlock()
+	if cause != nil {
+		return Reply{}, failCause(ErrIndeterminate, "gave up waiting for "+c.addr, cause)
+	}
+	return Reply{}, fail(ErrIndeterminate, "no reply from "+c.addr+" in time")
+}
+
+func (c *conn) fail(why error) {
+	c.mu.Lock()
+	c.failLocked(why)
+	c.mu.Unlock()
+}
+
+// failLocked marks the connection broken and fails every request in flight.
+func (c *conn) failLocked(why error) {
+	if c.broken == nil {
+		c.broken = why
+		_ = c.nc.Close()
+	}
+	for _, id := range c.m.drain() {
+		if ch, ok := c.waiters[id]; ok {
+			ch <- result{err: failCause(ErrIndeterminate, "connection to "+c.addr+" lost before the reply", why)}
+			delete(c.waiters, id)
+		}
+	}
+	c.abandoned = map[uint64]bool{}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *conn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 16*1024)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull || len(line) > maxReplyLine {
+			c.fail(errors.New("reply line from " + c.addr + " too long"))
+			return
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.dispatch(string(line[:len(line)-1]))
+	}
+}
+
+func (c *conn) dispatch(text string) {
+	reply, perr := ParseReply(text)
+	c.mu.Lock()
+	var id uint64
+	ok := false
+	if perr == nil {
+		id, ok = c.m.match(reply)
+	}
+	if !ok {
+		// Nothing we sent can have drawn this line: no reply on this
+		// connection can be trusted any more.
+		c.failLocked(errors.New("unexpected reply from " + c.addr + ": " + text))
+		c.mu.Unlock()
+		return
+	}
+	ch := c.waiters[id]
+	delete(c.waiters, id)
+	undo := c.abandoned[id] && reply.isGrant()
+	delete(c.abandoned, id)
+	if ch != nil {
+		ch <- result{reply: reply}
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	if undo {
+		// A grant nobody waits for any more: release it, so a timed-out
+		// acquire never leaves a lock held by nobody until its lease ends.
+		go func() {
+			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: reply.Token, Key: reply.Key}, time.Now())
+			if err == nil {
+				c.mu.Lock()
+				if _, inFlight := c.waiters[rid]; inFlight {
+					c.abandoned[rid] = true
+				}
+				c.mu.Unlock()
+			}
+		}()
+	}
+}

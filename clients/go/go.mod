@@ -1,0 +1,3 @@
+module lockd/clients/go
+
+go 1.19
