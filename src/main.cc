@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   setup_logging(*parsed.config);
+  for (const std::string& warning : parsed.warnings) spdlog::warn("{}", warning);
   lockd::daemon::Daemon daemon(std::move(*parsed.config));
   std::string error;
   if (!daemon.start(error)) {

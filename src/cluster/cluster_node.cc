@@ -49,11 +49,9 @@ bool ClusterNode::open(std::string& error) {
     return false;
   }
   // Whose data dir this is: checked with the directory locked, before the
-  // core reads the stored term and vote (node_identity.h).
-  NodeIdentity me{config_.self, {}};
-  for (const Member& m : config_.members) me.members.push_back(m.id);
-  std::sort(me.members.begin(), me.members.end());
-  error = claim_data_dir(config_.data_dir, me, kSyncWal);
+  // core reads the stored term and vote (node_identity.h). Written only in
+  // listen(), once every address is bound.
+  error = claim_data_dir(config_.data_dir, identity(), kSyncWal, /*write_if_absent=*/false);
   if (!error.empty()) return false;
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
   raft::Config rc;
@@ -136,8 +134,19 @@ void ClusterNode::set_admin_addr(const std::string& addr) {
   transport_->set_local(std::move(local));
 }
 
+NodeIdentity ClusterNode::identity() const {
+  NodeIdentity me{config_.self, {}};
+  for (const Member& m : config_.members) me.members.push_back(m.id);
+  std::sort(me.members.begin(), me.members.end());
+  return me;
+}
+
 bool ClusterNode::listen(std::string& error) {
   if (!transport_->listen(error)) return false;
+  // The last address is bound (the daemon binds the client and admin ports
+  // first): now the data dir may be claimed.
+  error = claim_data_dir(config_.data_dir, identity(), kSyncWal);
+  if (!error.empty()) return false;
   tick_timer_.arm_every(config_.heartbeat_ns);
   return true;
 }

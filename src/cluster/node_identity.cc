@@ -100,13 +100,15 @@ std::optional<NodeIdentity> parse_identity(std::string_view text) {
   return id;
 }
 
-std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync) {
+std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync,
+                           bool write_if_absent) {
   const std::string file = dir + "/" + kIdentityFile;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) {
       return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(errno);
     }
+    if (!write_if_absent) return "";
     const std::string err = write_durably(dir, kIdentityFile, format_identity(me), sync);
     return err.empty() ? "" : "data dir " + dir + ": " + err;
   }

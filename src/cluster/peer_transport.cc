@@ -267,8 +267,10 @@ bool PeerTransport::listen_on_fd(int fd, std::string& error) {
     listener_.reset();
     return false;
   }
-  spdlog::info("peer transport: node {} listening on {} (cluster {}, log entry versions {}..{})",
-               self_, bound().to_string(),
+  // Not "listening": the daemon's one `listening` line names the client
+  // port, once every address is bound.
+  spdlog::info("node {}: peers connect to {} (cluster {}, log entry versions {}..{})", self_,
+               bound().to_string(),
                local_.cluster_id == 0 ? std::string("not formed yet") : cluster_id_text(local_.cluster_id),
                local_.entry_versions.min, local_.entry_versions.max);
   for (auto& p : peers_) {

@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <vector>
 
+#include "lockd/daemon/config_file.h"
 #include "lockd/proto/parser.h"
 #include "lockd/version/version.h"
 
@@ -124,13 +127,34 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
   }
   if (std::string e = validate_security(c.security); !e.empty()) return e;
   std::set<std::uint64_t> ids;
+  // Every address a member listens on, with whose it is: two members (or
+  // one member's two ports) on one address would fail to bind, or worse,
+  // reach the wrong node. Port 0 (any free port) never clashes.
+  std::map<std::string, std::string> owners;
+  auto claim = [&owners](const net::Endpoint& at, const std::string& who) -> std::string {
+    if (at.port == 0) return {};
+    auto [it, fresh] = owners.emplace(at.to_string(), who);
+    if (fresh) return {};
+    return at.to_string() + " is both " + it->second + " and " + who;
+  };
   for (const auto& text : peers) {
     auto peer = parse_peer(text, err);
     if (!peer) return err;
     if (!ids.insert(peer->id).second) {
       return "--peer: node id " + std::to_string(peer->id) + " given twice";
     }
+    const std::string node = "node " + std::to_string(peer->id) + "'s ";
+    for (const auto& clash : {claim(peer->client, node + "client address"),
+                              claim(peer->raft, node + "raft address")}) {
+      if (!clash.empty()) return "--peer: " + clash;
+    }
     c.peers.push_back(*peer);
+  }
+  if (c.admin) {
+    if (c.mode == Mode::kSingle) claim(c.listen, "the --listen address");
+    if (std::string clash = claim(*c.admin, "the --admin address"); !clash.empty()) {
+      return "--admin: " + clash;
+    }
   }
   if (c.mode == Mode::kCluster) {
     if (!c.node_id) return "--mode cluster needs --node-id";
@@ -144,15 +168,51 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
   return {};
 }
 
+
+// The --help groups that say which mode a flag belongs to. A flag of the
+// other mode is refused when it changes what the node is or where it
+// listens (it was meant for the other mode, and running without it would
+// surprise), and only warned about when it is a tuning knob with no effect.
+constexpr const char* kClusterOnly = "Cluster mode (refused without --mode cluster)";
+constexpr const char* kClusterTuning = "Cluster tuning (no effect in single mode: a warning)";
+constexpr const char* kSingleOnly = "Single mode (refused with --mode cluster)";
+constexpr const char* kSingleTuning = "Single-mode tuning (no effect in cluster mode: a warning)";
+
+// Refuses (returns the message) or warns about flags given for the other
+// mode, on the command line or in the file.
+template <typename Where>
+std::string check_mode_scope(const CLI::App& app, Mode mode, const Where& where,
+                             std::vector<std::string>& warnings) {
+  const bool cluster = mode == Mode::kCluster;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0) continue;
+    const std::string& group = opt->get_group();
+    const std::string flag = opt->get_name();
+    if (!cluster && group == kClusterOnly) {
+      return where(flag) + flag +
+             " is a cluster-mode flag, but this is --mode single (the default): add "
+             "--mode cluster, or leave " + flag + " out";
+    }
+    if (cluster && group == kSingleOnly) {
+      return where(flag) + flag +
+             " is a single-mode flag: in cluster mode the client address is this node's own "
+             "--peer entry; leave " + flag + " out";
+    }
+    if ((!cluster && group == kClusterTuning) || (cluster && group == kSingleTuning)) {
+      warnings.push_back(where(flag) + flag + " has no effect in " +
+                         (cluster ? "cluster" : "single") + " mode; ignored");
+    }
+  }
+  return {};
+}
 }  // namespace
 
 ParseOutcome parse_config(int argc, char** argv) {
   Config c;
   CLI::App app{"lockd: a lock server with fencing tokens"};
   app.set_version_flag("--version", version_line());
-  app.set_config("--config", "", "TOML config file (keys named like the long flags)");
-  app.allow_config_extras(CLI::config_extras_mode::error);
 
+  std::string config_path;
   std::string mode = "single";
   std::string listen = "127.0.0.1:7070";
   std::string admin = "127.0.0.1:7071";
@@ -162,9 +222,12 @@ ParseOutcome parse_config(int argc, char** argv) {
   std::vector<std::string> peers;
   std::string auth = "none";
 
+  // Every option is also a config file key (config_file.h). Its group says
+  // which mode it belongs to (check_mode_scope()).
+  app.add_option("--config", config_path, "TOML config file (keys named like the long flags)");
   app.add_option("--mode", mode, "single | cluster")
       ->check(CLI::IsMember({"single", "cluster"}));
-  app.add_option("--listen", listen, "client protocol HOST:PORT (single mode)");
+  app.add_option("--listen", listen, "client protocol HOST:PORT")->group(kSingleOnly);
   app.add_option("--admin", admin, "HTTP admin API HOST:PORT, or off");
   app.add_option("--default-lease-ms", c.server.parse.default_lease_ms,
                  "lease when A gives none");
@@ -177,18 +240,22 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--max-connections", c.server.max_connections, "client connections");
   app.add_option("--max-output-bytes", c.server.output.max_bytes,
                  "unsent reply bytes after which a client is disconnected");
-  app.add_option("--sweep-interval-ms", sweep_ms, "sweep of expired keys without waiters");
+  app.add_option("--sweep-interval-ms", sweep_ms, "sweep of expired keys without waiters")
+      ->group(kSingleTuning);
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--log-format", log_format, "text|json")
       ->check(CLI::IsMember({"text", "json"}));
-  auto* node_opt = app.add_option("--node-id", node_id, "cluster: this node's id");
-  app.add_option("--peer", peers, "cluster: ID=CLIENT_HOST:PORT/RAFT_HOST:PORT, repeatable");
-  app.add_option("--data-dir", c.data_dir, "cluster: Raft log and snapshots");
-  app.add_option("--election-timeout-ms", c.election_timeout_ms, "cluster");
-  app.add_option("--heartbeat-ms", c.heartbeat_ms, "cluster");
+  app.add_option("--node-id", node_id, "this node's id")->group(kClusterOnly);
+  app.add_option("--peer", peers, "ID=CLIENT_HOST:PORT/RAFT_HOST:PORT, one per member")
+      ->group(kClusterOnly);
+  app.add_option("--data-dir", c.data_dir, "Raft log and snapshots")->group(kClusterOnly);
+  app.add_option("--election-timeout-ms", c.election_timeout_ms, "lower bound")
+      ->group(kClusterTuning);
+  app.add_option("--heartbeat-ms", c.heartbeat_ms, "")->group(kClusterTuning);
   app.add_option("--snapshot-entries", c.snapshot_entries,
-                 "cluster: snapshot and compact the log every N applied entries");
+                 "snapshot and compact the log every N applied entries")
+      ->group(kClusterTuning);
 
   SecurityConfig& sec = c.security;
   app.add_option("--tls-cert", sec.tls_cert, "this node's TLS certificate chain (PEM)");
@@ -202,34 +269,61 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "TOML file of identities and hashed credentials (H, admin bearer tokens)");
   app.add_option("--acl", sec.acl_file, "TOML file: identities -> verbs on key prefixes, admins");
 
+  // CLI11 turns "-5" into a huge unsigned number: no unsigned flag takes a
+  // sign, on the command line or in the file.
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_name().starts_with("UINT")) {
+      opt->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.starts_with('-') ? v + " is negative" : std::string();
+          },
+          ""));
+    }
+  }
+
+  ConfigOrigins origins;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForVersion&) {
-    return {std::nullopt, 0, version_line() + "\n"};
+    return {std::nullopt, 0, version_line() + "\n", {}};
   } catch (const CLI::Success&) {  // --help
-    return {std::nullopt, 0, app.help()};
-  } catch (const CLI::ConfigError& e) {
-    // CLI11 says "INI was not able to parse KEY" for a key it does not know.
-    std::string what = one_line(e.what());
-    const std::string kPrefix = "INI was not able to parse ";
-    if (what.rfind(kPrefix, 0) == 0) what = "unknown key '" + what.substr(kPrefix.size()) + "'";
-    return {std::nullopt, 2, "lockd: config file: " + what};
+    return {std::nullopt, 0, app.help(), {}};
   } catch (const CLI::ParseError& e) {
-    return {std::nullopt, 2, "lockd: " + one_line(e.what())};
+    return {std::nullopt, 2, "lockd: " + one_line(e.what()), {}};
   }
+  if (!config_path.empty()) {
+    if (std::string err = apply_config_file(app, config_path, origins); !err.empty()) {
+      return {std::nullopt, 2, "lockd: " + err, {}};
+    }
+  }
+  // "FILE:LINE: " when `flag` came from the config file, so an error about
+  // it points there.
+  auto where = [&origins](const std::string& flag) {
+    auto it = origins.find(flag);
+    return it == origins.end() ? std::string() : it->second + ": ";
+  };
   c.mode = mode == "cluster" ? Mode::kCluster : Mode::kSingle;
+  std::vector<std::string> warnings;
+  if (std::string err = check_mode_scope(app, c.mode, where, warnings); !err.empty()) {
+    return {std::nullopt, 2, "lockd: " + err, {}};
+  }
   c.log_format = log_format == "json" ? LogFormat::kJson : LogFormat::kText;
   sec.auth = auth == "cert"    ? AuthMode::kCert
              : auth == "token" ? AuthMode::kToken
              : auth == "any"   ? AuthMode::kAny
                                : AuthMode::kNone;
-  if (sweep_ms > 1'000'000'000) return {std::nullopt, 2, "lockd: --sweep-interval-ms too large"};
-  c.server.sweep_interval_ns = ms_to_ns(sweep_ms);
-  if (node_opt->count() > 0) c.node_id = node_id;
-  if (std::string err = validate(c, listen, admin, peers); !err.empty()) {
-    return {std::nullopt, 2, "lockd: " + err};
+  if (sweep_ms > 1'000'000'000) {
+    return {std::nullopt, 2, "lockd: " + where("--sweep-interval-ms") + "--sweep-interval-ms too large", {}};
   }
-  return {std::move(c), 0, {}};
+  c.server.sweep_interval_ns = ms_to_ns(sweep_ms);
+  if (app.get_option("--node-id")->count() > 0) c.node_id = node_id;
+  if (std::string err = validate(c, listen, admin, peers); !err.empty()) {
+    // Name the file line of the flag the message starts with, if it came
+    // from there.
+    const std::string flag = err.substr(0, err.find_first_of(" :"));
+    return {std::nullopt, 2, "lockd: " + where(flag) + err, {}};
+  }
+  return {std::move(c), 0, {}, std::move(warnings)};
 }
 
 }  // namespace lockd::daemon

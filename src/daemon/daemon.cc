@@ -199,10 +199,12 @@ bool Daemon::start_cluster(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
     if (!admin_->listen(*config_.admin, error)) return false;
   }
+  if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());
+  // Binds the raft address, then claims the data dir: last, so a start
+  // that fails on any address leaves no IDENTITY behind.
+  if (!cluster_->listen(error)) return false;
   spdlog::info("lockd {} listening on {} (mode=cluster, node {})", version::full(),
                server_->bound().to_string(), *config_.node_id);
-  if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());
-  if (!cluster_->listen(error)) return false;
   if (admin_) spdlog::info("admin listening on {}", admin_->bound().to_string());
   return true;
 }

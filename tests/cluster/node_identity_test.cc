@@ -62,6 +62,15 @@ TEST(NodeIdentity, FirstStartWritesItAndTheSameNodeMayStartAgain) {
   EXPECT_FALSE(fs::exists(d.path() + "/" + kIdentityFile + ".new"));
 }
 
+TEST(NodeIdentity, TheCheckBeforeBindingWritesNothingButStillRefuses) {
+  TempDir d;
+  EXPECT_EQ(claim_data_dir(d.path(), {2, {1, 2, 3}}, false, /*write_if_absent=*/false), "");
+  EXPECT_FALSE(fs::exists(d.path() + "/" + kIdentityFile));
+  ASSERT_EQ(claim_data_dir(d.path(), {2, {1, 2, 3}}, false), "");
+  const std::string err = claim_data_dir(d.path(), {1, {1, 2, 3}}, false, false);
+  EXPECT_NE(err.find("belongs to node 2, not node 1"), std::string::npos) << err;
+}
+
 TEST(NodeIdentity, AnotherNodeIsRefusedAndTheFileIsKept) {
   TempDir d;
   ASSERT_EQ(claim_data_dir(d.path(), {1, {1, 2, 3}}, false), "");

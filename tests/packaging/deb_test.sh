@@ -28,7 +28,8 @@ echo "Depends: $depends"
 # From dpkg-shlibdeps: the shared libraries the binaries link, e.g.
 # libevent-core-2.1-7 (>= 2.1.8-stable), libspdlog1.10-fmt9.
 names=" $(sed -E 's/ \([^)]*\)//g; s/,//g' <<<"$depends") "
-for dep in 'libevent-core-[0-9a-z.-]+' 'libspdlog[0-9a-z.-]+' 'libfmt[0-9]+' 'libstdc\+\+6' libc6 \
+for dep in 'libevent-core-[0-9a-z.-]+' 'libspdlog[0-9a-z.-]+' 'libfmt[0-9]+' 'libtomlplusplus[0-9]+' \
+           'libstdc\+\+6' libc6 \
            adduser; do
   [[ $names =~ \ $dep\  ]] || fail "Depends lacks $dep"
 done

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "lockd/cluster/commit_latency.h"
+#include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/replicated_lock_service.h"
 #include "lockd/common/time.h"
@@ -118,7 +119,9 @@ class ClusterNode final : private raft::ReadyHandler {
   // The admin address peers learn from our handshakes (after open(), before
   // listen(): the admin server binds between them).
   void set_admin_addr(const std::string& addr);
-  // Listens on the raft address, dials peers and starts ticking.
+  // Listens on the raft address, writes the data dir's IDENTITY if it has
+  // none (node_identity.h), dials peers and starts ticking. The daemon calls
+  // it after binding every other address.
   bool listen(std::string& error);
   // End-of-turn work (see the file comment).
   void after_turn();
@@ -167,6 +170,8 @@ class ClusterNode final : private raft::ReadyHandler {
   void install(const raft::Snapshot& snapshot) override;
   void apply(const raft::Entry& entry) override;
 
+  // The IDENTITY this node claims its data dir with.
+  NodeIdentity identity() const;
   void on_tick();
   void on_service_timer();
   void rearm_service_timer(TimeNs now);

@@ -41,9 +41,13 @@ std::string format_identity(const NodeIdentity& id);
 // among them, the trailing newline required).
 std::optional<NodeIdentity> parse_identity(std::string_view text);
 
-// Checks `dir`'s IDENTITY against `me`, writing it when absent (`sync`:
-// fsync the file and the directory; false only in tests). Returns an empty
-// string when the node may start, else the one line to print.
-std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync = true);
+// Checks `dir`'s IDENTITY against `me`, writing it when absent and
+// `write_if_absent` (`sync`: fsync the file and the directory; false only
+// in tests). Returns an empty string when the node may start, else the one
+// line to print. A node checks first without writing, and writes only once
+// every listener is bound: a start that fails (an address in use, a typo in
+// --peer) leaves no IDENTITY that would refuse the corrected config.
+std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync = true,
+                           bool write_if_absent = true);
 
 }  // namespace lockd::cluster

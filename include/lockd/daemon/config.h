@@ -72,6 +72,9 @@ struct ParseOutcome {
   std::optional<Config> config;
   int exit_code = 0;
   std::string message;  // printed on stdout (status 0) or stderr (status 2)
+  // Harmless mistakes (a flag of the other mode that has no effect there),
+  // logged at warn once logging is set up.
+  std::vector<std::string> warnings;
 };
 
 ParseOutcome parse_config(int argc, char** argv);
