@@ -22,7 +22,7 @@ enum class Want {
 const std::set<std::string> kNotKeys = {"help", "version", "config"};
 
 Want wanted(const CLI::Option& opt) {
-  if (opt.get_type_size() == 0) return Want::kBoolean;  // a flag taking no value
+  if (opt.get_expected_max() == 0) return Want::kBoolean;  // a flag: takes no value
   const std::string type = opt.get_type_name();
   if (type.starts_with("INT") || type.starts_with("UINT")) return Want::kInteger;
   if (type.starts_with("BOOLEAN")) return Want::kBoolean;

@@ -87,6 +87,8 @@ TEST(ConfigTest, EveryFileErrorNamesFileAndLine) {
            {"mode = \"triple\"\n", 1, "triple not in"},
            {"\ndefault-lease-ms = 0\n", 2, "--default-lease-ms must be"},  // a relation check
            {"node-id = 1\n", 1, "--node-id is a cluster-mode flag"},
+           {"client-tls = true\n", 1, "--client-tls and --admin-tls need --tls-cert"},  // applied
+           {"client-tls = \"yes\"\n", 1, "expected true or false, not a string"},
        }) {
     TempDir dir;
     const std::string path = dir.file("lockd.toml", k.content);
