@@ -372,6 +372,12 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Client connections closed because the TLS handshake or a record failed "
            "(plaintext on a TLS port, a certificate refused).",
            st.tls_failures);
+  w.single("lockd_auth_failures_total", "counter",
+           "H requests whose credential was not accepted (answered E unauthenticated, then closed).",
+           st.auth_failures);
+  w.single("lockd_requests_refused_total", "counter",
+           "Requests refused before they were decided: E unauthenticated or E forbidden.",
+           st.requests_refused);
   w.single("lockd_uptime_seconds", "gauge",
            "Seconds since lockd started.",
            static_cast<double>(now_ns - node.started_ns) / 1e9);

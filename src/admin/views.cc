@@ -35,7 +35,7 @@ json replies_json(const server::ServerStats& st) {
               {"B", r(ReplyKind::kBusy)},       {"R", r(ReplyKind::kReleased)},
               {"N", r(ReplyKind::kNotReleased) + r(ReplyKind::kNotKept)},
               {"K", r(ReplyKind::kKept)},       {"E", r(ReplyKind::kError)},
-              {"M", r(ReplyKind::kMoved)}};
+              {"M", r(ReplyKind::kMoved)},      {"H", r(ReplyKind::kHello)}};
 }
 
 // Keeps the `limit` smallest elements of `heap` (a max-heap under `less`).

@@ -68,11 +68,6 @@ std::string validate_security(const SecurityConfig& s) {
     return "--client-tls and --admin-tls need --tls-cert and --tls-key";
   }
   if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together";
-  // Until `H`, the credentials file and ACLs land (issue 21, next commit).
-  if (s.auth == AuthMode::kToken || s.auth == AuthMode::kAny || !s.credentials_file.empty() ||
-      !s.acl_file.empty()) {
-    return "--auth token|any, --credentials and --acl are not available in this build yet";
-  }
   switch (s.auth) {
     case AuthMode::kNone:
       if (!s.acl_file.empty()) return "--acl needs --auth cert, token or any";

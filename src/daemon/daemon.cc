@@ -12,6 +12,7 @@
 #include "lockd/daemon/fd_limit.h"
 #include "lockd/net/clock.h"
 #include "lockd/server/lock_server.h"
+#include "lockd/auth/authenticator.h"
 #include "lockd/tls/tls_context.h"
 #include "lockd/version/version.h"
 
@@ -87,6 +88,7 @@ bool Daemon::start(std::string& error) {
   if (config_.mode == Mode::kCluster) return start_cluster(error);
   server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
   server_->require_tls(client_tls_.get());
+  server_->set_authenticator(auth_.get());
   if (!server_->listen(config_.listen, error)) return false;
   if (config_.admin) {
     admin_ = std::make_unique<admin::AdminServer>(
@@ -125,6 +127,7 @@ bool Daemon::start_cluster(std::string& error) {
   server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
   cluster_->set_before_sync([server = server_.get()] { server->flush_replies(); });
   server_->require_tls(client_tls_.get());
+  server_->set_authenticator(auth_.get());
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
@@ -233,6 +236,10 @@ bool Daemon::start_security(std::string& error) {
     admin_tls_ = tls::TlsContext::create(ao, error);
     if (!admin_tls_) return false;
   }
+  if (s.auth != AuthMode::kNone) {
+    auth_ = auth::Authenticator::create(s.auth, {s.credentials_file, s.acl_file}, error);
+    if (!auth_) return false;
+  }
   return true;
 }
 
@@ -246,6 +253,10 @@ void Daemon::reload_security() {
     if (!ctx->reload(error)) {
       spdlog::error("SIGHUP: keeping the old TLS files: {}", error);
     }
+  }
+  if (auth_) {
+    std::string error;
+    if (!auth_->reload(error)) spdlog::error("SIGHUP: keeping the old file: {}", error);
   }
 }
 

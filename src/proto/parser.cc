@@ -50,6 +50,7 @@ std::string_view error_code(ParseError e) {
     case ParseError::kBadWait: return "bad_wait";
     case ParseError::kBadToken: return "bad_token";
     case ParseError::kLineTooLong: return "line_too_long";
+    case ParseError::kBadCredential: return "unauthenticated";
   }
   return "internal";
 }
@@ -113,6 +114,13 @@ ParseResult parse_line(std::string_view line, const ParseLimits& limits) {
     if (!parse_u64(f[3], req.lease_ms) || req.lease_ms == 0 || req.lease_ms > limits.max_lease_ms) {
       return ParseError::kBadLease;
     }
+    return req;
+  }
+  if (f[0] == "H") {
+    if (n != 2) return ParseError::kBadArity;
+    if (!visible_ascii(f[1], kMaxCredentialBytes)) return ParseError::kBadCredential;
+    req.verb = Verb::kHello;
+    req.credential = f[1];
     return req;
   }
   return ParseError::kUnknownCommand;

@@ -72,9 +72,25 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
     const proto::ParseResult parsed = proto::parse_line(line, config_.parse);
     bool answered = false;  // a waiting acquire is not timed: its wait is the client's
     if (const auto* req = std::get_if<proto::Request>(&parsed)) {
-      stats_.recent_keys.record(req->key);
-      answered = handle_request(client, *req, now);
-    } else if (const auto* err = std::get_if<proto::ParseError>(&parsed)) {
+      if (req->verb == proto::Verb::kHello) {
+        if (!handle_hello(client, *req)) {
+          if (conn.reply_queued()) conn.close_after_flush();
+          return;  // nothing after a refused credential is read
+        }
+        answered = true;
+      } else {
+        stats_.recent_keys.record(req->key);
+        answered = !admitted(client, *req) || handle_request(client, *req, now);
+      }
+    } else if (const auto* err = std::get_if<proto::ParseError>(&parsed);
+               err != nullptr && *err == proto::ParseError::kBadCredential) {
+      // §11: a credential that breaks §2 is refused like a wrong one.
+      ++stats_.auth_failures;
+      stats_.count(ReplyKind::kError);
+      proto::append_error(conn.out(), *err);
+      if (conn.reply_queued()) conn.close_after_flush();
+      return;
+    } else if (err != nullptr) {
       ++stats_.requests_malformed;
       stats_.count(ReplyKind::kError);
       proto::append_error(conn.out(), *err);
@@ -86,6 +102,51 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
     if (conn.closed()) return;  // overflowed while delivering
   }
   conn.reply_queued();
+}
+
+bool LockServer::handle_hello(Client& client, const proto::Request& req) {
+  std::string& out = client.conn->out();
+  ++stats_.requests_hello;
+  if (auth_ == nullptr || !auth_->required()) {
+    stats_.count(ReplyKind::kHello);
+    out.append("H anonymous\n");
+    return true;
+  }
+  std::optional<std::string> identity = auth_->by_credential(req.credential);
+  if (!identity) {
+    ++stats_.auth_failures;
+    stats_.count(ReplyKind::kError);
+    spdlog::debug("client connection {}: H with a credential that is not accepted",
+                  client.conn->id());
+    out.append("E unauthenticated\n");
+    return false;
+  }
+  stats_.count(ReplyKind::kHello);
+  client.identity = std::move(*identity);
+  client.authenticated = true;
+  out.append("H ");
+  out.append(client.identity);
+  out.push_back('\n');
+  return true;
+}
+
+bool LockServer::admitted(Client& client, const proto::Request& req) {
+  if (auth_ == nullptr || !auth_->required()) return true;
+  const char* refusal = nullptr;
+  if (!client.authenticated) {
+    refusal = "unauthenticated";
+  } else {
+    const char verb = req.verb == proto::Verb::kAcquire ? 'A'
+                      : req.verb == proto::Verb::kRelease ? 'R'
+                      : req.verb == proto::Verb::kKeep    ? 'K'
+                                                          : '?';
+    if (!auth_->allows(client.identity, verb, req.key)) refusal = "forbidden";
+  }
+  if (refusal == nullptr) return true;
+  ++stats_.requests_refused;
+  stats_.count(ReplyKind::kError);
+  proto::append_error_echo(client.conn->out(), refusal, req);
+  return false;
 }
 
 bool LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
@@ -187,6 +248,18 @@ void LockServer::on_closed(net::Connection& conn) {
   for (const locks::WaiterId w : it->second.waiting) table_.cancel_waiter(w);
   it->second.waiting.clear();
   closed_.push_back(conn.id());
+}
+
+void LockServer::on_tls_established(net::Connection& conn) {
+  if (auth_ == nullptr || !auth_->required()) return;
+  const auto& cert = conn.tls()->peer_certificate();
+  if (!cert) return;
+  auto it = clients_.find(conn.id());
+  LOCKD_CHECK(it != clients_.end());
+  if (std::optional<std::string> identity = auth_->by_certificate(*cert)) {
+    it->second.identity = std::move(*identity);
+    it->second.authenticated = true;
+  }
 }
 
 void LockServer::on_tls_failed(net::Connection& conn, std::string_view error) {

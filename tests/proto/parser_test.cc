@@ -221,3 +221,24 @@ TEST(ParserTest, KeepFieldsAreCheckedTokenKeyLease) {
 
 }  // namespace
 }  // namespace lockd::proto
+
+namespace lockd::proto {
+namespace {
+
+TEST(ParserTest, HelloTakesExactlyOneCredential) {
+  Request r = request_of("H s3cr3t-token_XYZ");
+  EXPECT_EQ(r.verb, Verb::kHello);
+  EXPECT_EQ(r.credential, "s3cr3t-token_XYZ");
+  EXPECT_EQ(request_of("H " + std::string(512, 'c')).credential.size(), 512u);
+  EXPECT_EQ(error_of("H"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("H a b"), ParseError::kBadArity);
+  // A credential that breaks §2 is `E unauthenticated` (then closed), not bad_arity.
+  EXPECT_EQ(error_of("H " + std::string(513, 'c')), ParseError::kBadCredential);
+  EXPECT_EQ(error_of(std::string("H tok\x01")), ParseError::kBadCredential);
+  EXPECT_EQ(error_of(std::string("H tok\xc3\xa9")), ParseError::kBadCredential);
+  EXPECT_EQ(error_code(ParseError::kBadCredential), "unauthenticated");
+  EXPECT_EQ(error_of("h token"), ParseError::kUnknownCommand);
+}
+
+}  // namespace
+}  // namespace lockd::proto

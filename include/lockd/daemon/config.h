@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lockd/auth/authenticator.h"
 #include "lockd/net/address.h"
 #include "lockd/server/lock_server.h"
 
@@ -23,12 +24,7 @@ enum class LogFormat {
 };
 
 // Who a client must be (protocol.md §11, `--auth`).
-enum class AuthMode {
-  kNone,   // nobody is asked; `H` answers `H anonymous`
-  kCert,   // the TLS client certificate's CN (a client without one fails the handshake)
-  kToken,  // `H <credential>` checked against --credentials
-  kAny,    // either: a verified client certificate, or `H`
-};
+using AuthMode = auth::AuthMode;
 
 // TLS and authentication (v1.2; docs/security.md).
 struct SecurityConfig {

@@ -31,6 +31,9 @@ class ClusterNode;
 namespace lockd::tls {
 class TlsContext;
 }
+namespace lockd::auth {
+class Authenticator;
+}
 
 namespace lockd::daemon {
 
@@ -68,6 +71,7 @@ class Daemon {
   std::unique_ptr<admin::AdminServer> admin_;  // null with --admin off
   std::unique_ptr<tls::TlsContext> client_tls_;  // --client-tls
   std::unique_ptr<tls::TlsContext> admin_tls_;   // --admin-tls
+  std::unique_ptr<auth::Authenticator> auth_;    // --auth, --credentials, --acl
   event* sighup_ = nullptr;
   event* sigterm_ = nullptr;
   event* sigint_ = nullptr;

@@ -15,6 +15,7 @@ namespace lockd::proto {
 constexpr std::size_t kMaxLineBytes = 1024;
 constexpr std::size_t kMaxOwnerBytes = 64;
 constexpr std::size_t kMaxKeyBytes = 250;
+constexpr std::size_t kMaxCredentialBytes = 512;
 
 // Server settings the parser enforces.
 struct ParseLimits {

@@ -10,16 +10,18 @@ enum class Verb : std::uint8_t {
   kAcquire,  // `A <owner> <key> [<lease_ms> [<wait_ms>]]`
   kRelease,  // `R <token> <key>`
   kKeep,     // `K <token> <key> <lease_ms>` (v1.1): extend a held lease
+  kHello,    // `H <credential>` (v1.2, §11): authenticate the connection
 };
 
 // A well-formed request. Views point into the line it was parsed from.
 struct Request {
   Verb verb;
   std::string_view owner;     // kAcquire
-  std::string_view key;       // every verb
+  std::string_view key;       // kAcquire, kRelease, kKeep
   std::uint64_t lease_ms = 0; // kAcquire (the server default when omitted), kKeep (required)
   std::uint64_t wait_ms = 0;  // kAcquire
   std::uint64_t token = 0;    // kRelease, kKeep
+  std::string_view credential;  // kHello
 };
 
 // Why a line is not a request; each maps to one `E <code>` of §7.
@@ -32,6 +34,7 @@ enum class ParseError : std::uint8_t {
   kBadWait,         // wait_ms not a decimal in 0..max wait
   kBadToken,        // token not a decimal in 1..2^64-1
   kLineTooLong,     // more than kMaxLineBytes including the terminator
+  kBadCredential,   // `H` credential not 1..512 bytes of 0x21..0x7E: `E unauthenticated`, closed (§11)
 };
 
 // The wire spelling of an error code, e.g. "bad_arity".

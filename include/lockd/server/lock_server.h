@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "lockd/auth/authenticator.h"
 #include "lockd/locks/lock_table.h"
 #include "lockd/net/connection.h"
 #include "lockd/net/listener.h"
@@ -61,6 +62,11 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // Requires TLS of every client accepted from now on (`ctx` not owned,
   // outlives the server; its reloads apply to new connections only).
   void require_tls(const tls::TlsContext* ctx) { tls_ = ctx; }
+  // Authenticates and authorizes every request from now on (protocol.md
+  // §11; not owned, outlives the server). Checked on every node before a
+  // request is routed, so a follower refuses an unauthenticated client
+  // itself instead of redirecting it.
+  void set_authenticator(const auth::Authenticator* a) { auth_ = a; }
   net::Endpoint bound() const { return listener_.bound(); }
   // Pauses of the client listener for want of descriptors (net/listener.h).
   std::uint64_t accept_pauses() const { return listener_.accept_pauses(); }
@@ -89,6 +95,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   void on_pending_write(net::Connection& conn) override;
   void on_closed(net::Connection& conn) override;
   void on_tls_failed(net::Connection& conn, std::string_view error) override;
+  void on_tls_established(net::Connection& conn) override;
 
   // ClientReplies
   std::string* reply_buffer(locks::ClientId client, ReplyKind kind) override;
@@ -100,11 +107,18 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
     std::unique_ptr<net::Connection> conn;
     proto::LineFramer framer;
     std::unordered_set<locks::WaiterId> waiting;  // its queued acquires
+    std::string identity;        // who it authenticated as (auth on)
+    bool authenticated = false;  // by its certificate or `H`
   };
 
   void accept(int fd);
   // Returns whether the request was answered at once (false: it waits).
   bool handle_request(Client& client, const proto::Request& req, TimeNs now);
+  // `H <credential>`. False when the connection is to close (refused).
+  bool handle_hello(Client& client, const proto::Request& req);
+  // §11 before a request is decided: appends `E unauthenticated <echo>` or
+  // `E forbidden <echo>` and returns false when it may not go on.
+  bool admitted(Client& client, const proto::Request& req);
   void on_deadline_timer();
   void on_sweep_timer();
   void run_sweep_slice();
@@ -116,6 +130,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   ServerConfig config_;
   LockService* service_;  // null in single mode
   const tls::TlsContext* tls_ = nullptr;  // null: plaintext clients
+  const auth::Authenticator* auth_ = nullptr;  // null: --auth none
   locks::LockTable table_;
   net::Listener listener_;
   net::Timer deadline_timer_;

@@ -22,6 +22,7 @@ enum class ReplyKind : std::uint8_t {
   kNotKept,      // `N` to a `K`
   kError,        // `E`
   kMoved,        // `M` (cluster)
+  kHello,        // `H` (v1.2): authenticated
   kCount,        // number of kinds; not a reply
 };
 
@@ -30,6 +31,9 @@ struct ServerStats {
   std::uint64_t requests_release = 0;  // well-formed `R` lines
   std::uint64_t requests_keep = 0;     // well-formed `K` lines
   std::uint64_t requests_malformed = 0;
+  std::uint64_t requests_hello = 0;    // well-formed `H` lines (v1.2)
+  std::uint64_t requests_refused = 0;  // `E unauthenticated <echo>` or `E forbidden <echo>`
+  std::uint64_t auth_failures = 0;     // `H` with a credential not accepted (then closed)
   std::array<std::uint64_t, static_cast<std::size_t>(ReplyKind::kCount)> replies{};
   std::uint64_t connections_accepted = 0;
   std::uint64_t connections_rejected = 0;  // over --max-connections
