@@ -104,21 +104,21 @@ TEST(RespCodecTest, RedisBackendReadsRepliesByRequestKind) {
   auto redis = make_backend(BackendKind::kRedis);
   Reply r;
   std::size_t consumed = 0;
-  ASSERT_EQ(redis->decode("+OK\r\n", consumed, ReqKind::kAcquire, r), DecodeStatus::kReply);
+  ASSERT_EQ(redis->decode("+OK\r\n", consumed, ReqKind::kAcquire, Flavor::kPlain, r), DecodeStatus::kReply);
   EXPECT_EQ(r.outcome, Outcome::kGranted);
-  redis->decode("$-1\r\n", consumed, ReqKind::kAcquire, r);
+  redis->decode("$-1\r\n", consumed, ReqKind::kAcquire, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kNotGranted);
-  redis->decode(":1\r\n", consumed, ReqKind::kRelease, r);
+  redis->decode(":1\r\n", consumed, ReqKind::kRelease, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kReleased);
-  redis->decode(":0\r\n", consumed, ReqKind::kRelease, r);
+  redis->decode(":0\r\n", consumed, ReqKind::kRelease, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kNotReleased);
-  redis->decode(":1\r\n", consumed, ReqKind::kAcquire, r);
+  redis->decode(":1\r\n", consumed, ReqKind::kAcquire, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kError);
-  redis->decode("-NOSCRIPT x\r\n", consumed, ReqKind::kRelease, r);
+  redis->decode("-NOSCRIPT x\r\n", consumed, ReqKind::kRelease, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kError);
-  redis->decode(":1\r\n", consumed, ReqKind::kKeep, r);
+  redis->decode(":1\r\n", consumed, ReqKind::kKeep, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kKept);
-  redis->decode(":0\r\n", consumed, ReqKind::kKeep, r);
+  redis->decode(":0\r\n", consumed, ReqKind::kKeep, Flavor::kPlain, r);
   EXPECT_EQ(r.outcome, Outcome::kNotReleased);
 }
 

@@ -22,6 +22,17 @@ enum class ReqKind : std::uint8_t {
   kKeep,       // lockd `K`; Redis `EVALSHA <keep script> 1 key owner lease`
 };
 
+// What kind of hold an acquire or release is about (v1.2 shared keys).
+// lockd: kPlain and kWrite are `A`, kRead is `S key 0`, kSemaphore `S key N`;
+// every release is `R`. Redis: kPlain is SET NX; kRead/kWrite are
+// Redisson's RReadWriteLock scripts, kSemaphore its RPermitExpirableSemaphore.
+enum class Flavor : std::uint8_t {
+  kPlain,      // an exclusive lock (every workload before v1.2)
+  kRead,       // the read side of a reader-writer lock
+  kWrite,      // the write side of a reader-writer lock
+  kSemaphore,  // one permit of a semaphore of `limit`
+};
+
 // A reply in backend-neutral terms.
 enum class Outcome : std::uint8_t {
   kGranted,      // lockd `A`; Redis `+OK` to SET NX
@@ -70,6 +81,12 @@ class Backend {
                               std::uint64_t lease_ms, std::uint64_t wait_ms) = 0;
   virtual void encode_release(std::string& out, std::uint64_t token, std::string_view owner,
                               std::string_view key) = 0;
+  // A hold of `flavor` (kPlain: the two above). `limit`: kSemaphore's permits.
+  virtual void encode_acquire_as(std::string& out, Flavor flavor, std::uint32_t limit,
+                                 std::string_view owner, std::string_view key,
+                                 std::uint64_t lease_ms, std::uint64_t wait_ms) = 0;
+  virtual void encode_release_as(std::string& out, Flavor flavor, std::uint64_t token,
+                                 std::string_view owner, std::string_view key) = 0;
   virtual void encode_fence(std::string& out, std::string_view fence_key) = 0;
   virtual void encode_keep(std::string& out, std::uint64_t token, std::string_view owner,
                            std::string_view key, std::uint64_t lease_ms) = 0;
@@ -77,7 +94,7 @@ class Backend {
   // Decodes the first reply in `in`. `oldest` is the kind of the oldest
   // outstanding request (what an in-order reply answers).
   virtual DecodeStatus decode(std::string_view in, std::size_t& consumed, ReqKind oldest,
-                              Reply& out) = 0;
+                              Flavor oldest_flavor, Reply& out) = 0;
   // Called with set-up request `i`'s kHandshakeOk detail (Redis: a script SHA).
   virtual void on_handshake(std::uint32_t, std::string_view) {}
 };
@@ -99,5 +116,120 @@ inline constexpr std::string_view kRedisReleaseScript =
 inline constexpr std::string_view kRedisKeepScript =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
     "else return 0 end";
+
+// Redisson's reader-writer lock and permit-expirable semaphore, as its
+// published Lua (RedissonReadLock, RedissonWriteLock,
+// RedissonPermitExpirableSemaphore), with our key and argument layout:
+//   rw: KEYS[1] = lock hash, KEYS[2] = this holder's reader-timeout prefix
+//       ({key}:owner:rwlock_timeout), KEYS[3] = the key's timeout prefix
+//       ({key}), KEYS[4] = channel; ARGV[1] = lease ms, ARGV[2] = holder
+//       name (owner), ARGV[3] = its write name (owner:write).
+//   semaphore: KEYS[1] = permits counter, KEYS[2] = timeouts zset,
+//       KEYS[3] = channel; ARGV[1] = limit, ARGV[2] = lease ms, ARGV[3] =
+//       permit id (owner).
+// Two deviations, both in Redis's favour or neutral: the scripts read the
+// server's TIME instead of a client clock, and trySetPermits (a separate
+// SETNX of the limit, once per key) is folded into the acquire.
+inline constexpr std::string_view kRedissonReadLockScript =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (mode == false) then "
+    "redis.call('hset', KEYS[1], 'mode', 'read'); "
+    "redis.call('hset', KEYS[1], ARGV[2], 1); "
+    "redis.call('set', KEYS[2] .. ':1', 1); "
+    "redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "return nil; end; "
+    "if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then "
+    "local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "local key = KEYS[2] .. ':' .. ind; "
+    "redis.call('set', key, 1); "
+    "redis.call('pexpire', key, ARGV[1]); "
+    "local remainTime = redis.call('pttl', KEYS[1]); "
+    "redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); "
+    "return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+
+inline constexpr std::string_view kRedissonReadUnlockScript =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (mode == false) then redis.call('publish', KEYS[4], 0); return 1; end; "
+    "local lockExists = redis.call('hexists', KEYS[1], ARGV[2]); "
+    "if (lockExists == 0) then return nil; end; "
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1); "
+    "if (counter == 0) then redis.call('hdel', KEYS[1], ARGV[2]); end; "
+    "redis.call('del', KEYS[2] .. ':' .. (counter+1)); "
+    "if (redis.call('hlen', KEYS[1]) > 1) then "
+    "local maxRemainTime = -3; "
+    "local keys = redis.call('hkeys', KEYS[1]); "
+    "for n, key in ipairs(keys) do "
+    "counter = tonumber(redis.call('hget', KEYS[1], key)); "
+    "if type(counter) == 'number' then "
+    "for i=counter, 1, -1 do "
+    "local remainTime = redis.call('pttl', KEYS[3] .. ':' .. key .. ':rwlock_timeout:' .. i); "
+    "maxRemainTime = math.max(remainTime, maxRemainTime); "
+    "end; end; end; "
+    "if maxRemainTime > 0 then redis.call('pexpire', KEYS[1], maxRemainTime); return 0; end; "
+    "if mode == 'write' then return 0; end; "
+    "end; "
+    "redis.call('del', KEYS[1]); "
+    "redis.call('publish', KEYS[4], 0); "
+    "return 1;";
+
+inline constexpr std::string_view kRedissonWriteLockScript =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (mode == false) then "
+    "redis.call('hset', KEYS[1], 'mode', 'write'); "
+    "redis.call('hset', KEYS[1], ARGV[3], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "return nil; end; "
+    "if (mode == 'write') then "
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[3], 1); "
+    "local currentExpire = redis.call('pttl', KEYS[1]); "
+    "redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]); "
+    "return nil; end; end; "
+    "return redis.call('pttl', KEYS[1]);";
+
+inline constexpr std::string_view kRedissonWriteUnlockScript =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (mode == false) then redis.call('publish', KEYS[4], 0); return 1; end; "
+    "if (mode == 'write') then "
+    "local lockExists = redis.call('hexists', KEYS[1], ARGV[3]); "
+    "if (lockExists == 0) then return nil; "
+    "else local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[1]); return 0; "
+    "else redis.call('hdel', KEYS[1], ARGV[3]); "
+    "if (redis.call('hlen', KEYS[1]) == 1) then "
+    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[4], 0); "
+    "else redis.call('hset', KEYS[1], 'mode', 'read'); end; "
+    "return 1; end; end; end; "
+    "return nil;";
+
+inline constexpr std::string_view kRedissonSemaphoreAcquireScript =
+    "redis.call('set', KEYS[1], ARGV[1], 'NX'); "
+    "local t = redis.call('time'); "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000); "
+    "local expiredIds = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1); "
+    "if #expiredIds > 0 then "
+    "redis.call('zrem', KEYS[2], unpack(expiredIds)); "
+    "local value = redis.call('incrby', KEYS[1], #expiredIds); "
+    "if tonumber(value) > 0 then redis.call('publish', KEYS[3], value); end; "
+    "end; "
+    "local value = redis.call('get', KEYS[1]); "
+    "if (value ~= false and tonumber(value) >= 1) then "
+    "redis.call('decrby', KEYS[1], 1); "
+    "redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[3]); "
+    "local ttl = redis.call('pttl', KEYS[1]); "
+    "if ttl > 0 then redis.call('pexpire', KEYS[2], ttl); end; "
+    "return ARGV[3]; end; "
+    "local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES'); "
+    "if v[1] ~= nil then return ':' .. tostring(v[2]); end; "
+    "return nil;";
+
+inline constexpr std::string_view kRedissonSemaphoreReleaseScript =
+    "local removed = redis.call('zrem', KEYS[2], ARGV[3]); "
+    "if tonumber(removed) ~= 1 then return 0; end; "
+    "local value = redis.call('incrby', KEYS[1], 1); "
+    "redis.call('publish', KEYS[3], value); "
+    "return 1;";
 
 }  // namespace lockbench

@@ -15,6 +15,10 @@ enum class Workload : std::uint8_t {
   kHold,         // acquire M distinct keys and keep them (memory per lock)
   kWaiters,      // C connections queue on one key; FIFO hand-off chain
   kHoldKeep,     // random keys: acquire, extend the lease --keeps times, release
+  // v1.2 shared keys (lockd `S`; Redis: Redisson's scripts), each a
+  // contended loop (acquire with wait, release on grant) on hot keys:
+  kReadersHeavy,  // --write-percent writers (A), the rest readers (S limit 0)
+  kSemaphore,     // every acquire one permit of a semaphore of --limit (S limit N)
 };
 
 // A server address.
@@ -42,6 +46,8 @@ struct Config {
   std::uint64_t hold_keys = 1'000'000;   // hold: distinct keys to acquire
   std::uint32_t waiters = 1000;          // waiters: connections queued on one key
   std::uint32_t keeps = 10;              // hold-keep: lease extensions per acquired lock
+  std::uint32_t limit = 8;               // semaphore: permits
+  std::uint32_t write_percent = 10;      // readers-heavy: share of exclusive acquires
   std::uint64_t lease_ms = 10'000;
   std::uint64_t hold_lease_ms = 900'000;  // long enough to read RSS afterwards
   std::uint64_t wait_ms = 30'000;         // contended/waiters acquire wait

@@ -62,6 +62,23 @@ void encode_lockd_acquire(std::string& out, std::string_view owner, std::string_
   out.push_back('\n');
 }
 
+void encode_lockd_shared(std::string& out, std::string_view owner, std::string_view key,
+                         std::uint32_t limit, std::uint64_t lease_ms, std::uint64_t wait_ms) {
+  out.append("S ", 2);
+  out.append(owner);
+  out.push_back(' ');
+  out.append(key);
+  out.push_back(' ');
+  append_u64(out, limit);
+  out.push_back(' ');
+  append_u64(out, lease_ms);
+  if (wait_ms != 0) {
+    out.push_back(' ');
+    append_u64(out, wait_ms);
+  }
+  out.push_back('\n');
+}
+
 void encode_lockd_release(std::string& out, std::uint64_t token, std::string_view key) {
   out.append("R ", 2);
   append_u64(out, token);
@@ -89,6 +106,7 @@ bool parse_lockd_reply_line(std::string_view line, LockdReply& out) {
   out = LockdReply{};
   switch (f[0][0]) {
     case 'A':
+    case 'S':
       out.kind = LockdReplyKind::kAcquired;
       if (n != 4 || !to_u64(f[1], out.token) || out.token == 0) return false;
       out.owner = f[2];

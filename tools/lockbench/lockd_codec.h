@@ -21,7 +21,7 @@ namespace lockbench {
 constexpr std::size_t kMaxLockdReplyBytes = 1024;
 
 enum class LockdReplyKind : std::uint8_t {
-  kAcquired,     // `A <token> <owner> <key>`
+  kAcquired,     // `A <token> <owner> <key>`, or `S <token> <owner> <key>` (shared, v1.2)
   kHeld,         // `T <owner> <key>`: held by someone else / wait ran out
   kBusy,         // `B <owner> <key>`: queue or a server cap is full
   kReleased,     // `R <token> <key>`
@@ -43,6 +43,9 @@ struct LockdReply {
 // Appends `A <owner> <key> <lease_ms>[ <wait_ms>]\n` (wait omitted when 0).
 void encode_lockd_acquire(std::string& out, std::string_view owner, std::string_view key,
                           std::uint64_t lease_ms, std::uint64_t wait_ms);
+// Appends `S <owner> <key> <limit> <lease_ms>[ <wait_ms>]\n` (v1.2).
+void encode_lockd_shared(std::string& out, std::string_view owner, std::string_view key,
+                         std::uint32_t limit, std::uint64_t lease_ms, std::uint64_t wait_ms);
 // Appends `R <token> <key>\n`.
 void encode_lockd_release(std::string& out, std::uint64_t token, std::string_view key);
 // Appends `K <token> <key> <lease_ms>\n`.

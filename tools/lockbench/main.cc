@@ -48,11 +48,13 @@ int main(int argc, char** argv) {
       ->transform(CLI::CheckedTransformer(backends, CLI::ignore_case));
   const std::map<std::string, Workload> workloads{{"uncontended", Workload::kUncontended},
                                                   {"contended", Workload::kContended},
+                                                  {"readers-heavy", Workload::kReadersHeavy},
+                                                  {"semaphore", Workload::kSemaphore},
                                                   {"hold", Workload::kHold},
                                                   {"waiters", Workload::kWaiters},
                                                   {"hold-keep", Workload::kHoldKeep}};
   app.add_option("-w,--workload", cfg.workload,
-                 "uncontended, contended, hold, waiters or hold-keep")
+                 "uncontended, contended, hold, waiters, hold-keep, readers-heavy or semaphore")
       ->transform(CLI::CheckedTransformer(workloads, CLI::ignore_case));
   app.add_option("-c,--connections", cfg.connections, "connections (not for waiters)")
       ->check(CLI::Range(1U, kMaxConnections))
@@ -67,8 +69,15 @@ int main(int argc, char** argv) {
   app.add_option("--keyspace", cfg.keyspace, "uncontended: key space size")
       ->check(CLI::Range(std::uint64_t{1}, UINT64_MAX))
       ->capture_default_str();
-  app.add_option("--hot-keys", cfg.hot_keys, "contended: number of hot keys")
+  app.add_option("--hot-keys", cfg.hot_keys, "contended, readers-heavy: number of hot keys")
       ->check(CLI::Range(1U, kMaxHotKeys))
+      ->capture_default_str();
+  app.add_option("--limit", cfg.limit, "semaphore: permits (S limit N, one key)")
+      ->check(CLI::Range(1U, 65535U))
+      ->capture_default_str();
+  app.add_option("--write-percent", cfg.write_percent,
+                 "readers-heavy: percent of acquires that are exclusive (A); the rest S limit 0")
+      ->check(CLI::Range(0U, 100U))
       ->capture_default_str();
   app.add_option("--keys", cfg.hold_keys, "hold: distinct keys to acquire and keep")
       ->check(CLI::Range(std::uint64_t{1}, kMaxHoldKeys))

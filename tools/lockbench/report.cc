@@ -70,7 +70,8 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
                     {"lost", k.lost},
                     {"reconnects", k.reconnects}};
   }
-  if (cfg.workload == Workload::kContended) {
+  if (cfg.workload == Workload::kContended || cfg.workload == Workload::kReadersHeavy ||
+      cfg.workload == Workload::kSemaphore) {
     const auto& g = res.grants_per_connection;
     const auto [mn, mx] = std::minmax_element(g.begin(), g.end());
     j["contended"] = {{"hot_keys", cfg.hot_keys},
@@ -116,7 +117,8 @@ std::string report_text(const Config& cfg, const Results& res) {
         "  cluster: leader {}  M {}  no_leader {}  indeterminate {}  lost {}  reconnects {}\n",
         res.leader, k.moved, k.no_leader, k.indeterminate, k.lost, k.reconnects);
   }
-  if (cfg.workload == Workload::kContended) {
+  if (cfg.workload == Workload::kContended || cfg.workload == Workload::kReadersHeavy ||
+      cfg.workload == Workload::kSemaphore) {
     s += latency_line("acquire wait", res.acquire_wait_ns);
     s += latency_line("hand-off", res.handoff_ns);
     const auto& g = res.grants_per_connection;

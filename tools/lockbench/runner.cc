@@ -112,6 +112,7 @@ struct Slot {
   std::uint32_t waiter_index = 0;      // waiters: order of enqueue
   bool enqueued = false;               // waiters: the server has it queued
   std::uint32_t keeps_left = 0;        // hold-keep: extensions still to send
+  Flavor flavor = Flavor::kPlain;      // readers-heavy/semaphore: the current hold's kind
 };
 
 // A request sent (or about to be) and not yet answered.
@@ -120,6 +121,7 @@ struct Pending {
   Slot* slot;
   std::uint64_t token;  // release/fence/keep: for matching lockd's echo; handshake: its index
   std::int64_t sent_ns;
+  Flavor flavor = Flavor::kPlain;  // how a Redis reply to it reads
 };
 
 // One TCP connection to the server.
@@ -193,6 +195,11 @@ class Runner {
   void issue_keep(Slot& s);
   void schedule_retry(Slot& s);
   bool limit_reached();
+  // The workloads that loop acquire-with-wait / release on hot keys.
+  bool contended() const {
+    return cfg_.workload == Workload::kContended || cfg_.workload == Workload::kReadersHeavy ||
+           cfg_.workload == Workload::kSemaphore;
+  }
 
   // Workloads: what a slot does next, given the reply to its last request.
   void uncontended_next(Slot& s);
@@ -225,6 +232,7 @@ class Runner {
   std::vector<Conn*> lost_;       // connections waiting for on_reconnect
   event* reconnect_ev_ = nullptr;
   std::vector<std::int64_t> hot_release_ns_;  // contended: last release sent, per hot key
+  std::uint64_t mix_state_ = 0;  // readers-heavy: xorshift state for the read/write mix
 
   std::string prefix_;     // key prefix per workload
   std::string fence_key_;
@@ -385,8 +393,11 @@ Results Runner::run() {
       slots_.push_back(std::move(s));
     }
   }
-  keys_ = UniformKeys(cfg_.workload == Workload::kContended ? cfg_.hot_keys : cfg_.keyspace,
+  keys_ = UniformKeys(cfg_.workload == Workload::kSemaphore ? 1
+                      : contended() ? cfg_.hot_keys
+                                    : cfg_.keyspace,
                       cfg_.seed);
+  mix_state_ = cfg_.seed * 0x9E3779B97F4A7C15ull + 1;
   prefix_ = cfg_.key_prefix + ":" + workload_name(cfg_.workload);
   probe_key_ = cfg_.key_prefix + ":probe";
   hot_release_ns_.assign(cfg_.hot_keys, 0);
@@ -423,7 +434,7 @@ Results Runner::run() {
   const double elapsed_s = static_cast<double>(end_ns_ - start_ns_) / kNsPerSec;
   res_.elapsed_s = elapsed_s;
   res_.ops_per_s = elapsed_s > 0 ? static_cast<double>(res_.counters.ops) / elapsed_s : 0;
-  if (cfg_.workload == Workload::kContended) {
+  if (contended()) {
     for (auto& c : conns_) res_.grants_per_connection.push_back(c->grants);
   }
   if (res_.counters.protocol_errors > 0) {
@@ -459,6 +470,8 @@ void Runner::start() {
       for (auto& s : slots_) uncontended_next(*s);
       break;
     case Workload::kContended:
+    case Workload::kReadersHeavy:
+    case Workload::kSemaphore:
       for (auto& s : slots_) contended_begin(*s);
       break;
     case Workload::kHold:
@@ -543,7 +556,7 @@ void Runner::flush(Conn& c) {
     for (std::size_t i = c.pending.size() - c.unstamped; i < c.pending.size(); ++i) {
       Pending& p = c.pending[i];
       p.sent_ns = t;
-      if (p.kind == ReqKind::kRelease && cfg_.workload == Workload::kContended) {
+      if (p.kind == ReqKind::kRelease && contended()) {
         hot_release_ns_[p.slot->hot] = t;
       }
     }
@@ -593,10 +606,11 @@ void Runner::readable(Conn& c) {
   std::size_t off = 0;
   while (off < c.in_len && res_.failure.empty()) {
     const ReqKind oldest = c.pending.empty() ? ReqKind::kAcquire : c.pending.front().kind;
+    const Flavor flavor = c.pending.empty() ? Flavor::kPlain : c.pending.front().flavor;
     const std::string_view in(c.in.data() + off, c.in_len - off);
     std::size_t consumed = 0;
     Reply r;
-    const DecodeStatus st = backend_->decode(in, consumed, oldest, r);
+    const DecodeStatus st = backend_->decode(in, consumed, oldest, flavor, r);
     if (st == DecodeStatus::kNeedMore) break;
     if (st == DecodeStatus::kMalformed) {
       fail(kExitBadServer, std::string("the server does not speak the ") +
@@ -707,7 +721,9 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
   if (p.kind == ReqKind::kKeep) res_.keep_ns.record(latency_ns);
   switch (cfg_.workload) {
     case Workload::kUncontended: uncontended_reply(s, p, r); break;
-    case Workload::kContended: contended_reply(s, p, r, now); break;
+    case Workload::kContended:
+    case Workload::kReadersHeavy:
+    case Workload::kSemaphore: contended_reply(s, p, r, now); break;
     case Workload::kHold: hold_next(s); break;
     case Workload::kWaiters: waiters_reply(s, p, r, now); break;
     case Workload::kHoldKeep: hold_keep_reply(s, p, r); break;
@@ -718,7 +734,7 @@ void Runner::dispatch(Conn& c, const Reply& r, std::int64_t now) {
 
 void Runner::push(Slot& s, ReqKind kind, std::uint64_t token) {
   Conn& c = *s.conn;
-  c.pending.push_back(Pending{kind, &s, token, 0});
+  c.pending.push_back(Pending{kind, &s, token, 0, s.flavor});
   ++c.unstamped;
   ++outstanding_;
   ++issued_;
@@ -726,13 +742,13 @@ void Runner::push(Slot& s, ReqKind kind, std::uint64_t token) {
 }
 
 void Runner::issue_acquire(Slot& s, std::uint64_t lease_ms, std::uint64_t wait_ms) {
-  backend_->encode_acquire(s.conn->out, s.owner, s.key.view(), lease_ms,
-                           backend_->server_queues() ? wait_ms : 0);
+  backend_->encode_acquire_as(s.conn->out, s.flavor, cfg_.limit, s.owner, s.key.view(), lease_ms,
+                              backend_->server_queues() ? wait_ms : 0);
   push(s, ReqKind::kAcquire, 0);
 }
 
 void Runner::issue_release(Slot& s) {
-  backend_->encode_release(s.conn->out, s.token, s.owner, s.key.view());
+  backend_->encode_release_as(s.conn->out, s.flavor, s.token, s.owner, s.key.view());
   push(s, ReqKind::kRelease, s.token);
 }
 
@@ -907,7 +923,9 @@ bool Runner::cluster_reply(Conn& c, Slot& s, const Reply& r) {
 void Runner::restart_slot(Slot& s) {
   switch (cfg_.workload) {
     case Workload::kUncontended: uncontended_next(s); break;
-    case Workload::kContended: contended_begin(s); break;
+    case Workload::kContended:
+    case Workload::kReadersHeavy:
+    case Workload::kSemaphore: contended_begin(s); break;
     case Workload::kHold: hold_next(s); break;
     case Workload::kHoldKeep: hold_keep_next(s); break;
     case Workload::kWaiters: break;  // not run against a cluster (main refuses)
@@ -1020,6 +1038,15 @@ void Runner::uncontended_reply(Slot& s, const Pending& p, const Reply& r) {
 
 void Runner::contended_begin(Slot& s) {
   if (limit_reached()) return;
+  if (cfg_.workload == Workload::kReadersHeavy) {
+    // xorshift64: the mix is the seed's, the same for both backends.
+    mix_state_ ^= mix_state_ << 13;
+    mix_state_ ^= mix_state_ >> 7;
+    mix_state_ ^= mix_state_ << 17;
+    s.flavor = mix_state_ % 100 < cfg_.write_percent ? Flavor::kWrite : Flavor::kRead;
+  } else if (cfg_.workload == Workload::kSemaphore) {
+    s.flavor = Flavor::kSemaphore;
+  }
   s.hot = keys_.next();
   format_key(s.key, prefix_, s.hot);
   s.first_attempt_ns = now_ns();
@@ -1308,6 +1335,8 @@ const char* workload_name(Workload w) {
     case Workload::kHold: return "hold";
     case Workload::kWaiters: return "waiters";
     case Workload::kHoldKeep: return "hold-keep";
+    case Workload::kReadersHeavy: return "readers-heavy";
+    case Workload::kSemaphore: return "semaphore";
   }
   return "?";
 }
