@@ -65,7 +65,8 @@ AdminServer::AdminServer(event_base* base, const server::LockServer& server, Nod
     : server_(server),
       node_(std::move(node)),
       scan_timer_(base, [this] { on_scan_timer(); }),
-      accept_pause_(base, "admin") {
+      accept_pause_(base, "admin"),
+      snapshot_export_(base) {
   http_ = evhttp_new(base);
   LOCKD_CHECK(http_ != nullptr);
   // Let every method through so a wrong one gets our JSON 405, not evhttp's.
@@ -174,6 +175,7 @@ void AdminServer::handle(evhttp_request* req) {
     kCluster,  // /v1/cluster (404 in single mode)
     kMetrics,  // /metrics
     kTop,      // /v1/top?limit=
+    kSnapshot, // /v1/snapshot (a backup file)
     kNone,     // unknown path: 404
   };
   Route route = Route::kNone;
@@ -193,6 +195,8 @@ void AdminServer::handle(evhttp_request* req) {
     route = Route::kMetrics;
   } else if (path == "/v1/top") {
     route = Route::kTop;
+  } else if (path == "/v1/snapshot") {
+    route = Route::kSnapshot;
   }
   if (route == Route::kNone) {
     send_error(req, 404, "not_found", "no such endpoint");
@@ -282,6 +286,26 @@ void AdminServer::handle(evhttp_request* req) {
         limit = std::min(*n, kMaxTopLimit);
       }
       start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now));
+      return;
+    }
+    case Route::kSnapshot: {
+      if (!node_.snapshot) {
+        send_error(req, 404, "not_found", "this node cannot export a snapshot");
+        return;
+      }
+      SnapshotSource src = node_.snapshot();
+      if (src.not_leader) {
+        // Only the leader's applied state holds every acknowledged grant.
+        json body{{"error", "not_leader"}, {"leader_admin", nullptr}};
+        if (src.leader_admin) body["leader_admin"] = *src.leader_admin;
+        send_json(req, 503, body);
+        return;
+      }
+      if (!src.refused.empty()) {
+        send_error(req, 409, "cannot_export", src.refused);
+        return;
+      }
+      snapshot_export_.request(req, src.produce, src.filename);
       return;
     }
     case Route::kNone:

@@ -9,6 +9,7 @@
 
 #include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_transport.h"
+#include "lockd/cluster/restore.h"
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/raft/driver.h"
@@ -47,6 +48,12 @@ bool ClusterNode::open(std::string& error) {
   if (!st.ok()) {
     error = st.message;
     return false;
+  }
+  // A new cluster from a backup: seeds the empty data dir before anything
+  // reads it (restore.h).
+  if (!config_.restore_from.empty()) {
+    error = restore_from_backup(*storage_, config_.data_dir, config_.restore_from, config_.limits, kSyncWal);
+    if (!error.empty()) return false;
   }
   // Whose data dir this is: checked with the directory locked, before the
   // core reads the stored term and vote (node_identity.h). Written only in
@@ -282,6 +289,20 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
 void ClusterNode::apply(const raft::Entry& entry) {
   service_->apply(entry);
   if (commit_latency_.inflight() > 0) commit_latency_.applied(entry.index, net::monotonic_now_ns());
+}
+
+std::optional<BackupMeta> ClusterNode::backup_meta(std::uint64_t taken_unix_ms) const {
+  if (!service_->serving()) return std::nullopt;
+  const LockStateMachine& sm = service_->state_machine();
+  BackupMeta m;
+  m.source = BackupSource::kCluster;
+  m.index = sm.applied();
+  const std::optional<raft::Term> term = raft_->term_at(m.index);
+  m.term = term ? *term : raft_->snapshot_meta().term;
+  // Entry i grants token base + i at most: nothing applied holds more.
+  m.token_floor = sm.token_base() == 0 ? 0 : sm.token_base() + m.index;
+  m.taken_unix_ms = taken_unix_ms;
+  return m;
 }
 
 std::vector<PeerStats> ClusterNode::peer_stats() const { return transport_->peer_stats(); }

@@ -13,21 +13,35 @@ namespace {
 
 constexpr std::uint8_t kHeaderVersion = 1;
 
+std::string encode_snapshot(const locks::LockTable& table, raft::Index applied, std::uint64_t base,
+                            TimeNs offset, TimeNs floor, raft::Term clock_term) {
+  std::string header;
+  ByteWriter w(header);
+  w.u8(kHeaderVersion);
+  w.u64(applied);
+  w.u64(base);
+  w.u64(static_cast<std::uint64_t>(offset));
+  w.u64(static_cast<std::uint64_t>(floor));
+  w.u64(clock_term);
+  return locks::serialize(table, header);
+}
+
 }  // namespace
 
 LockStateMachine::LockStateMachine(locks::Limits limits)
     : limits_(limits), table_(std::make_unique<locks::LockTable>(limits, 1)) {}
 
 std::string LockStateMachine::snapshot() const {
-  std::string header;
-  ByteWriter w(header);
-  w.u8(kHeaderVersion);
-  w.u64(applied_);
-  w.u64(token_base_);
-  w.u64(static_cast<std::uint64_t>(offset_ns_));
-  w.u64(static_cast<std::uint64_t>(floor_ns_));
-  w.u64(clock_term_);
-  return locks::serialize(*table_, header);
+  return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_);
+}
+
+std::string LockStateMachine::single_mode_snapshot(const locks::LockTable& table, TimeNs now_ns) {
+  // Index 1: the next entry (2) grants base + 2 = next_token + 1 at the
+  // earliest, above every single-mode token. Clock term 0: no command of
+  // the old life is placed on the clock; table time resumes at now_ns.
+  const std::uint64_t base = table.next_token() - 1;
+  LOCKD_CHECK(base >= kMinTokenBase && base <= kMaxTokenBase);
+  return encode_snapshot(table, 1, base, 0, now_ns, 0);
 }
 
 bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::string& error) {

@@ -248,6 +248,10 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--election-timeout-ms", c.election_timeout_ms, "lower bound")
       ->group(kClusterTuning);
   app.add_option("--heartbeat-ms", c.heartbeat_ms, "")->group(kClusterTuning);
+  app.add_option("--restore-from", c.restore_from,
+                 "start a new cluster from a backup FILE (lockctl snapshot save); every member "
+                 "gets the same file and an empty data dir")
+      ->group(kClusterOnly);
   app.add_option("--snapshot-entries", c.snapshot_entries,
                  "snapshot and compact the log every N applied entries")
       ->group(kClusterTuning);

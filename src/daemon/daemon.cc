@@ -6,7 +6,9 @@
 #include <csignal>
 
 #include "lockd/admin/admin_server.h"
+#include "lockd/cluster/backup_file.h"
 #include "lockd/cluster/cluster_node.h"
+#include "lockd/cluster/lock_command.h"
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
 #include "lockd/daemon/fd_limit.h"
@@ -41,6 +43,33 @@ std::string_view role_name(raft::Role r) {
 // its counter never catches up with the clock it started from. Holds as
 // long as the wall clock does not step back across a restart (see
 // docs/architecture.md).
+std::uint64_t unix_ms_now() { return static_cast<std::uint64_t>(net::realtime_now_ns() / kNsPerMs); }
+
+// GET /v1/snapshot of a single-mode lockd: its table as a cluster would
+// have applied it at index 1 (cluster/lock_state_machine.h), so a new
+// cluster can be started from it.
+admin::SnapshotSource single_snapshot(const server::LockServer& server) {
+  admin::SnapshotSource src;
+  const locks::LockTable& table = server.table();
+  const locks::Token floor = table.next_token() - 1;
+  if (floor < cluster::kMinTokenBase || floor > cluster::kMaxTokenBase) {
+    src.refused = "tokens are outside the range a cluster can continue from (wall clock before 2001?)";
+    return src;
+  }
+  cluster::BackupMeta meta;
+  meta.source = cluster::BackupSource::kSingle;
+  meta.index = 1;
+  meta.term = 1;
+  meta.token_floor = floor;
+  meta.taken_unix_ms = unix_ms_now();
+  src.filename = "lockd-single-" + std::to_string(meta.taken_unix_ms) + ".snap";
+  const TimeNs now = net::monotonic_now_ns();
+  src.produce = [&table, meta, now] {
+    return cluster::encode_backup(meta, cluster::LockStateMachine::single_mode_snapshot(table, now));
+  };
+  return src;
+}
+
 locks::Token first_token_from_clock() {
   const TimeNs now = net::realtime_now_ns();
   return now > 0 ? static_cast<locks::Token>(now) : 1;
@@ -94,7 +123,8 @@ bool Daemon::start(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(
         base_, *server_,
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
-                        net::monotonic_now_ns(), {}, {}, {}});
+                        net::monotonic_now_ns(), {}, {}, {},
+                        [server = server_.get()] { return single_snapshot(*server); }});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -119,6 +149,7 @@ bool Daemon::start_cluster(std::string& error) {
       static_cast<int>(std::max<std::uint64_t>(2, config_.election_timeout_ms / config_.heartbeat_ms));
   cc.limits = config_.server.locks;
   cc.snapshot_entries = config_.snapshot_entries;
+  cc.restore_from = config_.restore_from;
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
   server::ServerConfig sc = config_.server;
@@ -131,7 +162,7 @@ bool Daemon::start_cluster(std::string& error) {
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
-                         net::monotonic_now_ns(), {}, {}, {}};
+                         net::monotonic_now_ns(), {}, {}, {}, {}};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
       const cluster::NodeStatusView v = node->status(now);
@@ -152,6 +183,19 @@ bool Daemon::start_cluster(std::string& error) {
       return c;
     };
     info.table_now = [node](TimeNs now) { return node->table_now_ns(now); };
+    info.snapshot = [node] {
+      admin::SnapshotSource src;
+      const std::optional<cluster::BackupMeta> meta = node->backup_meta(unix_ms_now());
+      if (!meta) {
+        src.not_leader = true;
+        return src;
+      }
+      src.filename = "lockd-" + std::to_string(meta->index) + ".snap";
+      src.produce = [node, m = *meta] {
+        return cluster::encode_backup(m, node->replicated().snapshot());
+      };
+      return src;
+    };
     info.cluster_metrics = [node](TimeNs now) {
       admin::ClusterMetrics m;
       const raft::RaftStats& r = node->raft_stats();

@@ -97,13 +97,14 @@ bool send_all(int fd, std::string_view data, int timeout_ms, std::string& error)
 
 // Reads into `out` until EOF, or until `stop(out)` says enough.
 template <typename Stop>
-bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string& error) {
+bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string& error,
+                std::size_t max_bytes = kMaxResponseBytes) {
   char buf[16 * 1024];
   while (!stop(out)) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n > 0) {
       out.append(buf, static_cast<std::size_t>(n));
-      if (out.size() > kMaxResponseBytes) {
+      if (out.size() > max_bytes) {
         error = "response too large";
         return false;
       }
@@ -122,7 +123,7 @@ bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string
 }  // namespace
 
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
-                                     std::string& error) {
+                                     std::string& error, std::size_t max_bytes, int timeout_ms) {
   const Socket sock(connect_to(ep, error));
   if (sock.fd() < 0) return std::nullopt;
   std::string req = "GET ";
@@ -130,7 +131,7 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
   req.append(" HTTP/1.1\r\nHost: ");
   req.append(ep.to_string());
   req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n\r\n");
-  if (!send_all(sock.fd(), req, kRequestTimeoutMs, error)) return std::nullopt;
+  if (!send_all(sock.fd(), req, timeout_ms, error)) return std::nullopt;
   std::string raw;
   // Read to EOF (we asked for Connection: close), or to Content-Length.
   const auto complete = [](const std::string& s) {
@@ -148,7 +149,7 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
     }
     return false;
   };
-  if (!read_until(sock.fd(), raw, kRequestTimeoutMs, complete, error)) return std::nullopt;
+  if (!read_until(sock.fd(), raw, timeout_ms, complete, error, max_bytes)) return std::nullopt;
   // Status line: HTTP/1.x NNN reason
   HttpResponse resp;
   const std::size_t end = raw.find("\r\n\r\n");

@@ -32,8 +32,11 @@ struct HttpResponse {
 
 // GET `target` (path and query, already percent-encoded). nullopt with
 // `error` set when the server cannot be reached or the answer is not HTTP.
+// `max_bytes` and `timeout_ms` (per read) bound what one GET may take;
+// `snapshot save` raises both.
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
-                                     std::string& error);
+                                     std::string& error, std::size_t max_bytes = kMaxResponseBytes,
+                                     int timeout_ms = kRequestTimeoutMs);
 
 // Sends one request line (without `\n`) and returns the first reply line
 // (without `\n`). nullopt with `error` set on connect/read failure.

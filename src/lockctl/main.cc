@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "lockd/version/version.h"
 #include "run.h"
+#include "snapshot.h"
 
 namespace {
 
@@ -100,6 +101,14 @@ int main(int argc, char** argv) {
   top->add_option("--rows", top_opt.rows, "rows per table (default: fit the terminal)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100}));
 
+  auto* snapshot = app.add_subcommand("snapshot", "backups: save the leader's state to a file, check a file");
+  snapshot->require_subcommand(1);
+  std::string snapshot_file;
+  auto* snap_save = snapshot->add_subcommand("save", "download a snapshot from the leader into FILE (atomically, checked)");
+  snap_save->add_option("FILE", snapshot_file, "where to write it")->required();
+  auto* snap_verify = snapshot->add_subcommand("verify", "check a saved snapshot FILE");
+  snap_verify->add_option("FILE", snapshot_file, "the file")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -122,5 +131,7 @@ int main(int argc, char** argv) {
     return cmd_run(g, run_opt);
   }
   if (*top) return cmd_top(g, top_opt);
+  if (*snap_save) return cmd_snapshot_save(g, snapshot_file);
+  if (*snap_verify) return cmd_snapshot_verify(g, snapshot_file);
   return kExitUsage;
 }

@@ -13,6 +13,9 @@
 // the reply is sent when the last slice is done (see KeyScan for what a
 // split walk guarantees).
 //
+// `GET /v1/snapshot` is answered by a forked child's file
+// (snapshot_export.h), never by serializing on the loop.
+//
 // Errors are JSON `{"error": CODE, "message": TEXT}` with 400 (bad query
 // value or key encoding), 404 (unknown path or key), 405 (not GET/HEAD).
 #pragma once
@@ -21,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "lockd/admin/snapshot_export.h"
 #include "lockd/admin/views.h"
 #include "lockd/net/accept_pause.h"
 #include "lockd/net/address.h"
@@ -83,6 +87,7 @@ class AdminServer {
   std::deque<std::unique_ptr<PendingScan>> scans_;  // round robin, one slice each
   net::Timer scan_timer_;  // armed for the next loop turn while scans_ is non-empty
   net::AcceptPause accept_pause_;  // evhttp's listener, out of descriptors
+  SnapshotExport snapshot_export_;  // GET /v1/snapshot
   bool draining_ = false;
 };
 

@@ -110,6 +110,15 @@ struct ClusterMetrics {
   std::vector<std::pair<std::string, std::uint64_t>> peer_refused;
 };
 
+// What `GET /v1/snapshot` exports right now (admin/snapshot_export.h).
+struct SnapshotSource {
+  bool not_leader = false;  // a cluster node that is not the serving leader: 503 not_leader
+  std::optional<std::string> leader_admin;  // the leader's admin host:port, when known
+  std::string refused;      // non-empty: 409 cannot_export with this message
+  std::string filename;     // the download's suggested name
+  std::function<std::string()> produce;  // runs in a forked child: the whole backup file
+};
+
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
   std::string version;       // version::full(): "0.1.0+g9c497a1"
@@ -125,6 +134,8 @@ struct NodeInfo {
   // cluster/lock_state_machine.h). Empty in single mode: the table runs on
   // the monotonic clock.
   std::function<TimeNs(TimeNs now_ns)> table_now;
+  // `GET /v1/snapshot`; empty: 404.
+  std::function<SnapshotSource()> snapshot;
 };
 
 // The lock table's time at monotonic `now_ns`: what every lease and wait in

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "lockd/cluster/backup_file.h"
 #include "lockd/cluster/commit_latency.h"
 #include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_handshake.h"
@@ -72,6 +73,9 @@ struct ClusterNodeConfig {
   std::uint64_t snapshot_entries = 10'000;
   // This node's admin address as peers learn it from the handshake; "" = off.
   std::string admin_addr;
+  // A backup file to seed an empty data dir from (cluster/restore.h);
+  // empty: none.
+  std::string restore_from;
 };
 
 // What a member last said about itself in a handshake (peer_handshake.h).
@@ -141,6 +145,12 @@ class ClusterNode final : private raft::ReadyHandler {
   TimeNs table_now_ns(TimeNs now_ns) const;
   raft::Role role() const { return raft_->role(); }
   raft::NodeId leader() const { return raft_->leader(); }
+
+  // GET /v1/snapshot: the backup header (cluster/backup_file.h) of the
+  // state applied now, when this node is the serving leader; nullopt
+  // otherwise (a follower's state may lag what the leader acknowledged).
+  // The data is replicated().snapshot(), taken in a forked child.
+  std::optional<BackupMeta> backup_meta(std::uint64_t taken_unix_ms) const;
 
   // Graceful stop on the leader: hands leadership to the follower with the
   // highest match index. Returns false if not the leader (or no follower).

@@ -60,6 +60,13 @@ class LockStateMachine {
   // clock offset, floor, clock term) as the lock table snapshot's app
   // header (locks/lock_table_snapshot.h), then the table.
   std::string snapshot() const;
+  // The same bytes for a single-mode table (a backup, cluster/backup_file.h):
+  // as if a cluster had applied it at index 1, with the token base just
+  // below its next token, so a cluster started from it grants above every
+  // token the single lockd handed out. `now_ns` is the table's clock now
+  // (the restored cluster's table time starts there). Requires
+  // table.next_token() - 1 within [kMinTokenBase, kMaxTokenBase].
+  static std::string single_mode_snapshot(const locks::LockTable& table, TimeNs now_ns);
   // Replaces everything with a snapshot taken at `index` (untrusted bytes:
   // false with a one-line `error`, and the machine unchanged, when they do
   // not decode).

@@ -60,6 +60,7 @@ struct Config {
   std::uint64_t election_timeout_ms = 300;
   std::uint64_t heartbeat_ms = 50;
   std::uint64_t snapshot_entries = 10'000;  // applied entries between snapshots
+  std::string restore_from;  // --restore-from FILE: seed a new cluster from a backup
 };
 
 // The outcome of parsing: a config to run with, or an exit (help text

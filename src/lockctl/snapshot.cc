@@ -1,0 +1,161 @@
+// lockctl snapshot save / verify; see snapshot.h.
+#include "snapshot.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "client.h"
+#include "lockd/cluster/backup_file.h"
+
+namespace lockd::lockctl {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+void fail(const std::string& msg) { std::fprintf(stderr, "lockctl: %s\n", msg.c_str()); }
+
+// Checks `bytes` as a backup; prints the summary line (or JSON). Returns
+// an empty string when good, else why not.
+std::string check_and_describe(const Globals& g, const std::string& file, std::string_view bytes) {
+  std::string error;
+  const std::optional<cluster::DecodedBackup> d = cluster::decode_backup(bytes, error);
+  if (!d) return error;
+  cluster::LockStateMachine sm(cluster::unbounded_limits());
+  cluster::BackupSummary sum;
+  if (!cluster::load_backup(*d, sm, sum, error)) return error;
+  const char* source = d->meta.source == cluster::BackupSource::kSingle ? "single" : "cluster";
+  if (g.json) {
+    json j{{"file", file},
+           {"source", source},
+           {"cluster_id", d->meta.cluster_id},
+           {"index", d->meta.index},
+           {"term", d->meta.term},
+           {"token_floor", d->meta.token_floor},
+           {"taken_unix_ms", d->meta.taken_unix_ms},
+           {"keys", sum.keys},
+           {"largest_token", sum.largest_token},
+           {"bytes", bytes.size()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s\n", fmt::format("{}: {} snapshot at index {} term {}, cluster {}, {} keys, token "
+                                    "floor {}, {} bytes, checksum ok",
+                                    file, source, d->meta.index, d->meta.term, d->meta.cluster_id,
+                                    sum.keys, d->meta.token_floor, bytes.size())
+                            .c_str());
+  }
+  return {};
+}
+
+std::string dir_of(const std::string& file) {
+  const std::size_t slash = file.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : file.substr(0, slash);
+}
+
+// FILE.tmp.PID, synced, renamed over FILE, directory synced: FILE is the
+// old one or the whole new one, never a torn mix.
+std::string write_atomically(const std::string& file, std::string_view bytes) {
+  const std::string tmp = file + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  std::string_view left = bytes;
+  while (!left.empty()) {
+    const ssize_t n = ::write(fd, left.data(), left.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "short write";
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return "cannot write " + tmp + ": " + why;
+    }
+    left.remove_prefix(static_cast<std::size_t>(n));
+  }
+  if (::fsync(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return "cannot sync " + tmp + ": " + why;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), file.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return "cannot rename " + tmp + " to " + file + ": " + why;
+  }
+  const int dfd = ::open(dir_of(file).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const std::string why = std::strerror(errno);
+    if (dfd >= 0) ::close(dfd);
+    return "cannot sync the directory of " + file + ": " + why;
+  }
+  ::close(dfd);
+  return {};
+}
+
+}  // namespace
+
+int cmd_snapshot_save(const Globals& g, const std::string& file) {
+  net::Endpoint admin = g.admin;
+  std::optional<HttpResponse> resp;
+  // A follower names the leader's admin address: follow it once.
+  for (int hop = 0; hop < 2; ++hop) {
+    std::string error;
+    resp = http_get(admin, "/v1/snapshot", error, cluster::kMaxBackupBytes, kSnapshotTimeoutMs);
+    if (!resp) {
+      fail(fmt::format("cannot reach the lockd admin API at {}: {}", admin.to_string(), error));
+      return kExitUnreachable;
+    }
+    if (resp->status != 503 || hop > 0) break;
+    const json j = json::parse(resp->body, nullptr, false);
+    if (!j.is_object() || j.value("error", "") != "not_leader" || !j["leader_admin"].is_string()) break;
+    const auto next = net::parse_endpoint(j["leader_admin"].get<std::string>(), error);
+    if (!next) break;
+    admin = *next;
+  }
+  if (resp->status != 200) {
+    const json j = json::parse(resp->body, nullptr, false);
+    std::string why = j.is_object() && j.contains("message") ? j["message"].get<std::string>()
+                      : j.is_object() && j.contains("error")  ? j["error"].get<std::string>()
+                                                               : resp->body;
+    if (j.is_object() && j.value("error", "") == "not_leader") {
+      why = "this node is not the leader; ask the leader's admin address (lockctl cluster shows it)";
+    }
+    fail(fmt::format("no snapshot from {}: {} (HTTP {})", admin.to_string(), why, resp->status));
+    return kExitNegative;
+  }
+  // Check before writing: a damaged download never replaces a good file.
+  if (const std::string bad = check_and_describe(g, file, resp->body); !bad.empty()) {
+    fail(fmt::format("the snapshot from {} is damaged, {} not written: {}", admin.to_string(), file, bad));
+    return kExitNegative;
+  }
+  if (const std::string err = write_atomically(file, resp->body); !err.empty()) {
+    fail(err);
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int cmd_snapshot_verify(const Globals& g, const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    fail(fmt::format("cannot read {}: {}", file, std::strerror(errno)));
+    return kExitUsage;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (const std::string bad = check_and_describe(g, file, ss.str()); !bad.empty()) {
+    fail(fmt::format("{}: {}", file, bad));
+    return kExitNegative;
+  }
+  return kExitOk;
+}
+
+}  // namespace lockd::lockctl
