@@ -188,6 +188,10 @@ bool Daemon::start_cluster(std::string& error) {
       const std::optional<cluster::BackupMeta> meta = node->backup_meta(unix_ms_now());
       if (!meta) {
         src.not_leader = true;
+        // Learned from the leader's peer handshake; unknown until it dialled us.
+        if (const cluster::PeerHello* h = node->peer_hello(node->leader()); h && !h->admin_addr.empty()) {
+          src.leader_admin = h->admin_addr;
+        }
         return src;
       }
       src.filename = "lockd-" + std::to_string(meta->index) + ".snap";

@@ -140,9 +140,13 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
     const int follower = leader == 1 ? 2 : 1;
     const HttpReply refused = http(old.admin_port(follower), "/v1/snapshot");
     EXPECT_EQ(refused.status, 503);
-    EXPECT_EQ(json::parse(refused.body, nullptr, false).value("error", ""), "not_leader") << refused.body;
+    const json why = json::parse(refused.body, nullptr, false);
+    EXPECT_EQ(why.value("error", ""), "not_leader") << refused.body;
+    EXPECT_EQ(why.value("leader_admin", ""), "127.0.0.1:" + std::to_string(old.admin_port(leader))) << refused.body;
 
-    const Outcome saved = run(lockctl(old.admin_port(leader), {"snapshot", "save", file}));
+    // lockctl pointed at the follower follows its leader_admin (learned
+    // from the leader's handshake) to the leader.
+    const Outcome saved = run(lockctl(old.admin_port(follower), {"snapshot", "save", file}));
     ASSERT_EQ(saved.status, 0) << saved.err;
     EXPECT_NE(saved.out.find("cluster snapshot at index"), std::string::npos) << saved.out;
     EXPECT_NE(saved.out.find("checksum ok"), std::string::npos) << saved.out;
