@@ -162,6 +162,21 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
            c.commit_index);
   w.single("lockd_raft_applied_index", "gauge",
            "Highest log index applied to this node's lock table.", c.applied_index);
+  // The leader knows every member's match index (its own: its last index);
+  // other nodes export nothing here.
+  std::optional<std::uint64_t> own_last;
+  for (const ClusterMember& mb : c.members) {
+    if (mb.id == c.node_id && c.role == "leader") own_last = mb.match_index;
+  }
+  w.family("lockd_raft_follower_lag_entries", "gauge",
+           "Leader only: log entries a member (voter or learner) is behind the leader's last index.");
+  if (own_last) {
+    for (const ClusterMember& mb : c.members) {
+      if (mb.id == c.node_id || !mb.match_index) continue;
+      w.sample("lockd_raft_follower_lag_entries", {{"peer", std::to_string(mb.id)}},
+               *own_last > *mb.match_index ? *own_last - *mb.match_index : std::uint64_t{0});
+    }
+  }
   if (!node.cluster_metrics) return;
   const ClusterMetrics m = node.cluster_metrics(now_ns);
   w.single("lockd_raft_elections_total", "counter",
