@@ -119,6 +119,10 @@ bool ClusterNode::open(std::string& error) {
   local.data_state = rs.term != 0 || raft_->last_index() != 0 ? DataState::kHasData
                                                               : DataState::kEmpty;
   transport_->set_local(std::move(local));
+  transport_->set_security(config_.peer_security);
+  if (!config_.peer_security.secret.empty()) {
+    spdlog::info("peer transport: members prove they know the peer secret (--peer-secret-file)");
+  }
   transport_->set_on_handshake([this](const Handshake& h) {
     PeerHello& p = peer_hellos_[h.sender];
     if (p.entry_versions != h.entry_versions && p.entry_versions.known()) {

@@ -76,6 +76,7 @@ std::string_view to_string(HandshakeError e) {
     case HandshakeError::kWrongReceiver: return "wrong_receiver";
     case HandshakeError::kWrongAddress: return "wrong_address";
     case HandshakeError::kNoCommonEntryVersion: return "no_common_entry_version";
+    case HandshakeError::kAuthFailed: return "auth_failed";
   }
   return "unknown";
 }
@@ -90,6 +91,17 @@ void encode_handshake(const Handshake& h, std::string& out) {
   put_tlv(out, HandshakeTag::kSender, u64_bytes(h.sender));
   put_tlv(out, HandshakeTag::kReceiver, u64_bytes(h.receiver));
   put_tlv(out, HandshakeTag::kClusterId, u64_bytes(h.cluster_id));
+  if (h.kind == HandshakeKind::kConfirm) {
+    // A confirm carries only what its proof covers, and the proof.
+    if (h.proof) {
+      put_tlv(out, HandshakeTag::kProof,
+              std::string_view(reinterpret_cast<const char*>(h.proof->data()), h.proof->size()));
+    }
+    const auto body = static_cast<std::uint32_t>(out.size() - len_at - 4);
+    for (int i = 0; i < 4; ++i) out[len_at + static_cast<std::size_t>(i)] = static_cast<char>(body >> (8 * i));
+    ByteWriter(out).u32(raft::crc32c(std::string_view(out).substr(start)));
+    return;
+  }
   std::string range;
   put_u16(range, h.entry_versions.min);
   put_u16(range, h.entry_versions.max);
@@ -287,6 +299,9 @@ std::string describe_mismatch(HandshakeError e, const Handshake& got, const Hand
              ".." + std::to_string(got.entry_versions.max) + ", we apply " +
              std::to_string(expect.entry_versions.min) + ".." +
              std::to_string(expect.entry_versions.max) + ": no common encoding";
+    case HandshakeError::kAuthFailed:
+      return node + " did not prove it knows the peer secret (another --peer-secret-file, or "
+             "none; or not a member at all)";
   }
   return "unknown";
 }

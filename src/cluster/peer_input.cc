@@ -41,7 +41,8 @@ PeerInput::Event PeerInput::fail(PeerInputError e) {
 
 PeerInput::Event PeerInput::next() {
   if (error_ != PeerInputError::kNone) return Event::kError;
-  return handshaken_ ? next_frame() : next_handshake();
+  if (!handshaken_) return next_handshake();
+  return awaiting_confirm_ ? next_confirm() : next_frame();
 }
 
 PeerInput::Event PeerInput::next_handshake() {
@@ -79,10 +80,57 @@ PeerInput::Event PeerInput::next_handshake() {
   if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
   has_handshake_ = true;
   handshake_error_ = check_handshake(handshake_, expect_);
+  if (handshake_error_ == HandshakeError::kOk) handshake_error_ = check_auth(handshake_);
   if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
   handshaken_ = true;
+  awaiting_confirm_ = auth_.has_value() && expect_.kind == HandshakeKind::kHello;
   peer_ = handshake_.sender;
   return Event::kHandshake;
+}
+
+HandshakeError PeerInput::check_auth(const Handshake& h) const {
+  if (!auth_) return HandshakeError::kOk;
+  if (expect_.kind == HandshakeKind::kHello) {
+    // The hello only brings the dialer's challenge; its proof comes in the confirm.
+    return h.nonce ? HandshakeError::kOk : HandshakeError::kAuthFailed;
+  }
+  if (!h.nonce || !h.proof) return HandshakeError::kAuthFailed;
+  const Proof want = reply_proof(auth_->secret, auth_->own_nonce, *h.nonce, h.sender, h.receiver,
+                                 h.cluster_id);
+  return proofs_equal(want, *h.proof) ? HandshakeError::kOk : HandshakeError::kAuthFailed;
+}
+
+PeerInput::Event PeerInput::next_confirm() {
+  const std::string_view rest = std::string_view(buf_).substr(off_);
+  std::size_t size = 0;
+  std::uint16_t version = 0;
+  const HandshakeError peeked = peek_handshake(rest, size, version);
+  if (peeked != HandshakeError::kOk) {
+    // Anything but a confirm (a Raft frame sent early, garbage) is refused
+    // as unauthenticated: nothing before the confirm reaches Raft.
+    handshake_error_ = HandshakeError::kAuthFailed;
+    return fail(PeerInputError::kHandshake);
+  }
+  if (size == 0 || rest.size() < size) return Event::kNeedMore;
+  Handshake c;
+  handshake_error_ = decode_handshake(rest.substr(0, size), c);
+  off_ += size;
+  if (handshake_error_ != HandshakeError::kOk) return fail(PeerInputError::kHandshake);
+  // It must confirm this very hello: same sender, to us, same cluster id,
+  // and a proof over our nonce and theirs.
+  if (c.kind != HandshakeKind::kConfirm || c.sender != handshake_.sender ||
+      (c.receiver != expect_.self) || c.cluster_id != handshake_.cluster_id || !c.proof) {
+    handshake_error_ = HandshakeError::kAuthFailed;
+    return fail(PeerInputError::kHandshake);
+  }
+  const Proof want = confirm_proof(auth_->secret, auth_->own_nonce, *handshake_.nonce, c.sender,
+                                   c.receiver, c.cluster_id);
+  if (!proofs_equal(want, *c.proof)) {
+    handshake_error_ = HandshakeError::kAuthFailed;
+    return fail(PeerInputError::kHandshake);
+  }
+  awaiting_confirm_ = false;
+  return Event::kConfirmed;
 }
 
 PeerInput::Event PeerInput::next_frame() {

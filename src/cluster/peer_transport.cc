@@ -66,6 +66,15 @@ bool is_wildcard(const std::string& host) {
 
 }  // namespace
 
+std::string_view to_string(TransportRefusal r) {
+  switch (r) {
+    case TransportRefusal::kPendingFull: return "pending_full";
+    case TransportRefusal::kHandshakeTimeout: return "handshake_timeout";
+    case TransportRefusal::kMemberLinksFull: return "member_links_full";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(LinkState s) {
   switch (s) {
     case LinkState::kDown: return "down";
@@ -81,8 +90,8 @@ std::string_view to_string(LinkState s) {
 // lives on in the graveyard until flush(), because it may be closed
 // inside its own callback (STYLE §7).
 struct PeerTransport::Socket {
-  Socket(PeerTransport& o, int f, bool d, HandshakeExpect expect)
-      : owner(o), fd(f), dialed(d), input(expect) {}
+  Socket(PeerTransport& o, int f, bool d, HandshakeExpect expect, const Nonce& own_nonce)
+      : owner(o), fd(f), dialed(d), nonce(own_nonce), input(std::move(expect), o.auth(own_nonce)) {}
   ~Socket() {
     shut();
     for (event* ev : {read_ev, write_ev, timer_ev}) {
@@ -108,6 +117,11 @@ struct PeerTransport::Socket {
   event* read_ev = nullptr;
   event* write_ev = nullptr;   // dialed: connect completion, then partial writes
   event* timer_ev = nullptr;   // handshake timeout, then (dialed) write stall
+  // Accepted: counted in a pending pool until adopted as a member's link.
+  bool pending = false;
+  bool member_pool = false;  // which pool: from a member's IP, or a stranger's
+  Nonce nonce{};             // the nonce this side sent (peer-secret auth)
+  std::uint64_t hello_cluster_id = 0;  // dialed: the cluster id our hello said (the confirm repeats it)
   PeerInput input;
 };
 
@@ -137,7 +151,7 @@ struct PeerTransport::Peer {
   event* redial_ev = nullptr;
   int failures = 0;  // consecutive failed dials: the backoff exponent
   bool dialed_once = false;
-  Socket* inbound = nullptr;  // its handshaken connection to us
+  std::vector<Socket*> inbound;  // its handshaken connections to us, oldest first
 
   std::size_t unsent() const { return out.size() - out_off; }
 };
@@ -331,7 +345,9 @@ void PeerTransport::dial(Peer& p) {
     close_link(p);
     return;
   }
-  p.link = std::make_unique<Socket>(*this, fd, true, expect(HandshakeKind::kReply, p.member.id));
+  const Nonce nonce = security_.secret.empty() ? Nonce{} : random_nonce();
+  p.link = std::make_unique<Socket>(*this, fd, true, expect(HandshakeKind::kReply, p.member.id),
+                                    nonce);
   p.link->remote = p.member.raft.host;
   Socket& s = *p.link;
   s.peer = &p;
@@ -374,7 +390,10 @@ void PeerTransport::dial(Peer& p) {
   // The hello goes first; messages queued while connecting follow it in
   // the same write.
   LOCKD_CHECK(p.unsent() == 0);
-  encode_handshake(own_handshake(HandshakeKind::kHello, p.member.id), p.out);
+  Handshake hello = own_handshake(HandshakeKind::kHello, p.member.id);
+  if (!security_.secret.empty()) hello.nonce = nonce;
+  s.hello_cluster_id = hello.cluster_id;
+  encode_handshake(hello, p.out);
   p.hello_end = p.out_base + p.out.size();
   event_add(s.write_ev, nullptr);
   p.write_armed = true;
@@ -483,11 +502,27 @@ void PeerTransport::on_dial_readable(Peer& p) {
         event_del(s.timer_ev);
         spdlog::info("peer transport: connected to node {} at {}", p.member.id,
                      p.member.raft.to_string());
+        if (!security_.secret.empty()) {
+          // The confirm goes right after the hello, before the messages
+          // queued behind it: the acceptor reads nothing else first.
+          Handshake confirm;
+          confirm.kind = HandshakeKind::kConfirm;
+          confirm.sender = self_;
+          confirm.receiver = p.member.id;
+          confirm.cluster_id = s.hello_cluster_id;
+          confirm.proof = confirm_proof(security_.secret, *s.input.handshake().nonce, s.nonce,
+                                        self_, p.member.id, s.hello_cluster_id);
+          std::string frame;
+          encode_handshake(confirm, frame);
+          p.out.insert(p.out_off, frame);
+          for (std::uint64_t& end : p.frame_ends) end += frame.size();
+        }
         if (on_handshake_) on_handshake_(s.input.handshake());
         write_link(p);  // what queued while connecting: one write (arms the stall clock if blocked)
         if (p.link == nullptr) return;  // the write failed and closed the link
         continue;
-      case PeerInput::Event::kMessage:  // impossible on a dialed link: kUnexpectedFrame
+      case PeerInput::Event::kMessage:    // impossible on a dialed link: kUnexpectedFrame
+      case PeerInput::Event::kConfirmed:  // only an acceptor receives a confirm
       case PeerInput::Event::kError:
         break;
     }
@@ -575,16 +610,62 @@ void PeerTransport::flush() {
 
 // --- connections we accept (receive side) -----------------------------------
 
+std::optional<PeerInputAuth> PeerTransport::auth(const Nonce& own_nonce) const {
+  if (security_.secret.empty()) return std::nullopt;
+  return PeerInputAuth{security_.secret, own_nonce};
+}
+
+bool PeerTransport::from_member_host(const std::string& ip) {
+  if (ip.empty()) return false;
+  for (auto& p : peers_) {
+    if (p->addr_len == 0) {
+      std::string error;
+      if (!net::resolve(p->member.raft, p->addr, p->addr_len, error)) p->addr_len = 0;
+    }
+    if (p->addr_len == 0) continue;
+    char host[INET6_ADDRSTRLEN] = {};
+    const void* a =
+        p->addr.ss_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&p->addr)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&p->addr)->sin_addr);
+    if (::inet_ntop(p->addr.ss_family, a, host, sizeof host) != nullptr && ip == host) return true;
+  }
+  return false;
+}
+
 void PeerTransport::on_accept(int fd) {
   stats_.accepted += 1;
-  if (inbound_.size() >= limits_.max_inbound_connections) {
+  const std::string remote = remote_host(fd);
+  // Members dial from their own raft host (dial() binds it), so a
+  // connection from any other address is a stranger's and waits in a pool
+  // of its own: filling it cannot keep members out.
+  const bool member_pool = from_member_host(remote);
+  std::size_t& pending = member_pool ? pending_from_members_ : pending_strangers_;
+  const std::size_t cap = member_pool ? limits_.max_pending_from_members : limits_.max_pending_strangers;
+  if (pending >= cap) {
     stats_.inbound_refused += 1;
     ::close(fd);
+    refuse(TransportRefusal::kPendingFull, remote, nullptr,
+           std::string("too many connections still handshaking (") + std::to_string(cap) + " from " +
+               (member_pool ? "members' hosts" : "non-member hosts") + ")");
     return;
   }
   set_nodelay(fd);
-  auto s = std::make_unique<Socket>(*this, fd, false, expect(HandshakeKind::kHello, raft::kNoNode));
-  s->remote = remote_host(fd);
+  // A member whose host vanished leaves a half-open connection behind;
+  // keepalive ends it in about half a minute (it holds a member link).
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  const int idle_s = 10, intvl_s = 5, cnt = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl_s, sizeof intvl_s);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  const Nonce nonce = security_.secret.empty() ? Nonce{} : random_nonce();
+  auto s = std::make_unique<Socket>(*this, fd, false, expect(HandshakeKind::kHello, raft::kNoNode),
+                                    nonce);
+  s->remote = remote;
+  s->pending = true;
+  s->member_pool = member_pool;
+  pending += 1;
   Socket* raw = s.get();
   s->read_ev = event_new(
       base_, fd, EV_READ | EV_PERSIST,
@@ -597,16 +678,49 @@ void PeerTransport::on_accept(int fd) {
       base_, -1, 0,
       [](int, short, void* arg) {
         auto* sock = static_cast<Socket*>(arg);
-        sock->owner.stats_.handshake_timeouts += 1;
-        spdlog::debug("peer transport: closing a connection that never handshook");
-        sock->owner.close_inbound(*sock);
+        PeerTransport& t = sock->owner;
+        t.stats_.handshake_timeouts += 1;
+        t.refuse(TransportRefusal::kHandshakeTimeout, sock->remote,
+                 sock->input.handshaken() ? t.find_peer(sock->input.peer()) : nullptr,
+                 sock->input.awaiting_confirm()
+                     ? "no confirm of the peer secret in time"
+                     : "no complete handshake in " +
+                           std::to_string(t.limits_.handshake_timeout_ns / kNsPerMs) + " ms");
+        t.close_inbound(*sock);
       },
       raw);
   LOCKD_CHECK(s->read_ev != nullptr && s->timer_ev != nullptr);
   event_add(s->read_ev, nullptr);
+  // The deadline runs from the accept, whatever arrives meanwhile: a peer
+  // dribbling a byte at a time gets no longer than a silent one.
   const timeval tv = to_timeval(limits_.handshake_timeout_ns);
   event_add(s->timer_ev, &tv);
   inbound_.push_back(std::move(s));
+}
+
+bool PeerTransport::adopt_inbound(Socket& s, Peer& p) {
+  if (p.inbound.size() >= limits_.max_links_per_member) {
+    if (security_.secret.empty()) {
+      // Anyone can claim to be this member: keep the links it has.
+      refuse(TransportRefusal::kMemberLinksFull, s.remote, &p,
+             "node " + std::to_string(p.member.id) + " already has " +
+                 std::to_string(p.inbound.size()) + " connections to us");
+      close_inbound(s);
+      return false;
+    }
+    // Each proved it is the member: the oldest is the one most likely dead.
+    close_inbound(*p.inbound.front());
+  }
+  LOCKD_CHECK(s.pending);
+  s.pending = false;
+  (s.member_pool ? pending_from_members_ : pending_strangers_) -= 1;
+  s.peer = &p;
+  p.inbound.push_back(&s);
+  p.stats.inbound_connected = true;
+  p.stats.last_contact_ns = net::monotonic_now_ns();
+  event_del(s.timer_ev);
+  if (on_handshake_) on_handshake_(s.input.handshake());
+  return true;
 }
 
 void PeerTransport::on_inbound_readable(Socket& s) {
@@ -614,6 +728,18 @@ void PeerTransport::on_inbound_readable(Socket& s) {
   const ssize_t n = ::recv(s.fd, buf.data(), buf.size(), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
   if (n <= 0) {
+    if (s.input.awaiting_confirm()) {
+      // It took our proof and left without giving its own: a node with
+      // another secret (it refused our reply and says so in its log).
+      stats_.handshake_rejected += 1;
+      stats_.refused_by_reason[static_cast<std::size_t>(HandshakeError::kAuthFailed)] += 1;
+      Peer* p = find_peer(s.input.peer());
+      if (p != nullptr) p->stats.handshake_rejected += 1;
+      warn_rejected(s.remote, p, "refusing a connection from",
+                    "node " + std::to_string(s.input.peer()) +
+                        " hung up before proving it knows the peer secret (another "
+                        "--peer-secret-file, or none)");
+    }
     close_inbound(s);
     return;
   }
@@ -630,26 +756,36 @@ void PeerTransport::on_inbound_readable(Socket& s) {
     if (ev == PeerInput::Event::kHandshake) {
       Peer* p = find_peer(s.input.peer());
       LOCKD_CHECK(p != nullptr);  // check_handshake accepted only members other than us
-      if (p->inbound != nullptr) close_inbound(*p->inbound);  // it redialed: the old one is dead
-      s.peer = p;
-      p->inbound = &s;
-      p->stats.inbound_connected = true;
+      Handshake reply = own_handshake(HandshakeKind::kReply, p->member.id);
+      if (s.input.awaiting_confirm()) {
+        // Our challenge and our proof; the link is theirs only once their
+        // confirm proves the secret too (until then nothing reaches Raft).
+        reply.nonce = s.nonce;
+        reply.proof = reply_proof(security_.secret, *s.input.handshake().nonce, s.nonce, self_,
+                                  p->member.id, reply.cluster_id);
+      } else if (!adopt_inbound(s, *p)) {
+        return;
+      }
       p->stats.bytes_received += bytes;  // this read, handshake included
-      p->stats.last_contact_ns = net::monotonic_now_ns();
-      event_del(s.timer_ev);
-      if (on_handshake_) on_handshake_(s.input.handshake());
-      std::string reply;
-      encode_handshake(own_handshake(HandshakeKind::kReply, p->member.id), reply);
+      std::string out;
+      encode_handshake(reply, out);
       // A few hundred bytes into an empty socket buffer always fit.
-      if (::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-          static_cast<ssize_t>(reply.size())) {
+      if (::send(s.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(out.size())) {
         close_inbound(s);
         return;
       }
       continue;
     }
-    // kMessage
+    if (ev == PeerInput::Event::kConfirmed) {
+      Peer* p = find_peer(s.input.peer());
+      LOCKD_CHECK(p != nullptr);
+      if (!adopt_inbound(s, *p)) return;
+      continue;
+    }
+    // kMessage: only after the handshake (and confirm) passed, so s.peer is set.
     Peer* p = s.peer;
+    LOCKD_CHECK(p != nullptr);
     p->stats.messages_received += 1;
     on_message_(s.input.message());
   }
@@ -657,15 +793,18 @@ void PeerTransport::on_inbound_readable(Socket& s) {
   if (s.input.error() == PeerInputError::kHandshake && s.input.has_handshake()) {
     // Answer with our own view, so the dialer can log what differs too;
     // a 1.1 node in its own layout (it reads our version and says so).
+    // A failed confirm gets nothing more: our reply already went.
     std::string reply;
     if (s.input.handshake().version == kPeerProtocolVersionV1) {
       encode_handshake_v1(kPeerProtocolVersion, HandshakeKind::kReply, self_,
                           s.input.handshake().sender, reply);
-    } else {
+    } else if (!s.input.handshaken()) {
       encode_handshake(own_handshake(HandshakeKind::kReply, s.input.handshake().sender), reply);
     }
-    [[maybe_unused]] const ssize_t sent =
-        ::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (!reply.empty()) {
+      [[maybe_unused]] const ssize_t sent =
+          ::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     stats_.handshake_rejected += 1;
     stats_.refused_by_reason[static_cast<std::size_t>(s.input.handshake_error())] += 1;
     if (p != nullptr) p->stats.handshake_rejected += 1;
@@ -679,9 +818,14 @@ void PeerTransport::on_inbound_readable(Socket& s) {
 }
 
 void PeerTransport::close_inbound(Socket& s) {
-  if (s.peer != nullptr && s.peer->inbound == &s) {
-    s.peer->inbound = nullptr;
-    s.peer->stats.inbound_connected = false;
+  if (s.pending) {
+    (s.member_pool ? pending_from_members_ : pending_strangers_) -= 1;
+    s.pending = false;
+  }
+  if (s.peer != nullptr) {
+    std::vector<Socket*>& links = s.peer->inbound;
+    links.erase(std::remove(links.begin(), links.end(), &s), links.end());
+    s.peer->stats.inbound_connected = !links.empty();
   }
   auto it = std::find_if(inbound_.begin(), inbound_.end(),
                          [&](const std::unique_ptr<Socket>& x) { return x.get() == &s; });
@@ -689,6 +833,12 @@ void PeerTransport::close_inbound(Socket& s) {
   std::unique_ptr<Socket> owned = std::move(*it);
   inbound_.erase(it);
   discard(std::move(owned));
+}
+
+void PeerTransport::refuse(TransportRefusal r, const std::string& address, Peer* p,
+                           const std::string& what) {
+  stats_.refused_by_transport[static_cast<std::size_t>(r)] += 1;
+  warn_rejected(address, p, "refusing a connection from", what);
 }
 
 void PeerTransport::discard(std::unique_ptr<Socket> s) {

@@ -68,6 +68,10 @@ std::string validate_security(const SecurityConfig& s) {
     return "--client-tls and --admin-tls need --tls-cert and --tls-key";
   }
   if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together";
+  if (s.peer_tls) return "--peer-tls is not available in this build yet (--peer-secret-file is)";
+  if (s.peer_tls && (s.tls_cert.empty() || s.tls_key.empty() || s.tls_ca.empty())) {
+    return "--peer-tls needs --tls-cert, --tls-key and --tls-ca (members authenticate each other)";
+  }
   switch (s.auth) {
     case AuthMode::kNone:
       if (!s.acl_file.empty()) return "--acl needs --auth cert, token or any";
@@ -262,6 +266,10 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--tls-ca", sec.tls_ca, "CA (PEM) that client and peer certificates chain to");
   app.add_flag("--client-tls", sec.client_tls, "require TLS on the client port");
   app.add_flag("--admin-tls", sec.admin_tls, "require TLS (HTTPS) on the admin port");
+  app.add_flag("--peer-tls", sec.peer_tls,
+               "cluster: mutual TLS on the raft port (members' certificates name lockd-node-<ID>)");
+  app.add_option("--peer-secret-file", sec.peer_secret_file,
+                 "cluster: shared secret (>= 32 bytes) that members prove they know");
   app.add_option("--auth", auth, "client authentication: none | cert | token | any")
       ->check(CLI::IsMember({"none", "cert", "token", "any"}));
   app.add_option("--credentials", sec.credentials_file,

@@ -9,6 +9,7 @@
 #include "lockd/cluster/backup_file.h"
 #include "lockd/cluster/cluster_node.h"
 #include "lockd/cluster/lock_command.h"
+#include "lockd/cluster/peer_secret.h"
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/common/check.h"
 #include "lockd/daemon/fd_limit.h"
@@ -150,6 +151,12 @@ bool Daemon::start_cluster(std::string& error) {
   cc.limits = config_.server.locks;
   cc.snapshot_entries = config_.snapshot_entries;
   cc.restore_from = config_.restore_from;
+  if (!config_.security.peer_secret_file.empty()) {
+    std::optional<std::string> secret =
+        cluster::load_peer_secret(config_.security.peer_secret_file, error);
+    if (!secret) return false;
+    cc.peer_security.secret = std::move(*secret);
+  }
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
   server::ServerConfig sc = config_.server;
@@ -244,6 +251,11 @@ bool Daemon::start_cluster(std::string& error) {
         m.peer_refused.emplace_back(
             std::string(cluster::to_string(static_cast<cluster::HandshakeError>(i))),
             ts.refused_by_reason[i]);
+      }
+      for (std::size_t i = 0; i < cluster::kTransportRefusalCount; ++i) {
+        m.peer_refused.emplace_back(
+            std::string(cluster::to_string(static_cast<cluster::TransportRefusal>(i))),
+            ts.refused_by_transport[i]);
       }
       return m;
     };

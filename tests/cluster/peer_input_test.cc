@@ -360,3 +360,133 @@ TEST(PeerInput, RandomBytesNeverCrash) {
 
 }  // namespace
 }  // namespace lockd::cluster
+
+// --- peer-secret authentication (HANDSHAKE.md, peer_secret.h) ---------------
+
+namespace lockd::cluster {
+namespace {
+
+const std::string kSecret(32, 'S');
+
+Nonce nonce_of(std::uint8_t b) {
+  Nonce n{};
+  n.fill(b);
+  return n;
+}
+
+std::string encoded(const Handshake& h) {
+  std::string out;
+  encode_handshake(h, out);
+  return out;
+}
+
+// Node 2's hello to node 1 with its challenge.
+Handshake hello_with_nonce(const Nonce& nd) {
+  Handshake h = make(HandshakeKind::kHello, 2, 1);
+  h.nonce = nd;
+  return h;
+}
+
+// Node 2's confirm of node 1's reply (whose nonce was `na`).
+std::string confirm(const std::string& secret, const Nonce& na, const Nonce& nd,
+                    std::uint64_t cluster = kCluster) {
+  Handshake c;
+  c.kind = HandshakeKind::kConfirm;
+  c.sender = 2;
+  c.receiver = 1;
+  c.cluster_id = cluster;
+  c.proof = confirm_proof(secret, na, nd, 2, 1, cluster);
+  return encoded(c);
+}
+
+TEST(PeerInputAuth, AcceptorTakesMessagesOnlyAfterAValidConfirm) {
+  const Nonce na = nonce_of(0xa1);
+  const Nonce nd = nonce_of(0xd2);
+  const raft::Message m = testing::every_message_type(2, 1)[4];
+  PeerInput in(accept_side(), PeerInputAuth{kSecret, na});
+  in.feed(encoded(hello_with_nonce(nd)));
+  EXPECT_EQ(in.next(), PeerInput::Event::kHandshake);
+  EXPECT_TRUE(in.awaiting_confirm());
+  EXPECT_FALSE(in.ready());
+  EXPECT_EQ(in.next(), PeerInput::Event::kNeedMore);
+  in.feed(confirm(kSecret, na, nd) + frame(m));
+  EXPECT_EQ(in.next(), PeerInput::Event::kConfirmed);
+  EXPECT_TRUE(in.ready());
+  ASSERT_EQ(in.next(), PeerInput::Event::kMessage);
+  EXPECT_EQ(in.message(), m);
+}
+
+TEST(PeerInputAuth, AcceptorRefusesEverythingElse) {
+  const Nonce na = nonce_of(0xa1);
+  const Nonce nd = nonce_of(0xd2);
+  const raft::Message m = testing::every_message_type(2, 1)[4];
+  struct Case {
+    const char* what;
+    std::string after_hello;  // bytes after a good hello ("" = the hello itself is bad)
+  };
+  Handshake wrong_sender_confirm;
+  wrong_sender_confirm.kind = HandshakeKind::kConfirm;
+  wrong_sender_confirm.sender = 3;
+  wrong_sender_confirm.receiver = 1;
+  wrong_sender_confirm.cluster_id = kCluster;
+  wrong_sender_confirm.proof = confirm_proof(kSecret, na, nd, 3, 1, kCluster);
+  Handshake replayed_reply = make(HandshakeKind::kReply, 2, 1);  // a reply is not a confirm
+  replayed_reply.proof = reply_proof(kSecret, nd, na, 2, 1, kCluster);
+  const std::vector<Case> cases = {
+      {"a Raft frame before any confirm", frame(m)},
+      {"garbage", "GET / HTTP/1.1\r\n\r\n"},
+      {"another secret", confirm(std::string(32, 'T'), na, nd)},
+      {"nonces swapped", confirm(kSecret, nd, na)},
+      {"another cluster id", confirm(kSecret, na, nd, kCluster + 1)},
+      {"another sender", encoded(wrong_sender_confirm)},
+      {"a reply with the reply's proof", encoded(replayed_reply)},
+  };
+  for (const Case& c : cases) {
+    PeerInput in(accept_side(), PeerInputAuth{kSecret, na});
+    in.feed(encoded(hello_with_nonce(nd)));
+    ASSERT_EQ(in.next(), PeerInput::Event::kHandshake) << c.what;
+    in.feed(c.after_hello + frame(m));
+    PeerInput::Event ev;
+    while ((ev = in.next()) == PeerInput::Event::kNeedMore) in.feed(frame(m));
+    EXPECT_EQ(ev, PeerInput::Event::kError) << c.what;
+    EXPECT_FALSE(in.ready()) << c.what;
+    EXPECT_EQ(in.handshake_error(), HandshakeError::kAuthFailed) << c.what;
+  }
+  // A hello without a challenge is refused at once, naming the secret.
+  PeerInput in(accept_side(), PeerInputAuth{kSecret, na});
+  EXPECT_EQ(run(in, hello(2, 1)), PeerInput::Event::kError);
+  EXPECT_EQ(in.handshake_error(), HandshakeError::kAuthFailed);
+  EXPECT_NE(in.describe_error().find("did not prove it knows the peer secret"), std::string::npos)
+      << in.describe_error();
+}
+
+TEST(PeerInputAuth, DialerChecksTheReplysProof) {
+  const Nonce nd = nonce_of(0xd2);
+  const Nonce na = nonce_of(0xa1);
+  auto reply = [&](std::optional<Proof> proof) {
+    Handshake r = make(HandshakeKind::kReply, 1, 2);
+    r.nonce = na;
+    r.proof = proof;
+    return encoded(r);
+  };
+  const HandshakeExpect dial = expect_of(2, HandshakeKind::kReply, 1);
+  {
+    PeerInput in(dial, PeerInputAuth{kSecret, nd});
+    in.feed(reply(reply_proof(kSecret, nd, na, 1, 2, kCluster)));
+    EXPECT_EQ(in.next(), PeerInput::Event::kHandshake);
+    EXPECT_TRUE(in.ready());
+    EXPECT_EQ(in.handshake().nonce, na);
+  }
+  for (const std::optional<Proof>& bad :
+       {std::optional<Proof>{}, std::optional<Proof>{reply_proof("x" + kSecret, nd, na, 1, 2, kCluster)},
+        std::optional<Proof>{reply_proof(kSecret, na, nd, 1, 2, kCluster)},
+        std::optional<Proof>{confirm_proof(kSecret, nd, na, 1, 2, kCluster)}}) {
+    PeerInput in(dial, PeerInputAuth{kSecret, nd});
+    in.feed(reply(bad));
+    EXPECT_EQ(in.next(), PeerInput::Event::kError);
+    EXPECT_EQ(in.handshake_error(), HandshakeError::kAuthFailed);
+  }
+}
+
+}  // namespace
+}  // namespace lockd::cluster

@@ -51,8 +51,13 @@ int bound_listener(const std::string& host, std::uint16_t& port, bool do_listen 
 // A socket the test drives by hand: a stranger, or a forged member.
 class RawPeer {
  public:
-  explicit RawPeer(std::uint16_t port) {
+  // Connects from `from_host` (any 127.x.y.z works on Linux loopback).
+  explicit RawPeer(std::uint16_t port, const std::string& from_host = "127.0.0.1") {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, from_host.c_str(), &src.sin_addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src), 0);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_port = htons(port);
@@ -140,6 +145,8 @@ class Harness {
   }
 
   void set_limits(PeerTransportLimits limits) { limits_ = limits; }
+  // How node `id` authenticates members (call before start/add_node).
+  void set_security(raft::NodeId id, PeerSecurity security) { securities_[id] = std::move(security); }
   // What node `id` says about itself from its first handshake on (call before start/add_node).
   void set_local(raft::NodeId id, PeerLocal local) { locals_[id] = std::move(local); }
   void add_node(raft::NodeId id, std::vector<Member> members, int listen_fd) {
@@ -148,6 +155,9 @@ class Harness {
         base_, id, std::move(members),
         [&node](const raft::Message& m) { node.received.push_back(m); }, limits_);
     if (const auto it = locals_.find(id); it != locals_.end()) node.transport->set_local(it->second);
+    if (const auto it = securities_.find(id); it != securities_.end()) {
+      node.transport->set_security(it->second);
+    }
     std::string error;
     if (listen_fd >= 0) {
       ASSERT_TRUE(node.transport->listen_on_fd(listen_fd, error)) << error;
@@ -188,6 +198,7 @@ class Harness {
   Node& node(raft::NodeId id) { return nodes_.at(id); }
   void remove(raft::NodeId id) { nodes_.erase(id); }
   const std::vector<Member>& members() const { return members_; }
+  void set_members(std::vector<Member> m) { members_ = std::move(m); }
   std::uint16_t port(raft::NodeId id) const { return members_.at(id - 1).raft.port; }
   void keep_fd(int fd) { fds_.push_back(fd); }
   event_base* base() { return base_; }
@@ -199,6 +210,7 @@ class Harness {
   std::vector<Member> members_;
   std::map<raft::NodeId, Node> nodes_;
   std::map<raft::NodeId, PeerLocal> locals_;
+  std::map<raft::NodeId, PeerSecurity> securities_;
   std::vector<int> fds_;
 };
 
@@ -467,7 +479,8 @@ class InboundAbuse : public ::testing::Test {
   void SetUp() override {
     PeerTransportLimits limits;
     limits.handshake_timeout_ns = 150 * kNsPerMs;
-    limits.max_inbound_connections = 4;
+    limits.max_pending_from_members = 4;
+    limits.max_pending_strangers = 2;
     limits.refusal_warn_interval_ns = 0;  // every refusal logs: the tests read them
     // Members 2 and 3 exist only as forged raw sockets.
     std::uint16_t p2 = 0, p3 = 0;
@@ -611,12 +624,38 @@ TEST_F(InboundAbuse, SilentConnectionIsClosedAfterTheHandshakeTimeout) {
   EXPECT_EQ(h.t(1).stats().handshake_timeouts, 1u);
 }
 
-TEST_F(InboundAbuse, InboundConnectionsAreBounded) {
+// Connections still handshaking are bounded in two pools: from the IPs of
+// members' raft addresses (here 127.0.0.1) and from anywhere else.
+TEST_F(InboundAbuse, PendingConnectionsAreBoundedPerPool) {
   std::vector<std::unique_ptr<RawPeer>> raws;
   for (int i = 0; i < 6; ++i) raws.push_back(std::make_unique<RawPeer>(h.port(1)));
-  ASSERT_TRUE(h.run_until([&] { return h.t(1).stats().accepted == 6; }));
-  EXPECT_EQ(h.t(1).inbound_connections(), 4u);
-  EXPECT_EQ(h.t(1).stats().inbound_refused, 2u);
+  for (int i = 0; i < 3; ++i) raws.push_back(std::make_unique<RawPeer>(h.port(1), "127.0.0.2"));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).stats().accepted == 9; }));
+  EXPECT_EQ(h.t(1).inbound_connections(), 4u + 2u);
+  EXPECT_EQ(h.t(1).stats().inbound_refused, 3u);
+  EXPECT_EQ(h.t(1).stats().refused_by_transport[static_cast<std::size_t>(
+                TransportRefusal::kPendingFull)],
+            3u);
+}
+
+// A peer that dribbles its hello a byte at a time gets no longer than a
+// silent one: the deadline runs from the accept.
+TEST_F(InboundAbuse, ADribbledHandshakeEndsAtTheSameDeadline) {
+  RawPeer raw(h.port(1));
+  const std::string bytes = hello(2, 1, hash());
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t sent = 0;
+  ASSERT_TRUE(h.run_until([&] {
+    if (sent + 1 < bytes.size() && std::chrono::steady_clock::now() - start > sent * 5ms) {
+      raw.write(bytes.substr(sent++, 1));
+    }
+    return raw.poll_closed();
+  }));
+  EXPECT_LT(sent + 1, bytes.size()) << "the whole hello got through";
+  EXPECT_EQ(h.t(1).stats().handshake_timeouts, 1u);
+  EXPECT_EQ(h.t(1).stats().refused_by_transport[static_cast<std::size_t>(
+                TransportRefusal::kHandshakeTimeout)],
+            1u);
 }
 
 TEST(PeerTransport, HandshakeTellsTheOwnerWhatEachPeerSaid) {
@@ -708,6 +747,175 @@ TEST(PeerTransport, AMemberAtAnotherAddressIsRefused) {
                             ", our member list has localhost:" + std::to_string(p1)),
             std::string::npos)
       << log.text();
+}
+
+// --- issue 21: strangers, forgers and the peer secret --------------------
+
+// Two real transports on 127.0.0.1 (1 and 2), with `limits` and, when
+// `secret1`/`secret2` are not empty, those secrets.
+// Returns node 2's listening fd when `start2` is false (for a later add_node).
+int start_pair(Harness& h, PeerTransportLimits limits, const std::string& secret1 = "",
+               const std::string& secret2 = "", bool start2 = true) {
+  h.set_limits(limits);
+  std::uint16_t p1 = 0, p2 = 0;
+  const int fd1 = bound_listener("127.0.0.1", p1);
+  const int fd2 = bound_listener("127.0.0.1", p2);
+  std::vector<Member> m = {Member{1, {"127.0.0.1", 7001}, {"127.0.0.1", p1}},
+                           Member{2, {"127.0.0.1", 7002}, {"127.0.0.1", p2}}};
+  h.set_members(m);
+  h.set_security(1, PeerSecurity{secret1});
+  h.set_security(2, PeerSecurity{secret2});
+  h.add_node(1, m, fd1);
+  if (!start2) return fd2;
+  h.add_node(2, m, fd2);
+  return -1;
+}
+
+std::uint64_t refused(PeerTransport& t, TransportRefusal r) {
+  return t.stats().refused_by_transport[static_cast<std::size_t>(r)];
+}
+std::uint64_t refused(PeerTransport& t, HandshakeError e) {
+  return t.stats().refused_by_reason[static_cast<std::size_t>(e)];
+}
+
+// Strangers (any host but the members') holding every pending slot they
+// can get do not keep a member from connecting: its pool is its own.
+TEST(PeerTransportHardening, StrangersFillingTheirPoolDoNotLockAMemberOut) {
+  Harness h;
+  PeerTransportLimits limits;
+  limits.max_pending_strangers = 3;
+  limits.max_pending_from_members = 3;
+  limits.handshake_timeout_ns = 10'000 * kNsPerMs;  // the strangers stay for the whole test
+  const int fd2 = start_pair(h, limits, "", "", false);
+  std::vector<std::unique_ptr<RawPeer>> strangers;
+  for (int i = 0; i < 5; ++i) strangers.push_back(std::make_unique<RawPeer>(h.port(1), "127.0.0.2"));
+  ASSERT_TRUE(h.run_until([&] { return h.t(1).stats().accepted == 5; }));
+  EXPECT_EQ(refused(h.t(1), TransportRefusal::kPendingFull), 2u);
+  h.add_node(2, h.members(), fd2);
+  ASSERT_TRUE(h.run_until([&] { return h.connected(2, 1) && h.connected(1, 2); }));
+  h.t(2).send(testing::every_message_type(2, 1)[6]);
+  ASSERT_TRUE(h.run_until([&] { return h.node(1).received.size() == 1; }));
+  EXPECT_EQ(h.t(1).inbound_connections(), 3u + 1u);
+}
+
+// Without peer auth anyone can handshake as member 2, but that no longer
+// closes member 2's working connection (it used to: "it redialed"), and
+// forgers cannot crowd it out: past max_links_per_member they are refused.
+TEST(PeerTransportHardening, AForgedHelloDoesNotTakeOverAMembersLink) {
+  LogCapture log;
+  Harness h;
+  PeerTransportLimits limits;
+  limits.max_links_per_member = 2;
+  limits.refusal_warn_interval_ns = 0;
+  start_pair(h, limits);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  std::vector<std::unique_ptr<RawPeer>> forgers;
+  for (int i = 0; i < 3; ++i) {
+    forgers.push_back(std::make_unique<RawPeer>(h.port(1)));
+    forgers.back()->write(hello(2, 1, 0));
+  }
+  ASSERT_TRUE(h.run_until([&] {
+    return refused(h.t(1), TransportRefusal::kMemberLinksFull) == 2u;
+  }));
+  // Member 2's own link is still up: what it sends arrives, with no redial.
+  h.t(2).send(testing::every_message_type(2, 1)[6]);
+  ASSERT_TRUE(h.run_until([&] { return h.node(1).received.size() == 1; }));
+  EXPECT_EQ(h.t(2).peer_stats(1)->reconnects, 0u);
+  EXPECT_EQ(h.t(2).peer_stats(1)->link, LinkState::kConnected);
+  EXPECT_NE(log.text().find("node 2 already has 2 connections to us"), std::string::npos)
+      << log.text();
+}
+
+TEST(PeerTransportHardening, MembersWithTheSameSecretConnect) {
+  Harness h;
+  const std::string secret(40, 'k');
+  start_pair(h, {}, secret, secret);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  const auto to2 = testing::every_message_type(1, 2);
+  const auto to1 = testing::every_message_type(2, 1);
+  for (const auto& m : to2) h.t(1).send(m);
+  for (const auto& m : to1) h.t(2).send(m);
+  ASSERT_TRUE(h.run_until([&] {
+    return h.node(2).received.size() == to2.size() && h.node(1).received.size() == to1.size();
+  }));
+  EXPECT_EQ(h.node(2).received, to2);
+  EXPECT_EQ(h.node(1).received, to1);
+  EXPECT_EQ(h.t(1).stats().handshake_rejected + h.t(2).stats().handshake_rejected, 0u);
+}
+
+// Messages queued while connecting wait behind the confirm and then arrive.
+TEST(PeerTransportHardening, MessagesQueuedBeforeTheConfirmArriveAfterIt) {
+  Harness h;
+  const std::string secret(40, 'k');
+  start_pair(h, {}, secret, secret);
+  const auto to2 = testing::every_message_type(1, 2);
+  for (const auto& m : to2) h.t(1).send(m);  // still connecting
+  ASSERT_TRUE(h.run_until([&] { return h.node(2).received.size() == to2.size(); }));
+  EXPECT_EQ(h.node(2).received, to2);
+}
+
+TEST(PeerTransportHardening, AnotherSecretIsRefusedBothWaysAndNothingArrives) {
+  LogCapture log;
+  Harness h;
+  PeerTransportLimits limits;
+  limits.refusal_warn_interval_ns = 0;
+  start_pair(h, limits, std::string(40, 'a'), std::string(40, 'b'));
+  h.t(1).send(testing::every_message_type(1, 2)[6]);
+  ASSERT_TRUE(h.run_until([&] {
+    return refused(h.t(1), HandshakeError::kAuthFailed) >= 2 &&
+           refused(h.t(2), HandshakeError::kAuthFailed) >= 2;
+  }));
+  for (int i = 0; i < 20; ++i) h.turn();
+  EXPECT_TRUE(h.node(1).received.empty());
+  EXPECT_TRUE(h.node(2).received.empty());
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  EXPECT_NE(log.text().find("did not prove it knows the peer secret"), std::string::npos)
+      << log.text();
+}
+
+TEST(PeerTransportHardening, NoSecretAgainstASecretIsRefused) {
+  Harness h;
+  start_pair(h, {}, std::string(40, 'a'), "");
+  ASSERT_TRUE(h.run_until([&] {
+    return refused(h.t(1), HandshakeError::kAuthFailed) >= 2;
+  }));
+  for (int i = 0; i < 20; ++i) h.turn();
+  EXPECT_FALSE(h.t(1).peer_stats(2)->inbound_connected);
+  EXPECT_NE(h.t(1).peer_stats(2)->link, LinkState::kConnected);
+}
+
+// With the secret on, a stranger who says hello as member 2 gets a reply
+// but cannot confirm: nothing it sends reaches Raft, and member 2's own
+// link stays as it was.
+TEST(PeerTransportHardening, WithTheSecretAForgerReachesNothingAndTakesNothingOver) {
+  Harness h;
+  const std::string secret(40, 'k');
+  PeerTransportLimits limits;
+  limits.max_links_per_member = 1;
+  start_pair(h, limits, secret, secret);
+  ASSERT_TRUE(h.run_until([&] { return h.all_connected(); }));
+  Handshake forged_hello = forged(HandshakeKind::kHello, 2, 1, 0);
+  forged_hello.nonce = Nonce{};
+  std::string bytes;
+  encode_handshake(forged_hello, bytes);
+  Handshake bad_confirm;
+  bad_confirm.kind = HandshakeKind::kConfirm;
+  bad_confirm.sender = 2;
+  bad_confirm.receiver = 1;
+  bad_confirm.proof = Proof{};
+  std::string confirm_bytes;
+  encode_handshake(bad_confirm, confirm_bytes);
+  RawPeer early(h.port(1));  // a Raft frame where the confirm belongs
+  early.write(bytes + frame(testing::every_message_type(2, 1)[6]));
+  RawPeer wrong(h.port(1));  // a confirm that proves nothing
+  wrong.write(bytes + confirm_bytes + frame(testing::every_message_type(2, 1)[6]));
+  ASSERT_TRUE(h.run_until([&] { return early.poll_closed() && wrong.poll_closed(); }));
+  EXPECT_EQ(refused(h.t(1), HandshakeError::kAuthFailed), 2u);
+  EXPECT_TRUE(h.node(1).received.empty());
+  h.t(2).send(testing::every_message_type(2, 1)[6]);
+  ASSERT_TRUE(h.run_until([&] { return h.node(1).received.size() == 1; }));
+  EXPECT_EQ(h.t(2).peer_stats(1)->reconnects, 0u);
 }
 
 }  // namespace

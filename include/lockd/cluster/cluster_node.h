@@ -33,6 +33,7 @@
 #include "lockd/cluster/commit_latency.h"
 #include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/peer_transport.h"
 #include "lockd/cluster/replicated_lock_service.h"
 #include "lockd/common/time.h"
 #include "lockd/net/timer.h"
@@ -71,6 +72,8 @@ struct ClusterNodeConfig {
   // A snapshot (and log compaction) once this many entries were applied
   // since the last one.
   std::uint64_t snapshot_entries = 10'000;
+  // How members authenticate on the raft port (docs/security.md).
+  PeerSecurity peer_security;
   // This node's admin address as peers learn it from the handshake; "" = off.
   std::string admin_addr;
   // A backup file to seed an empty data dir from (cluster/restore.h);

@@ -138,8 +138,9 @@ enum class HandshakeError : std::uint8_t {
   kWrongReceiver,   // the sender thinks it talks to another node id
   kWrongAddress,    // the sender's raft address is not the one our member list has for it
   kNoCommonEntryVersion,  // no log entry encoding both binaries apply
+  kAuthFailed,      // peer-secret auth on: no nonce, no proof, or a proof that does not check
 };
-constexpr std::size_t kHandshakeErrorCount = 12;
+constexpr std::size_t kHandshakeErrorCount = 13;
 std::string_view to_string(HandshakeError e);
 
 // How much of a buffer is a handshake frame. kOk with frame_bytes = 0: need

@@ -16,11 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/peer_secret.h"
 #include "lockd/raft/codec.h"
 #include "lockd/raft/message.h"
 
@@ -38,12 +40,24 @@ enum class PeerInputError : std::uint8_t {
 };
 std::string_view to_string(PeerInputError e);
 
+// Peer-secret authentication of one connection (peer_secret.h,
+// HANDSHAKE.md). With it, an accepted connection's hello must carry a
+// nonce and a confirm frame whose proof checks must follow the reply
+// before any Raft frame; a dialed connection's reply must carry a nonce
+// and a proof that checks.
+struct PeerInputAuth {
+  std::string_view secret;  // the shared secret; must outlive the PeerInput
+  Nonce own_nonce{};        // what this side sent: in its hello (dialer) or its reply (acceptor)
+};
+
 class PeerInput {
  public:
   // What next() found.
   enum class Event : std::uint8_t {
     kNeedMore = 0,  // feed more bytes
-    kHandshake,     // the handshake arrived and passed: handshake() holds it
+    kHandshake,     // the handshake arrived and passed: handshake() holds it (an
+                    // acceptor with auth answers it, then waits for kConfirmed)
+    kConfirmed,     // acceptor with auth: the dialer's confirm proved the secret
     kMessage,       // a checked message: message() holds it
     kError,         // refused for good: error() says why; every later next() says kError
   };
@@ -51,7 +65,8 @@ class PeerInput {
   // `expect.kind` picks the side: kHello for an accepted connection,
   // kReply (with expect.peer) for a dialed one. next() calls
   // `expect.member`: what it refers to must outlive this object.
-  explicit PeerInput(HandshakeExpect expect) : expect_(expect) {}
+  explicit PeerInput(HandshakeExpect expect, std::optional<PeerInputAuth> auth = std::nullopt)
+      : expect_(std::move(expect)), auth_(auth) {}
 
   // Appends received bytes. Call next() until kNeedMore before feeding
   // again, so the buffer stays bounded.
@@ -63,6 +78,13 @@ class PeerInput {
   // policy refused it; the acceptor still replies so both sides can log).
   const Handshake& handshake() const { return handshake_; }
   bool has_handshake() const { return has_handshake_; }
+  // The handshake passed (whatever the confirm does later).
+  bool handshaken() const { return handshaken_; }
+  // True from an acceptor's kHandshake until kConfirmed (auth on).
+  bool awaiting_confirm() const { return awaiting_confirm_; }
+  // Whether Raft messages may follow: the handshake passed (and, with
+  // auth on an accepted connection, the confirm).
+  bool ready() const { return handshaken_ && !awaiting_confirm_; }
   // The handshake's sender once accepted, else kNoNode.
   raft::NodeId peer() const { return peer_; }
   raft::Message& message() { return message_; }
@@ -78,12 +100,18 @@ class PeerInput {
  private:
   Event fail(PeerInputError e);
   Event next_handshake();
+  Event next_confirm();
   Event next_frame();
+  // The handshake error of a frame that passed the member checks but not
+  // the secret's (kOk when auth is off or it passed).
+  HandshakeError check_auth(const Handshake& h) const;
 
   HandshakeExpect expect_;
   std::string buf_;
   std::size_t off_ = 0;  // parsed prefix of buf_
+  std::optional<PeerInputAuth> auth_;
   bool handshaken_ = false;
+  bool awaiting_confirm_ = false;
   bool has_handshake_ = false;
   raft::NodeId peer_ = raft::kNoNode;
   Handshake handshake_;

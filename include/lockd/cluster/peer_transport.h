@@ -42,6 +42,7 @@
 
 #include "lockd/cluster/lock_command.h"
 #include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/peer_input.h"
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
 #include "lockd/net/listener.h"
@@ -60,7 +61,19 @@ struct PeerTransportLimits {
   // A link whose socket accepts no byte for this long is closed and redialed,
   // so a long partition does not leave a queue of stale messages behind it.
   TimeNs write_stall_timeout_ns = 5000 * kNsPerMs;
-  std::size_t max_inbound_connections = 64;  // accepted sockets, handshaken or not
+  // Accepted connections that have not completed the handshake (with auth:
+  // the confirm), in two pools so strangers cannot lock members out
+  // (issue 21): those from the IP of a member's raft address, and the rest.
+  // One more in a full pool is closed at once (refused: pending_full).
+  std::size_t max_pending_from_members = 16;
+  std::size_t max_pending_strangers = 32;
+  // Handshaken connections per member. A member redialing while its old
+  // connection lingers (half-open after a partition, until TCP keepalive
+  // ends it) gets another; past this, with peer auth the oldest makes way
+  // (every one proved it is the member), without it the newcomer is
+  // refused (member_links_full), so a forger cannot push the member's
+  // working link out.
+  std::size_t max_links_per_member = 4;
   std::size_t read_chunk_bytes = 64u << 10;  // bytes read per readable event
   // One refusal warning per remote address per interval; the rest go to
   // debug, so a misconfigured node redialing does not flood the log.
@@ -94,17 +107,34 @@ struct PeerStats {
   TimeNs last_contact_ns = 0;          // monotonic time of the last byte from it; 0 = never
 };
 
+// Refusals decided by the transport rather than by a handshake's content;
+// lockd_peer_refused_total{reason=to_string(r)} next to the handshake's.
+enum class TransportRefusal : std::uint8_t {
+  kPendingFull = 0,    // its pool of not-yet-handshaken connections was full
+  kHandshakeTimeout,   // no complete handshake (with auth: confirm) within handshake_timeout_ns
+  kMemberLinksFull,    // the member already had max_links_per_member connections (no auth)
+};
+constexpr std::size_t kTransportRefusalCount = 3;
+std::string_view to_string(TransportRefusal r);
+
 // Transport-wide counters, including input that names no known peer.
 struct PeerTransportStats {
   std::uint64_t accepted = 0;            // inbound sockets accepted
-  std::uint64_t inbound_refused = 0;     // closed at once: max_inbound_connections reached
+  std::uint64_t inbound_refused = 0;     // closed at once: its pending pool was full
   std::uint64_t handshake_rejected = 0;  // refused handshakes (all peers and strangers)
   std::uint64_t handshake_timeouts = 0;  // connections closed for never handshaking
   // Refused handshakes (ours refused by a peer's reply, or a peer's we
   // refused) by reason: lockd_peer_refused_total{reason=to_string(e)}.
   std::array<std::uint64_t, kHandshakeErrorCount> refused_by_reason{};
+  std::array<std::uint64_t, kTransportRefusalCount> refused_by_transport{};
   std::uint64_t decode_errors = 0;       // connections closed for bad input (all)
   std::uint64_t writes = 0;              // send() syscalls on all links
+};
+
+// How members prove who they are (docs/security.md, "Peer port").
+struct PeerSecurity {
+  // --peer-secret-file's secret (peer_secret.h); empty: no secret auth.
+  std::string secret;
 };
 
 // What this node says about itself in every handshake it sends, beyond
@@ -157,6 +187,8 @@ class PeerTransport {
   void set_local(PeerLocal local) { local_ = std::move(local); }
   const PeerLocal& local() const { return local_; }
   void set_on_handshake(HandshakeFn fn) { on_handshake_ = std::move(fn); }
+  // How members authenticate; set before listen().
+  void set_security(PeerSecurity security) { security_ = std::move(security); }
 
   raft::NodeId self() const { return self_; }
   // Stats of every peer (self excluded), in member order.
@@ -183,6 +215,11 @@ class PeerTransport {
   void discard(std::unique_ptr<Socket> s);
   void warn_rejected(const std::string& address, Peer* p, std::string_view side,
                      const std::string& what);
+  void refuse(TransportRefusal r, const std::string& address, Peer* p, const std::string& what);
+  // The accepted connection `s` is now `p`'s link: messages may flow.
+  bool adopt_inbound(Socket& s, Peer& p);
+  std::optional<PeerInputAuth> auth(const Nonce& own_nonce) const;
+  bool from_member_host(const std::string& ip);
   HandshakeExpect expect(HandshakeKind kind, raft::NodeId peer) const;
   Handshake own_handshake(HandshakeKind kind, raft::NodeId receiver) const;
   std::optional<Member> member(raft::NodeId id) const;
@@ -195,6 +232,9 @@ class PeerTransport {
   raft::NodeId self_;
   std::vector<Member> members_;
   PeerLocal local_;
+  PeerSecurity security_;
+  std::size_t pending_from_members_ = 0;  // accepted, not handshaken, from a member's IP
+  std::size_t pending_strangers_ = 0;     // accepted, not handshaken, from anywhere else
   MessageFn on_message_;
   HandshakeFn on_handshake_;
   PeerTransportLimits limits_;

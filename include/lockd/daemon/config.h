@@ -33,6 +33,8 @@ struct SecurityConfig {
   std::string tls_ca;    // --tls-ca: the CA clients and peers chain to
   bool client_tls = false;
   bool admin_tls = false;
+  bool peer_tls = false;         // --peer-tls: mutual TLS on the raft port
+  std::string peer_secret_file;  // --peer-secret-file: peer challenge-response without TLS
   AuthMode auth = AuthMode::kNone;
   std::string credentials_file;  // --credentials
   std::string acl_file;          // --acl

@@ -1,0 +1,345 @@
+// issue 21, "Why": what anyone who reaches a raft port could do to a real
+// lockd before the peer port was hardened, each tried against real
+// processes by a test that plays a member by hand (ForgedPeer). Every test
+// here failed before its fix (docs/security.md, "Peer port").
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "eventually.h"
+#include "forged_snapshot.h"
+#include "http_get.h"
+#include "lockd/cluster/lock_command.h"
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/peer_secret.h"
+#include "lockd/raft/codec.h"
+#include "lockd/raft/raft.h"
+#include "lockd_cluster.h"
+
+namespace lockd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The value of one exposition sample (`name` or `name{labels}`); -1 when absent.
+double metric(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+double node_metric(LockdCluster& c, int id, const std::string& series) {
+  return metric(http(c.admin_port(id), "/metrics").body, series);
+}
+
+// Member `id`'s raft address as the nodes' --peer flags give it.
+std::string raft_addr(LockdCluster& c, int id) {
+  return "127.0.0.1:" + std::to_string(c.raft_port(id));
+}
+
+// A TCP connection to a node's raft port that the test drives by hand.
+class ForgedPeer {
+ public:
+  ForgedPeer(std::uint16_t port, const std::string& from_host = "127.0.0.1") {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, from_host.c_str(), &src.sin_addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src), 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  }
+  ~ForgedPeer() { ::close(fd_); }
+  ForgedPeer(const ForgedPeer&) = delete;
+  ForgedPeer& operator=(const ForgedPeer&) = delete;
+
+  bool connected() const { return connected_; }
+  bool write(std::string_view bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Says hello as member `self` to member `to` (the claim any stranger can
+  // make without peer authentication: ids and addresses are the public
+  // --peer list, cluster id 0 is "not formed yet") and waits for the reply.
+  bool handshake_as(raft::NodeId self, raft::NodeId to, const std::string& raft_addr,
+                    bool with_nonce = false) {
+    cluster::Handshake h;
+    if (with_nonce) h.nonce = cluster::Nonce{};
+    h.kind = cluster::HandshakeKind::kHello;
+    h.sender = self;
+    h.receiver = to;
+    h.entry_versions = {cluster::kEntryVersionMin, cluster::kEntryVersionMax};
+    h.raft_addr = raft_addr;
+    h.data_state = cluster::DataState::kHasData;
+    std::string hello;
+    cluster::encode_handshake(h, hello);
+    if (!write(hello)) return false;
+    return read_handshake(milliseconds(10'000));
+  }
+  bool send_message(const raft::Message& m) {
+    std::string frame;
+    raft::encode_message(m, frame);
+    return write(frame);
+  }
+  // True once the node closed this connection within `timeout` (0: now).
+  bool wait_closed(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    do {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout.count() == 0 ? 0 : 20) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+      received_.append(buf, static_cast<std::size_t>(n));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return false;
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  // Reads until one whole handshake frame is in received_.
+  bool read_handshake(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::size_t size = 0;
+      std::uint16_t version = 0;
+      if (cluster::peek_handshake(received_, size, version) != cluster::HandshakeError::kOk) {
+        return false;
+      }
+      if (size > 0 && received_.size() >= size) return true;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      received_.append(buf, static_cast<std::size_t>(n));
+    }
+    return false;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string received_;
+};
+
+raft::Message message(raft::MessageType type, raft::Term term) {
+  raft::Message m;
+  m.type = type;
+  m.from = 2;
+  m.to = 1;
+  m.term = term;
+  return m;
+}
+
+// One snapshot in one chunk, from "node 2" as the leader of `term`.
+raft::Message snapshot_message(raft::Term term, raft::Index index, std::string data) {
+  raft::Message m = message(raft::MessageType::kSnapshot, term);
+  m.snapshot = raft::SnapshotMeta{index, term};
+  m.offset = 0;
+  m.total_bytes = data.size();
+  m.done = true;
+  m.chunk = std::move(data);
+  return m;
+}
+
+// Without peer authentication anyone who knows the public --peer list
+// handshakes as a member. What it
+// sends must still not be able to wreck the node: a term near 2^64 (the
+// next campaign would wrap it to 0), a snapshot of garbage (stored before
+// it was decoded: the node exited, and exited again on every restart), a
+// snapshot whose waiter ids are beyond its index (an assertion later).
+TEST(HostilePeer, ForgedTermsAndSnapshotsAreRefusedAndTheNodeRestarts) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  // Some state to keep: a lock taken through the log.
+  int leader = c.wait_leader();
+  const std::string granted = call_once(c.client_port(leader), "A alice k1 600000");
+  ASSERT_EQ(granted.rfind("A ", 0), 0u) << granted;
+  // Node 1 alone from now on: the forged "node 2" is the only voice it hears.
+  c.kill9(2);
+  c.kill9(3);
+  ASSERT_TRUE(eventually([&] { return node_metric(c, 1, "lockd_raft_role{role=\"leader\"}") == 0; }));
+  const double term = node_metric(c, 1, "lockd_raft_term");
+  ASSERT_GT(term, 0);
+
+  ForgedPeer forged(c.raft_port(1));
+  ASSERT_TRUE(forged.connected());
+  ASSERT_TRUE(forged.handshake_as(2, 1, raft_addr(c, 2)));
+  const std::string received = "lockd_peer_received_messages_total{peer=\"2\"}";
+  const double before = node_metric(c, 1, received);
+
+  // 1. Terms past raft::kMaxTerm, 2^64 - 1 included: refused, term unchanged.
+  const raft::Term huge = std::numeric_limits<raft::Term>::max();
+  ASSERT_TRUE(forged.send_message(message(raft::MessageType::kHeartbeat, huge)));
+  ASSERT_TRUE(forged.send_message(message(raft::MessageType::kVote, raft::kMaxTerm + 1)));
+  ASSERT_TRUE(eventually([&] { return node_metric(c, 1, received) >= before + 2; }));
+  EXPECT_EQ(node_metric(c, 1, "lockd_raft_term"), term);
+
+  // 2. A snapshot of garbage, far ahead of the node's log.
+  const auto next = static_cast<raft::Term>(term) + 1;
+  ASSERT_TRUE(forged.send_message(snapshot_message(next, 1000, "garbage, not a lock table")));
+  ASSERT_TRUE(eventually([&] { return node_metric(c, 1, "lockd_raft_snapshots_refused_total") == 1; }))
+      << c.process(1).stderr_text();
+  // 3. A snapshot that decodes but whose waiter id is beyond its index.
+  ASSERT_TRUE(forged.send_message(
+      snapshot_message(next, 1000, cluster::testing::snapshot_with_waiter(1000, 1001))));
+  ASSERT_TRUE(eventually([&] { return node_metric(c, 1, "lockd_raft_snapshots_refused_total") == 2; }))
+      << c.process(1).stderr_text();
+  EXPECT_EQ(node_metric(c, 1, "lockd_raft_snapshots_installed_total"), 0);
+  EXPECT_TRUE(c.process(1).wait_for_line("refusing a snapshot at index 1000", milliseconds(10'000)))
+      << c.process(1).stderr_text();
+  EXPECT_LT(node_metric(c, 1, "lockd_raft_commit_index"), 1000);
+
+  // The node restarts from what it stored, and the group serves again with
+  // the lock taken before.
+  c.kill9(1);
+  c.start(1);
+  c.start(2);
+  c.start(3);
+  leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  EXPECT_EQ(call_once(c.client_port(leader), "A bob k1"), "T bob k1");
+}
+
+// Strangers holding every connection slot they can get on a node's raft
+// port (they used to share one cap of 64 with members, and a member
+// redialing found it full) do not keep a member out: connections from a
+// member's host wait in a pool of their own.
+TEST(HostilePeer, StrangersHoldingTheRaftPortDoNotLockMembersOut) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  c.kill9(2);
+  std::vector<std::unique_ptr<ForgedPeer>> strangers;
+  const auto refill = [&] {
+    for (auto& s : strangers) {
+      if (s->wait_closed(milliseconds(0))) s = std::make_unique<ForgedPeer>(c.raft_port(1), "127.0.0.2");
+    }
+  };
+  for (int i = 0; i < 40; ++i) {
+    strangers.push_back(std::make_unique<ForgedPeer>(c.raft_port(1), "127.0.0.2"));
+  }
+  ASSERT_TRUE(eventually([&] {
+    return node_metric(c, 1, "lockd_peer_refused_total{reason=\"pending_full\"}") >= 8;
+  }));
+  c.start(2);
+  EXPECT_TRUE(eventually([&] {
+    refill();
+    return node_metric(c, 1, "lockd_peer_inbound_up{peer=\"2\"}") == 1;
+  }));
+  // The strangers were closed by the handshake deadline, and counted.
+  EXPECT_TRUE(eventually([&] {
+    refill();
+    return node_metric(c, 1, "lockd_peer_refused_total{reason=\"handshake_timeout\"}") >= 1;
+  }));
+  EXPECT_NE(c.wait_leader(), 0);
+}
+
+// A file holding `text`, removed with the object.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/lockd-secret-XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    path_ = tmpl;
+    EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::close(fd);
+  }
+  ~TempFile() { ::unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// --peer-secret-file on every member: a node started with another secret
+// is refused by both others (and counted), the group goes on serving, and
+// a stranger who handshakes as a member without the secret can make the
+// leader store, vote or step down for nothing.
+TEST(HostilePeer, ANodeWithTheWrongSecretIsRefusedAndTheGroupServes) {
+  const TempFile secret("0123456789abcdef0123456789abcdef-cluster-secret\n");
+  LockdCluster c(3, {"--peer-secret-file", secret.path()});
+  int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::string granted = call_once(c.client_port(leader), "A alice k1 600000");
+  ASSERT_EQ(granted.rfind("A ", 0), 0u) << granted;
+
+  // Node 3 comes back with another secret.
+  c.kill9(3);
+  const TempFile wrong("fedcba9876543210fedcba9876543210-another-secret\n");
+  ChildProcess bad;
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "3",
+                                "--data-dir", c.data_dir(3), "--admin", "off",
+                                "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                                "--peer-secret-file", wrong.path()};
+  for (int i = 1; i <= 3; ++i) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(c.client_port(i)) +
+                   "/127.0.0.1:" + std::to_string(c.raft_port(i)));
+  }
+  ASSERT_TRUE(bad.start(argv));
+  ASSERT_TRUE(bad.wait_for_line("listening on", milliseconds(10'000))) << bad.stderr_text();
+  const std::string auth_failed = "lockd_peer_refused_total{reason=\"auth_failed\"}";
+  EXPECT_TRUE(eventually([&] {
+    return node_metric(c, 1, auth_failed) > 0 && node_metric(c, 2, auth_failed) > 0;
+  }));
+  EXPECT_TRUE(bad.wait_for_line("did not prove it knows the peer secret", milliseconds(10'000)))
+      << bad.stderr_text();
+  leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  EXPECT_EQ(call_once(c.client_port(leader), "A bob k1"), "T bob k1");
+  const std::string granted2 = call_once(c.client_port(leader), "A carol k2 600000");
+  EXPECT_EQ(granted2.rfind("A ", 0), 0u) << granted2;
+
+  // A stranger who knows the member list but not the secret: its hello as
+  // node 3 is answered, its Raft frames where the confirm belongs are not
+  // read. A vote request and an append at a far higher term change nothing.
+  const double term = node_metric(c, leader, "lockd_raft_term");
+  ForgedPeer forged(c.raft_port(leader));
+  ASSERT_TRUE(forged.handshake_as(3, static_cast<raft::NodeId>(leader), raft_addr(c, 3), true));
+  raft::Message vote;
+  vote.type = raft::MessageType::kVote;
+  vote.from = 3;
+  vote.to = static_cast<raft::NodeId>(leader);
+  vote.term = static_cast<raft::Term>(term) + 100;
+  raft::Message append = vote;
+  append.type = raft::MessageType::kHeartbeat;
+  forged.send_message(vote);
+  forged.send_message(append);
+  EXPECT_TRUE(forged.wait_closed(milliseconds(10'000)));
+  EXPECT_EQ(node_metric(c, leader, "lockd_raft_term"), term);
+  EXPECT_EQ(node_metric(c, leader, "lockd_raft_role{role=\"leader\"}"), 1);
+  bad.signal(SIGKILL);
+  bad.wait_exit(milliseconds(5000));
+}
+
+TEST(HostilePeer, AShortSecretStopsTheStartWithOneLine) {
+  const TempFile short_secret("only-31-bytes-of-secret-here-xx\n");
+  ChildProcess p;
+  ASSERT_TRUE(p.start({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir",
+                       "/tmp/lockd-never-created", "--admin", "off", "--peer",
+                       "1=127.0.0.1:1/127.0.0.1:2", "--peer-secret-file", short_secret.path()}));
+  EXPECT_EQ(p.wait_exit(milliseconds(10'000)), 2);
+  EXPECT_NE(p.stderr_text().find("the secret is 31 bytes, at least 32"), std::string::npos)
+      << p.stderr_text();
+}
+
+}  // namespace
+}  // namespace lockd::testing
