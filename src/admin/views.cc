@@ -110,9 +110,10 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
   bool exact = exact_holders.has_value();
   const std::size_t holders =
       exact ? *exact_holders : holders_bounded(table, table_time(node, now_ns), exact);
+  json j;
   if (node.cluster) {
     const ClusterStatus c = node.cluster(now_ns);
-    return json{
+    j = json{
         {"mode", node.mode},
         {"node_id", c.node_id},
         {"role", c.role},
@@ -133,8 +134,8 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
         {"requests", requests_json(server.stats())},
         {"replies", replies_json(server.stats())},
     };
-  }
-  return json{
+  } else {
+    j = json{
       {"mode", node.mode},
       {"node_id", nullptr},
       {"role", "single"},
@@ -152,7 +153,16 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
       {"holders_exact", exact},
       {"requests", requests_json(server.stats())},
       {"replies", replies_json(server.stats())},
-  };
+    };
+  }
+  // The descriptor budget (daemon/fd_limit.h): a limit below the need is
+  // also the one warning lockd logged at start.
+  if (node.fds.limit != 0) {
+    j["fd_limit"] = node.fds.limit;
+    j["fds_needed"] = node.fds.needed;
+    j["fd_limit_low"] = node.fds.limit < node.fds.needed;
+  }
+  return j;
 }
 
 ListScan::ListScan(const locks::LockTable& table, ListQuery q)

@@ -95,13 +95,17 @@ Daemon::~Daemon() {
 
 bool Daemon::start(std::string& error) {
   std::signal(SIGPIPE, SIG_IGN);
-  const FdBudget fds = ensure_fd_budget(config_.server.max_connections);
+  const std::uint64_t peers = config_.mode == Mode::kCluster && !config_.peers.empty() ? config_.peers.size() - 1 : 0;
+  const FdBudget fds = ensure_fd_budget(config_.server.max_connections, peers);
+  fd_status_ = admin::FdStatus{fds.after, fds.needed};
   if (fds.short_of_need()) {
-    spdlog::warn("descriptor limit {} (hard {}) is below --max-connections {} + {} reserved: "
-                 "clients beyond about {} wait until descriptors free up; raise ulimit -n / "
+    spdlog::warn("descriptor limit {} (hard {}) is below --max-connections {} + {} for {} peers and "
+                 "files: clients beyond about {} wait until descriptors free up; raise ulimit -n / "
                  "LimitNOFILE or lower --max-connections",
-                 fds.after, fds.hard, config_.server.max_connections, kReservedFds,
-                 fds.after > kReservedFds ? fds.after - kReservedFds : 0);
+                 fds.after, fds.hard, config_.server.max_connections, fds.needed - config_.server.max_connections,
+                 peers, fds.after > fds.needed - config_.server.max_connections
+                            ? fds.after - (fds.needed - config_.server.max_connections)
+                            : 0);
   } else if (fds.raised()) {
     spdlog::info("raised the descriptor limit from {} to {} for --max-connections {}", fds.before,
                  fds.after, config_.server.max_connections);
@@ -125,7 +129,7 @@ bool Daemon::start(std::string& error) {
         base_, *server_,
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
                         net::monotonic_now_ns(), {}, {}, {},
-                        [server = server_.get()] { return single_snapshot(*server); }});
+                        [server = server_.get()] { return single_snapshot(*server); }, fd_status_});
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -169,7 +173,7 @@ bool Daemon::start_cluster(std::string& error) {
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
-                         net::monotonic_now_ns(), {}, {}, {}, {}};
+                         net::monotonic_now_ns(), {}, {}, {}, {}, fd_status_};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
       const cluster::NodeStatusView v = node->status(now);

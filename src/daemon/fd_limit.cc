@@ -7,9 +7,9 @@
 
 namespace lockd::daemon {
 
-FdBudget ensure_fd_budget(std::uint64_t max_connections) {
+FdBudget ensure_fd_budget(std::uint64_t max_connections, std::uint64_t peers) {
   FdBudget b;
-  b.needed = max_connections + kReservedFds;
+  b.needed = max_connections + peers * kFdsPerPeer + kReservedFds;
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return b;
   b.before = b.after = rl.rlim_cur;

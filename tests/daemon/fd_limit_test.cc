@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "http_get.h"
+#include "lockd_cluster.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -84,11 +85,46 @@ TEST(FdLimit, ASoftLimitBelowTheNeedIsRaised) {
 }
 
 TEST(FdLimit, AHardLimitBelowTheNeedIsOneWarning) {
-  LimitedLockd lockd("-n 100", {"--max-connections", "500"});
+  LimitedLockd lockd("-n 100", {"--max-connections", "500", "--admin", "127.0.0.1:0"});
   const std::string& err = lockd.proc.stderr_text();
   EXPECT_EQ(count(err, "descriptor limit 100 (hard 100) is below --max-connections 500"), 1u) << err;
   LineClient c(lockd.port);
   EXPECT_EQ(c.call("A o k 1000").substr(0, 2), "A ");  // and it serves
+  // /v1/status says so too, for whoever did not read the log.
+  const std::string body = http(lockd.admin_port, "/v1/status").body;
+  EXPECT_NE(body.find("\"fd_limit\":100,\"fds_needed\":564,\"fd_limit_low\":true"), std::string::npos) << body;
+}
+
+TEST(FdLimit, EnoughDescriptorsIsNoWarning) {
+  LimitedLockd lockd("-n 100", {"--max-connections", "34", "--admin", "127.0.0.1:0"});
+  EXPECT_EQ(lockd.proc.stderr_text().find("descriptor limit"), std::string::npos) << lockd.proc.stderr_text();
+  const std::string body = http(lockd.admin_port, "/v1/status").body;
+  EXPECT_NE(body.find("\"fd_limit\":100,\"fds_needed\":98,\"fd_limit_low\":false"), std::string::npos) << body;
+}
+
+// A cluster member counts a connection each way per peer: the same 34
+// clients under the same limit fall short with two peers.
+TEST(FdLimit, ClusterPeersCountTowardTheNeed) {
+  const std::string dir = ::testing::TempDir() + "fd_limit_cluster_" + std::to_string(getpid());
+  const std::uint16_t admin = free_port();
+  std::vector<std::string> argv{"/bin/sh", "-c", "ulimit -n 100 && exec \"$0\" \"$@\"", lockd_binary(),
+                                "--mode", "cluster", "--node-id", "1", "--data-dir", dir,
+                                "--admin", "127.0.0.1:" + std::to_string(admin), "--max-connections", "34"};
+  for (int id = 1; id <= 3; ++id) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(id) + "=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
+                   std::to_string(free_port()));
+  }
+  ChildProcess node;
+  ASSERT_TRUE(node.start(argv));
+  ASSERT_TRUE(node.wait_for_line("admin listening", 10s)) << node.stderr_text();
+  EXPECT_EQ(count(node.stderr_text(), "descriptor limit 100 (hard 100) is below --max-connections 34 + 68 for 2 peers"),
+            1u)
+      << node.stderr_text();
+  const std::string body = http(admin, "/v1/status").body;
+  EXPECT_NE(body.find("\"fd_limit\":100,\"fds_needed\":102,\"fd_limit_low\":true"), std::string::npos) << body;
+  node.signal(SIGTERM);
+  node.wait_exit(20s);
 }
 
 TEST(FdLimit, OutOfDescriptorsPausesAcceptingAndRecovers) {

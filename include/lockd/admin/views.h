@@ -119,6 +119,12 @@ struct SnapshotSource {
   std::function<std::string()> produce;  // runs in a forked child: the whole backup file
 };
 
+// The descriptor budget lockd found at start (daemon/fd_limit.h).
+struct FdStatus {
+  std::uint64_t limit = 0;   // RLIMIT_NOFILE soft limit after raising it; 0: unknown
+  std::uint64_t needed = 0;  // --max-connections + peers + files
+};
+
 // What a node says about itself beyond the lock table.
 struct NodeInfo {
   std::string version;       // version::full(): "0.1.0+g9c497a1"
@@ -136,6 +142,8 @@ struct NodeInfo {
   std::function<TimeNs(TimeNs now_ns)> table_now;
   // `GET /v1/snapshot`; empty: 404.
   std::function<SnapshotSource()> snapshot;
+  // `/v1/status` says when the descriptor limit is below the need.
+  FdStatus fds;
 };
 
 // The lock table's time at monotonic `now_ns`: what every lease and wait in

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "lockd/admin/views.h"
 #include "lockd/common/time.h"
 #include "lockd/daemon/config.h"
 
@@ -65,6 +66,7 @@ class Daemon {
   static void on_handover_poll(int, short, void* arg);
 
   Config config_;
+  admin::FdStatus fd_status_;  // the descriptor budget found at start, for /v1/status
   event_base* base_ = nullptr;
   std::unique_ptr<cluster::ClusterNode> cluster_;  // cluster mode only; outlives server_
   std::unique_ptr<server::LockServer> server_;

@@ -11,11 +11,15 @@
 
 namespace lockd::daemon {
 
-// Descriptors kept for the daemon's own use on top of the client budget.
+// Descriptors kept for the daemon's own use on top of the client budget:
+// listeners, the WAL segment, snapshot files, the data dir's LOCK, admin
+// connections, the log.
 constexpr std::uint64_t kReservedFds = 64;
+// Per cluster peer: one connection each way.
+constexpr std::uint64_t kFdsPerPeer = 2;
 
 struct FdBudget {
-  std::uint64_t needed = 0;  // max_connections + kReservedFds
+  std::uint64_t needed = 0;  // max_connections + peers * kFdsPerPeer + kReservedFds
   std::uint64_t before = 0;  // soft limit found
   std::uint64_t after = 0;   // soft limit now (after raising it)
   std::uint64_t hard = 0;    // hard limit
@@ -23,8 +27,10 @@ struct FdBudget {
   bool short_of_need() const { return after < needed; }
 };
 
-// Raises the soft RLIMIT_NOFILE toward max_connections + kReservedFds (never
-// above the hard limit, never lowering it) and says what it found.
-FdBudget ensure_fd_budget(std::uint64_t max_connections);
+// Raises the soft RLIMIT_NOFILE toward max_connections + peers *
+// kFdsPerPeer + kReservedFds (never above the hard limit, never lowering
+// it) and says what it found. `peers`: the other cluster members (0 in
+// single mode).
+FdBudget ensure_fd_budget(std::uint64_t max_connections, std::uint64_t peers = 0);
 
 }  // namespace lockd::daemon
