@@ -17,7 +17,11 @@ cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/out" >"$work/cpack.lo
 debs=("$work"/out/lockd_*.deb)
 [[ ${#debs[@]} -eq 1 && -f ${debs[0]} ]] || { ls -l "$work/out"; fail "expected one lockd_*.deb"; }
 deb=${debs[0]}
-echo "built $(basename "$deb")"
+devs=("$work"/out/liblockd-client-dev_*.deb)
+[[ ${#devs[@]} -eq 1 && -f ${devs[0]} ]] || { ls -l "$work/out"; fail "expected one liblockd-client-dev_*.deb"; }
+dev=${devs[0]}
+[[ $(ls "$work"/out/*.deb | wc -l) -eq 2 ]] || { ls -l "$work/out"; fail "expected exactly two packages"; }
+echo "built $(basename "$deb") $(basename "$dev")"
 
 # Control fields.
 [[ $(dpkg-deb -f "$deb" Package) == lockd ]] || fail "Package"
@@ -57,13 +61,30 @@ expect_line "$unit" "ExecStart=/usr/bin/lockd --config /etc/lockd/lockd.toml"
 expect_line "$unit" "Documentation=file:///usr/share/doc/lockd/operations.md"
 expect_line "$unit" "User=lockd"
 expect_line "$unit" "StateDirectory=lockd"
-# Nothing outside the places a package may write. The C++ client library
-# (src/client) and its headers ride along until a lockd-dev package exists.
-allowed='^\./((usr/(bin|lib/systemd/system|share/doc/lockd|include/lockd)|etc/lockd)(/.*)?|usr/lib/liblockd_client\.a|usr/|usr/include/|usr/lib/|usr/lib/systemd/|usr/share/|usr/share/doc/|etc/)?$'
+# Nothing outside the places a package may write; the C++ client is in
+# liblockd-client-dev, not here.
+allowed='^\./((usr/(bin|lib/systemd/system|share/doc/lockd)|etc/lockd)(/.*)?|usr/|usr/lib/|usr/lib/systemd/|usr/share/|usr/share/doc/|etc/)?$'
 unexpected=$(dpkg-deb -c "$deb" | awk '{print $6}' | grep -vE "$allowed" || true)
 [[ -z $unexpected ]] || fail "unexpected paths: $unexpected"
 check_version "$root/usr/bin/lockd" "$root/usr/bin/lockctl" "$root/usr/bin/lockbench" "$version"
 serve_once "$root/usr/bin/lockd" "$root/etc/lockd/lockd.toml" "$work" "$version"
+
+# liblockd-client-dev: the C++ client's library, headers, CMake package and
+# pkg-config file, and nothing else; unpacked beside lockd it builds a
+# program of its own both ways.
+[[ $(dpkg-deb -f "$dev" Package) == liblockd-client-dev ]] || fail "dev Package"
+[[ $(dpkg-deb -f "$dev" Version) == "$version" ]] || fail "dev Version"
+[[ $(dpkg-deb -f "$dev" Section) == libdevel ]] || fail "dev Section $(dpkg-deb -f "$dev" Section)"
+dev_allowed='^\./(usr/(include/lockd|lib/cmake/lockd_client)(/.*)?|usr/lib/liblockd_client\.a|usr/lib/pkgconfig/lockd_client\.pc|usr/|usr/include/|usr/lib/|usr/lib/cmake/|usr/lib/pkgconfig/)?$'
+unexpected=$(dpkg-deb -c "$dev" | awk '{print $6}' | grep -vE "$dev_allowed" || true)
+[[ -z $unexpected ]] || fail "unexpected paths in the dev package: $unexpected"
+dpkg -x "$dev" "$root"
+for f in usr/include/lockd/client/client.h usr/include/lockd/common/check.h usr/lib/liblockd_client.a \
+         usr/lib/cmake/lockd_client/lockd_clientConfig.cmake usr/lib/cmake/lockd_client/lockd_clientConfigVersion.cmake \
+         usr/lib/pkgconfig/lockd_client.pc; do
+  expect_file "$root/$f"
+done
+client_example "$root/usr" "$root/usr/bin/lockd" "$work" "$(cd "$(dirname "$0")/../.." && pwd)"
 
 # Maintainer scripts against stubs that log their calls (adduser,
 # deb-systemd-*, systemctl, rm): checks what they would do, touches nothing.

@@ -15,7 +15,10 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 for f in bin/lockd bin/lockctl bin/lockbench lib/systemd/system/lockd.service \
          etc/lockd/lockd.toml share/doc/lockd/README.md share/doc/lockd/LICENSE \
          share/doc/lockd/operations.md share/doc/lockd/protocol.md \
-         share/doc/lockd/examples/lockd.toml; do
+         share/doc/lockd/examples/lockd.toml share/doc/lockd/monitoring/lockd-alerts.yml \
+         include/lockd/client/client.h include/lockd/common/check.h lib/liblockd_client.a \
+         lib/cmake/lockd_client/lockd_clientConfig.cmake lib/cmake/lockd_client/lockd_clientTargets.cmake \
+         lib/pkgconfig/lockd_client.pc; do
   expect_file "$prefix/$f"
 done
 [[ -x $prefix/bin/lockd ]] || fail "lockd not executable"
@@ -38,6 +41,8 @@ fi
 
 check_version "$prefix/bin/lockd" "$prefix/bin/lockctl" "$prefix/bin/lockbench" "$version"
 serve_once "$prefix/bin/lockd" "$prefix/etc/lockd/lockd.toml" "$work" "$version"
+# The C++ client from the installed tree, in a program of its own.
+client_example "$prefix" "$prefix/bin/lockd" "$work" "$(cd "$(dirname "$0")/../.." && pwd)"
 
 # A second install keeps the operator's config.
 echo 'default-lease-ms = 1234' >>"$prefix/etc/lockd/lockd.toml"

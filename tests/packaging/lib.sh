@@ -58,3 +58,39 @@ serve_once() {
   wait "$pid" || fail "lockd exited $? after SIGTERM"
   echo "served A/R on port $port and stopped cleanly"
 }
+
+# client_example PREFIX LOCKD WORK SRC: builds SRC/examples/cpp_client (a
+# program outside lockd's tree) against the lockd_client installed under
+# PREFIX twice — with CMake's find_package(lockd_client) and with
+# pkg-config — and runs both against LOCKD (started here on a free port).
+client_example() {
+  local prefix=$1 lockd=$2 work=$3 src=$4 pid port i flags out
+  cmake -S "$src/examples/cpp_client" -B "$work/example-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_BUILD_TYPE=Release >"$work/example-cmake.log" 2>&1 || { cat "$work/example-cmake.log"; fail "example: cmake"; }
+  grep -qx "lockd_client_DIR:PATH=$prefix/lib/cmake/lockd_client" "$work/example-cmake/CMakeCache.txt" \
+    || { grep lockd_client_DIR "$work/example-cmake/CMakeCache.txt"; fail "example: found another lockd_client"; }
+  cmake --build "$work/example-cmake" >>"$work/example-cmake.log" 2>&1 \
+    || { cat "$work/example-cmake.log"; fail "example: build with find_package"; }
+  flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs lockd_client) \
+    || fail "pkg-config lockd_client"
+  [[ $flags == *"$prefix/"* || $flags == *"$prefix/lib/pkgconfig/../../"* ]] || fail "pkg-config points elsewhere: $flags"
+  # shellcheck disable=SC2086  # the flags are words
+  c++ -std=c++20 "$src/examples/cpp_client/hello_lock.cc" $flags -o "$work/hello_pc" \
+    || fail "example: build with pkg-config"
+
+  "$lockd" --listen 127.0.0.1:0 --admin off 2>"$work/example-lockd.log" &
+  pid=$!
+  for ((i = 0; i < 300; i++)); do
+    port=$(grep -m1 ' listening on ' "$work/example-lockd.log" | grep -oE '127\.0\.0\.1:[0-9]+' | cut -d: -f2 || true)
+    [[ -n $port ]] && break
+    sleep 0.1
+  done
+  [[ -n $port ]] || { kill "$pid"; fail "example: lockd did not listen"; }
+  for bin in "$work/example-cmake/hello_lock" "$work/hello_pc"; do
+    out=$("$bin" "127.0.0.1:$port") || { kill "$pid"; fail "$bin exited $?: $out"; }
+    [[ $out =~ ^holding\ examples/hello\ with\ token\ [0-9]+$ ]] || { kill "$pid"; fail "$bin said: $out"; }
+  done
+  kill -TERM "$pid"
+  wait "$pid" || true
+  echo "client example built with find_package and with pkg-config, and ran"
+}
