@@ -335,3 +335,49 @@ func TestKeeperGivesUpAtTheLeasesSafeEnd(t *testing.T) {
 		t.Errorf("why: %v", l.Err())
 	}
 }
+
+func TestAQueuedDuplicateAcquireDoesNotHoldOtherRequestsBack(t *testing.T) {
+	d := single(t, "")
+	c := newClient(t, d.addr())
+	holder, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "alice", Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			l, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "bob", Lease: 30 * time.Second, Wait: 10 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+	}
+	// One of bob's acquires waits at the server, the other in the client.
+	if !eventually(t, 5*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.conn == nil {
+			return false
+		}
+		c.conn.mu.Lock()
+		defer c.conn.mu.Unlock()
+		return c.conn.m.inFlight() == 1
+	}) {
+		t.Fatal("bob's acquire never went out")
+	}
+	start := time.Now()
+	if err := holder.Release(bg()); err != nil { // must not wait behind bob's duplicate
+		t.Fatal(err)
+	}
+	if e := time.Since(start); e > 2*time.Second {
+		t.Fatalf("the release waited %v behind a queued duplicate acquire", e)
+	}
+	first := <-got
+	first.Release(bg())
+	second := <-got
+	if first == nil || second == nil || second.Token <= first.Token {
+		t.Fatalf("%v %v", first, second)
+	}
+	second.Release(bg())
+}

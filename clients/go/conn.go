@@ -88,35 +88,56 @@ func (c *conn) peerClosed() bool {
 
 // submit sends r. A second acquire of one owner and key waits (until
 // queueBy or ctx ends) for the first to be answered: their replies could
-// not be told apart. errNotSent if the connection had broken.
+// not be told apart. It waits holding no lock, so every other request (the
+// release that ends the first one's wait, say) goes out meanwhile.
+// errNotSent if the connection had broken.
 func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64, chan result, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.mu.Lock()
-	for c.broken == nil && c.m.busy(r) {
-		changed := c.changed
-		c.mu.Unlock()
-		t := time.NewTimer(time.Until(queueBy))
-		select {
-		case <-changed:
-			t.Stop()
-		case <-t.C:
-			return 0, nil, fail(ErrTimedOut, "an acquire by this owner for this key was still in flight")
-		case <-ctx.Done():
-			t.Stop()
-			return 0, nil, failCause(ErrTimedOut, "an acquire by this owner for this key was still in flight", ctx.Err())
-		}
+	for {
 		c.mu.Lock()
+		changed, busy := c.changed, c.broken == nil && c.m.busy(r)
+		c.mu.Unlock()
+		if busy {
+			t := time.NewTimer(time.Until(queueBy))
+			select {
+			case <-changed:
+				t.Stop()
+				continue
+			case <-t.C:
+				return 0, nil, fail(ErrTimedOut, "an acquire by this owner for this key was still in flight")
+			case <-ctx.Done():
+				t.Stop()
+				return 0, nil, failCause(ErrTimedOut, "an acquire by this owner for this key was still in flight", ctx.Err())
+			}
+		}
+		c.wmu.Lock()
+		c.mu.Lock()
+		if c.broken == nil && c.m.busy(r) { // another one went first meanwhile: wait again
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			continue
+		}
+		id, ch, err := c.addLocked(r)
+		c.mu.Unlock()
+		if err == nil {
+			if _, werr := c.nc.Write([]byte(r.Line())); werr != nil {
+				// May be partly written: the waiter gets ErrIndeterminate.
+				c.fail(werr)
+			}
+		}
+		c.wmu.Unlock()
+		return id, ch, err
 	}
+}
+
+// addLocked records r as the next request on the wire; c.mu and c.wmu held.
+func (c *conn) addLocked(r Request) (uint64, chan result, error) {
 	if c.broken == nil && c.peerClosed() {
 		c.failLocked(errors.New("connection closed by " + c.addr))
 	}
 	if c.broken != nil {
-		c.mu.Unlock()
 		return 0, nil, errNotSent
 	}
 	if c.m.inFlight() >= maxInFlight {
-		c.mu.Unlock()
 		return 0, nil, fail(ErrBusy, "too many requests in flight on one connection")
 	}
 	id := c.nextID
@@ -124,11 +145,6 @@ func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64
 	ch := make(chan result, 1)
 	c.m.add(id, r)
 	c.waiters[id] = ch
-	c.mu.Unlock()
-	if _, err := c.nc.Write([]byte(r.Line())); err != nil {
-		// May be partly written: the waiter gets ErrIndeterminate.
-		c.fail(err)
-	}
 	return id, ch, nil
 }
 

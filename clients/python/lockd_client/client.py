@@ -78,26 +78,32 @@ class _Connection:
     def submit(self, request: Request, queue_deadline: float) -> Tuple[int, concurrent.futures.Future]:
         """Sends ``request``. A second acquire of one owner and key waits
         (until ``queue_deadline``) for the first to be answered: their
-        replies could not be told apart."""
-        with self._write_lock:
+        replies could not be told apart. It waits without the write lock,
+        so every other request (the release that ends the first one's wait,
+        say) goes out meanwhile."""
+        while True:
             with self._cond:
                 while self._wire.busy(request) and self.broken is None:
                     left = queue_deadline - time.monotonic()
                     if left <= 0:
                         raise LockTimeout("an acquire by this owner for this key was still in flight")
                     self._cond.wait(left)
-                if self.broken is None and self._peer_closed():
-                    self._fail(f"connection closed by {self.name}")
-                if self.broken is not None:
-                    raise _NotSent(self.broken)
-                rid, line = self._wire.add(request)
-                future: concurrent.futures.Future = concurrent.futures.Future()
-                self._futures[rid] = future
-            try:
-                self._sock.sendall(line)
-            except OSError as e:
-                self._fail(f"sending to {self.name} failed: {e}")
-        return rid, future
+            with self._write_lock:
+                with self._cond:
+                    if self._wire.busy(request) and self.broken is None:
+                        continue  # another one went first meanwhile: wait again
+                    if self.broken is None and self._peer_closed():
+                        self._fail(f"connection closed by {self.name}")
+                    if self.broken is not None:
+                        raise _NotSent(self.broken)
+                    rid, line = self._wire.add(request)
+                    future: concurrent.futures.Future = concurrent.futures.Future()
+                    self._futures[rid] = future
+                try:
+                    self._sock.sendall(line)
+                except OSError as e:
+                    self._fail(f"sending to {self.name} failed: {e}")
+                return rid, future
 
     def _peer_closed(self) -> bool:
         """True if the peer closed the connection (EOF with nothing before

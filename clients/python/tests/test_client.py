@@ -110,6 +110,26 @@ class AcquireReleaseKeepTest(WithLockd):
         self.assertEqual(len(tokens), 2)  # one after the other, not mixed up
         self.assertGreater(min(tokens), holder.token)
 
+    def test_a_queued_duplicate_acquire_does_not_hold_other_requests_back(self):
+        holder = self.client.acquire("k", owner="alice", lease_ms=30_000)
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(self.client.acquire(
+            "k", owner="bob", lease_ms=30_000, wait_ms=10_000))) for _ in range(2)]
+        for t in threads:
+            t.start()
+        # One of bob's acquires waits at the server, the other in the client.
+        self.assertTrue(eventually(lambda: len(self.client._conn._wire) == 1))
+        time.sleep(0.05)  # let the second one reach its local wait (the check below holds either way)
+        start = time.monotonic()
+        holder.release()  # must not wait behind bob's queued duplicate
+        self.assertLess(time.monotonic() - start, 2.0)
+        self.assertTrue(eventually(lambda: len(got) == 1, 5))
+        got[0].release()
+        for t in threads:
+            t.join(10)
+        self.assertEqual(len(got), 2)
+        got[1].release()
+
     def test_many_threads_share_one_connection(self):
         ok = []
 
