@@ -1,6 +1,8 @@
 #include "lockd/admin/admin_server.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/ssl.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <spdlog/spdlog.h>
@@ -86,6 +88,21 @@ AdminServer::~AdminServer() {
   scans_.clear();
   accept_pause_.detach();
   if (http_ != nullptr) evhttp_free(http_);
+}
+
+void AdminServer::require_tls(const tls::TlsContext* ctx) {
+  tls_ = ctx;
+  evhttp_set_bevcb(http_, ctx != nullptr ? &AdminServer::make_tls_bufferevent : nullptr, this);
+}
+
+bufferevent* AdminServer::make_tls_bufferevent(event_base* base, void* arg) {
+  auto* self = static_cast<AdminServer*>(arg);
+  // A client that does not speak TLS fails the handshake; evhttp then
+  // closes the connection without a request having been read.
+  SSL* ssl = SSL_new(self->tls_->native());
+  LOCKD_CHECK(ssl != nullptr);
+  return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                        BEV_OPT_CLOSE_ON_FREE);
 }
 
 void AdminServer::start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan) {
@@ -197,6 +214,12 @@ void AdminServer::handle(evhttp_request* req) {
     route = Route::kTop;
   } else if (path == "/v1/snapshot") {
     route = Route::kSnapshot;
+  }
+  // Before anything else, so a refused request learns nothing (not even
+  // whether the path exists) and changes nothing.
+  if (!authorize_admin(req, auth_,
+                       admin_access_for(evhttp_request_get_command(req), path))) {
+    return;
   }
   if (route == Route::kNone) {
     send_error(req, 404, "not_found", "no such endpoint");

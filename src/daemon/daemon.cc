@@ -130,6 +130,8 @@ bool Daemon::start(std::string& error) {
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
                         net::monotonic_now_ns(), {}, {}, {},
                         [server = server_.get()] { return single_snapshot(*server); }, fd_status_});
+    admin_->require_tls(admin_tls_.get());
+    admin_->set_authenticator(auth_.get());
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -264,6 +266,8 @@ bool Daemon::start_cluster(std::string& error) {
       return m;
     };
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
+    admin_->require_tls(admin_tls_.get());
+    admin_->set_authenticator(auth_.get());
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());

@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <memory>
+
+#include "lockd/tls/tls_session.h"
 
 namespace lockd::lockctl {
 
@@ -120,18 +123,95 @@ bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string
   return true;
 }
 
+ClientSecurity g_security;
+std::unique_ptr<tls::TlsContext> g_tls;  // null: plaintext
+
+// One connection: the socket, and a TLS session over it when TLS is on.
+// Plaintext written before the handshake is sent once it completes.
+class Conn {
+ public:
+  Conn(const net::Endpoint& ep, std::string& error) : sock_(connect_to(ep, error)) {
+    if (sock_.fd() >= 0 && g_tls) tls_ = tls::TlsSession::connect(*g_tls, ep.host);
+  }
+  bool ok() const { return sock_.fd() >= 0; }
+
+  bool send(std::string_view data, std::string& error) {
+    if (!tls_) return send_all(sock_.fd(), data, kRequestTimeoutMs, error);
+    if (tls_->write(data) == tls::TlsSession::Status::kError) {
+      error = "TLS: " + tls_->error();
+      return false;
+    }
+    return flush(error);
+  }
+
+  template <typename Stop>
+  bool read_until(std::string& out, int timeout_ms, Stop stop, std::string& error,
+                  std::size_t max_bytes = kMaxResponseBytes) {
+    if (!tls_) return lockctl::read_until(sock_.fd(), out, timeout_ms, stop, error, max_bytes);
+    std::string cipher;
+    bool eof = false;
+    while (!stop(out) && !eof) {
+      cipher.clear();
+      // One record or less at a time: stop once the caller has enough.
+      if (!lockctl::read_until(sock_.fd(), cipher, timeout_ms,
+                               [](const std::string& c) { return !c.empty(); }, error)) {
+        return false;
+      }
+      eof = cipher.empty();
+      const auto st = tls_->on_input(cipher, out);
+      if (st == tls::TlsSession::Status::kError) {
+        error = "TLS: " + tls_->error();
+        return false;
+      }
+      if (out.size() > max_bytes) {
+        error = "response too large";
+        return false;
+      }
+      if (!flush(error)) return false;
+      if (st == tls::TlsSession::Status::kClosed) break;
+    }
+    return true;
+  }
+
+ private:
+  bool flush(std::string& error) {
+    std::string wire;
+    tls_->take_output(wire);
+    return wire.empty() || send_all(sock_.fd(), wire, kRequestTimeoutMs, error);
+  }
+
+  Socket sock_;
+  std::unique_ptr<tls::TlsSession> tls_;
+};
+
 }  // namespace
+
+bool set_client_security(const ClientSecurity& security, std::string& error) {
+  g_security = security;
+  if (security.tls_ca.empty() && security.tls_cert.empty()) return true;
+  tls::TlsOptions o;
+  o.role = tls::TlsRole::kClient;
+  o.ca_file = security.tls_ca;
+  o.cert_file = security.tls_cert;
+  o.key_file = security.tls_key;
+  g_tls = tls::TlsContext::create(o, error);
+  return g_tls != nullptr;
+}
 
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
                                      std::string& error, std::size_t max_bytes, int timeout_ms) {
-  const Socket sock(connect_to(ep, error));
-  if (sock.fd() < 0) return std::nullopt;
+  Conn conn(ep, error);
+  if (!conn.ok()) return std::nullopt;
   std::string req = "GET ";
   req.append(target);
   req.append(" HTTP/1.1\r\nHost: ");
   req.append(ep.to_string());
-  req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n\r\n");
-  if (!send_all(sock.fd(), req, timeout_ms, error)) return std::nullopt;
+  req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n");
+  if (!g_security.credential.empty()) {
+    req.append("Authorization: Bearer ").append(g_security.credential).append("\r\n");
+  }
+  req.append("\r\n");
+  if (!conn.send(req, error)) return std::nullopt;
   std::string raw;
   // Read to EOF (we asked for Connection: close), or to Content-Length.
   const auto complete = [](const std::string& s) {
@@ -149,7 +229,7 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
     }
     return false;
   };
-  if (!read_until(sock.fd(), raw, timeout_ms, complete, error, max_bytes)) return std::nullopt;
+  if (!conn.read_until(raw, timeout_ms, complete, error, max_bytes)) return std::nullopt;
   // Status line: HTTP/1.x NNN reason
   HttpResponse resp;
   const std::size_t end = raw.find("\r\n\r\n");
@@ -168,14 +248,27 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
 
 std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
                                          int timeout_ms, std::string& error) {
-  const Socket sock(connect_to(ep, error));
-  if (sock.fd() < 0) return std::nullopt;
-  std::string req(line);
+  Conn conn(ep, error);
+  if (!conn.ok()) return std::nullopt;
+  std::string req;
+  const bool hello = !g_security.credential.empty();
+  if (hello) req.append("H ").append(g_security.credential).append("\n");
+  req.append(line);
   req.push_back('\n');
-  if (!send_all(sock.fd(), req, kRequestTimeoutMs, error)) return std::nullopt;
+  if (!conn.send(req, error)) return std::nullopt;
   std::string reply;
   const auto has_line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
-  if (!read_until(sock.fd(), reply, timeout_ms, has_line, error)) return std::nullopt;
+  if (hello) {
+    if (!conn.read_until(reply, timeout_ms, has_line, error)) return std::nullopt;
+    const std::size_t nl = reply.find('\n');
+    if (nl == std::string::npos || !reply.starts_with("H ")) {
+      error = nl == std::string::npos ? "connection closed without a reply"
+                                      : "credential refused: " + reply.substr(0, nl);
+      return std::nullopt;
+    }
+    reply.erase(0, nl + 1);
+  }
+  if (!conn.read_until(reply, timeout_ms, has_line, error)) return std::nullopt;
   const std::size_t nl = reply.find('\n');
   if (nl == std::string::npos) {
     error = "connection closed without a reply";

@@ -25,6 +25,19 @@ constexpr std::uint64_t kReplyGraceMs = 10'000;
 // Largest HTTP response or reply line lockctl accepts.
 constexpr std::size_t kMaxResponseBytes = 64 * 1024 * 1024;
 
+// How lockctl proves who it is and reaches TLS ports (interfaces.md:
+// --credential-file / LOCKD_CREDENTIAL, --tls-ca, --tls-cert, --tls-key),
+// for the text protocol and the admin API alike. lockctl runs one command
+// per process, so this is set once, from main(), before any call below.
+struct ClientSecurity {
+  std::string credential;  // sent as `H` first / `Authorization: Bearer`; "" = none
+  std::string tls_ca;      // TLS on when this or tls_cert is set
+  std::string tls_cert;    // client certificate (optional)
+  std::string tls_key;
+};
+// Returns false with `error` when the TLS files do not load.
+bool set_client_security(const ClientSecurity& security, std::string& error);
+
 struct HttpResponse {
   int status = 0;
   std::string body;

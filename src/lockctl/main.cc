@@ -3,10 +3,16 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <optional>
 #include <string>
 
+#include "client.h"
 #include "commands.h"
+#include "lockd/auth/credentials.h"
 #include "lockd/version/version.h"
 #include "run.h"
 #include "snapshot.h"
@@ -40,6 +46,13 @@ int main(int argc, char** argv) {
   app.add_option("--admin", admin, "lockd admin API address")
       ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
   app.add_flag("--json", json, "print the admin API's JSON unchanged");
+  std::string credential_file;
+  lockd::lockctl::ClientSecurity security;
+  app.add_option("--credential-file", credential_file,
+                 "file holding the credential for H and the admin API (else $LOCKD_CREDENTIAL)");
+  app.add_option("--tls-ca", security.tls_ca, "CA (PEM) the server's certificate chains to; turns TLS on");
+  app.add_option("--tls-cert", security.tls_cert, "client certificate (PEM); turns TLS on");
+  app.add_option("--tls-key", security.tls_key, "key of --tls-cert (PEM)");
   // "lockctl 0.1.0 (git 9c497a1)": the same version as the lockd it ships with.
   std::string version = "lockctl " + std::string(lockd::version::number());
   if (!lockd::version::revision().empty()) {
@@ -109,6 +122,15 @@ int main(int argc, char** argv) {
   auto* snap_verify = snapshot->add_subcommand("verify", "check a saved snapshot FILE");
   snap_verify->add_option("FILE", snapshot_file, "the file")->required();
 
+  auto* credential = app.add_subcommand("credential", "make credentials for lockd's --credentials file");
+  credential->require_subcommand(1);
+  auto* cred_new = credential->add_subcommand(
+      "new", "print a new random credential and the [[credential]] entry that accepts it");
+  std::string cred_identity;
+  cred_new->add_option("IDENTITY", cred_identity, "who the credential names")->required();
+  credential->add_subcommand(
+      "hash", "read a credential on stdin, print its salted hash (the file's hash value)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -117,6 +139,49 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (*credential) {
+    std::string cred;
+    if (*cred_new) {
+      if (!lockd::auth::valid_identity(cred_identity)) {
+        std::fprintf(stderr, "lockctl: an identity is 1..128 visible ASCII characters, no spaces\n");
+        return kExitUsage;
+      }
+      cred = lockd::auth::new_credential();
+      std::printf("# the credential (give it to the client; it is not stored anywhere):\n%s\n\n",
+                  cred.c_str());
+    } else {
+      std::getline(std::cin, cred);
+      if (cred.empty() || cred.size() > 512) {
+        std::fprintf(stderr, "lockctl: expected a credential (1..512 bytes) on stdin\n");
+        return kExitUsage;
+      }
+    }
+    const std::string hash = lockd::auth::credential_hash(cred, lockd::auth::random_bytes(16));
+    if (*cred_new) {
+      std::printf("# for lockd's --credentials file:\n[[credential]]\nidentity = \"%s\"\nhash = \"%s\"\n",
+                  cred_identity.c_str(), hash.c_str());
+    } else {
+      std::printf("%s\n", hash.c_str());
+    }
+    return 0;
+  }
+  if (!credential_file.empty()) {
+    std::ifstream in(credential_file);
+    if (!in) {
+      std::fprintf(stderr, "lockctl: cannot read --credential-file %s\n", credential_file.c_str());
+      return kExitUsage;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    security.credential = text.str();
+    if (!security.credential.empty() && security.credential.back() == '\n') security.credential.pop_back();
+  } else if (const char* env = std::getenv("LOCKD_CREDENTIAL")) {
+    security.credential = env;
+  }
+  if (std::string error; !lockd::lockctl::set_client_security(security, error)) {
+    std::fprintf(stderr, "lockctl: %s\n", error.c_str());
+    return kExitUsage;
+  }
   lockd::lockctl::Globals g{to_endpoint(addr), to_endpoint(admin), json};
   using namespace lockd::lockctl;
   if (*status) return cmd_status(g);

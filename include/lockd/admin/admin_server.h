@@ -24,8 +24,10 @@
 #include <memory>
 #include <string>
 
+#include "lockd/admin/admin_auth.h"
 #include "lockd/admin/snapshot_export.h"
 #include "lockd/admin/views.h"
+#include "lockd/tls/tls_context.h"
 #include "lockd/net/accept_pause.h"
 #include "lockd/net/address.h"
 #include "lockd/net/timer.h"
@@ -34,6 +36,7 @@ struct evhttp;
 struct evhttp_bound_socket;
 struct evhttp_request;
 struct event_base;
+struct bufferevent;
 
 namespace lockd::admin {
 
@@ -61,6 +64,11 @@ class AdminServer {
   // Binds and listens on `ep`. Returns false with `error` set.
   bool listen(const net::Endpoint& ep, std::string& error);
   net::Endpoint bound() const { return bound_; }
+  // HTTPS for every connection accepted from now on (`ctx` not owned,
+  // outlives the server; a reload applies to new connections).
+  void require_tls(const tls::TlsContext* ctx);
+  // Authentication and admin checks (admin_auth.h); not owned.
+  void set_authenticator(const auth::Authenticator* a) { auth_ = a; }
   // `/readyz` answers 503 from now on (graceful stop).
   void set_draining() { draining_ = true; }
 
@@ -80,7 +88,11 @@ class AdminServer {
   void start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan);
   void on_scan_timer();
 
+  static bufferevent* make_tls_bufferevent(event_base* base, void* arg);
+
   const server::LockServer& server_;
+  const tls::TlsContext* tls_ = nullptr;
+  const auth::Authenticator* auth_ = nullptr;
   NodeInfo node_;
   evhttp* http_ = nullptr;
   net::Endpoint bound_;

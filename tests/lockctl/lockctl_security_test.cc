@@ -1,0 +1,125 @@
+// lockctl against a lockd with TLS on the client and admin ports and
+// token authentication: --tls-ca, --credential-file, LOCKD_CREDENTIAL, and
+// `lockctl credential new` making the credentials file lockd reads.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "lockd_process.h"
+#include "tls_client.h"
+
+namespace lockd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Outcome run(const std::vector<std::string>& argv) {
+  static int counter = 0;
+  const std::string base = ::testing::TempDir() + "lockctl_sec_" + std::to_string(getpid()) + "_" +
+                           std::to_string(counter++);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = ::open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = ::open((base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = ::open("/dev/null", O_RDONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  int st = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (::waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return {};
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(base + ".out"),
+          slurp(base + ".err")};
+}
+
+TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
+  const fs::path dir = fs::path(test_pki_dir()) / "lockctl";
+  fs::create_directories(dir);
+  // `lockctl credential new` prints the credential and the file entry.
+  const Outcome made = run({LOCKCTL_BINARY, "credential", "new", "billing"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  std::istringstream lines(made.out);
+  std::string line, credential;
+  std::getline(lines, line);        // comment
+  std::getline(lines, credential);  // the credential
+  ASSERT_EQ(credential.size(), 64u) << made.out;
+  std::ofstream(dir / "credentials.toml") << made.out.substr(made.out.find("[[credential]]"));
+  std::ofstream(dir / "credential") << credential << "\n";
+  // `credential hash` of the same credential is another salt, same scheme.
+  EXPECT_EQ(made.out.find(credential, made.out.find("hash")), std::string::npos);
+
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--client-tls", "--admin-tls", "--tls-cert",
+                      pki("server.pem"), "--tls-key", pki("server.key"), "--tls-ca", pki("ca.pem"),
+                      "--auth", "token", "--credentials", (dir / "credentials.toml").string()});
+  const std::vector<std::string> base{LOCKCTL_BINARY, "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                                      "--admin", "127.0.0.1:" + std::to_string(lockd.admin_port()),
+                                      "--tls-ca", pki("ca.pem")};
+  auto with = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  const std::string file = (dir / "credential").string();
+  const Outcome acquired = run(with({"--credential-file", file, "acquire", "b", "billing/x", "--lease", "60000"}));
+  EXPECT_EQ(acquired.status, 0) << acquired.out << acquired.err;
+  const Outcome held = run(with({"--credential-file", file, "acquire", "b", "billing/x"}));
+  EXPECT_EQ(held.status, 1) << held.out << held.err;  // T: the first acquire really happened
+  const Outcome status = run(with({"--credential-file", file, "--json", "status"}));
+  EXPECT_EQ(status.status, 0) << status.err;
+  EXPECT_NE(status.out.find("\"mode\""), std::string::npos) << status.out;
+  // From the environment.
+  ::setenv("LOCKD_CREDENTIAL", credential.c_str(), 1);
+  EXPECT_EQ(run(with({"lock", "billing/x"})).status, 0);
+  ::unsetenv("LOCKD_CREDENTIAL");
+  // Without a credential, or with a wrong one: refused.
+  EXPECT_NE(run(with({"acquire", "b", "billing/y"})).status, 0);
+  EXPECT_NE(run(with({"status"})).status, 0);
+  ::setenv("LOCKD_CREDENTIAL", "wrong", 1);
+  const Outcome wrong = run(with({"acquire", "b", "billing/y"}));
+  ::unsetenv("LOCKD_CREDENTIAL");
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_NE(wrong.err.find("credential refused"), std::string::npos) << wrong.err;
+  // Without --tls-ca lockctl speaks plaintext to a TLS port: no answer.
+  std::vector<std::string> plain{LOCKCTL_BINARY, "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                                 "--credential-file", file, "acquire", "b", "billing/z"};
+  EXPECT_EQ(run(plain).status, 3);
+}
+
+}  // namespace
+}  // namespace lockd::testing
