@@ -110,6 +110,10 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
     case raft::ProposeError::kNotLeader:
     case raft::ProposeError::kTransferring:
     case raft::ProposeError::kTooLarge:  // cannot happen: keys and owners are short
+    case raft::ProposeError::kChangeInProgress:  // the four: configuration changes only
+    case raft::ProposeError::kTermNotCommitted:
+    case raft::ProposeError::kBadChange:
+    case raft::ProposeError::kNotCaughtUp:
       stats.count(server::ReplyKind::kError);
       proto::append_error_echo(out, "no_leader", req);
       return true;

@@ -3,6 +3,7 @@
 
 #include "lockd/common/byte_io.h"
 #include "lockd/common/crc32c.h"
+#include "lockd/raft/membership.h"
 
 #include <array>
 #include <cstring>
@@ -39,7 +40,7 @@ void read_entry_fields(Reader& r, Entry& e) {
   e.term = r.u64();
   e.index = r.u64();
   std::uint8_t t = r.u8();
-  if (t > static_cast<std::uint8_t>(EntryType::kCommand)) r.fail(DecodeError::kBadField);
+  if (t > static_cast<std::uint8_t>(EntryType::kConfChange)) r.fail(DecodeError::kBadField);
   e.type = static_cast<EntryType>(t);
   e.data = r.bytes();
 }
@@ -54,7 +55,7 @@ void finish_frame(std::string_view body, std::string& out) {
 
 // Checks length, CRC and version of a frame spanning `bytes`; on success
 // points `body` at the bytes after version (kind first).
-DecodeError open_frame(std::string_view bytes, std::string_view& body) {
+DecodeError open_frame(std::string_view bytes, std::string_view& body, std::uint8_t* version_out = nullptr) {
   if (bytes.size() < kFrameLengthBytes) return DecodeError::kTruncated;
   Reader r(bytes.substr(0, kFrameLengthBytes));
   std::uint32_t len = r.u32();
@@ -65,7 +66,11 @@ DecodeError open_frame(std::string_view bytes, std::string_view& body) {
   std::string_view covered = bytes.substr(kFrameLengthBytes, len - 4);
   Reader crc_reader(bytes.substr(kFrameLengthBytes + len - 4));
   if (crc_reader.u32() != crc32c(covered)) return DecodeError::kBadChecksum;
-  if (static_cast<std::uint8_t>(covered[0]) != kCodecVersion) return DecodeError::kBadVersion;
+  const auto version = static_cast<std::uint8_t>(covered[0]);
+  if (version != kCodecVersion && (version != kCodecVersionWithConf || version_out == nullptr)) {
+    return DecodeError::kBadVersion;  // WAL records are version 1 only
+  }
+  if (version_out != nullptr) *version_out = version;
   body = covered.substr(1);
   return DecodeError::kOk;
 }
@@ -112,7 +117,11 @@ std::uint32_t crc32c(std::string_view bytes, std::uint32_t crc) { return lockd::
 void encode_message(const Message& m, std::string& out) {
   std::string body;
   Writer w(body);
-  w.u8(kCodecVersion);
+  // A snapshot's configuration travels in a version-2 frame only when the
+  // snapshot has one, so frames of a group that never changed membership
+  // are byte for byte those of version 1.
+  const bool with_conf = !m.snapshot.conf.empty();
+  w.u8(with_conf ? kCodecVersionWithConf : kCodecVersion);
   w.u8(static_cast<std::uint8_t>(m.type));
   w.u64(m.from);
   w.u64(m.to);
@@ -131,12 +140,14 @@ void encode_message(const Message& m, std::string& out) {
   w.u64(m.total_bytes);
   w.u8(m.done ? 1 : 0);
   w.bytes(m.chunk);
+  if (with_conf) w.bytes(encode_membership(m.snapshot.conf));
   finish_frame(body, out);
 }
 
 DecodeError decode_message(std::string_view bytes, Message& out) {
   std::string_view body;
-  if (DecodeError e = open_frame(bytes, body); e != DecodeError::kOk) return e;
+  std::uint8_t version = 0;
+  if (DecodeError e = open_frame(bytes, body, &version); e != DecodeError::kOk) return e;
   Reader r(body);
   std::uint8_t kind = r.u8();
   if (kind < 1 || kind > kMaxMessageType) return DecodeError::kBadKind;
@@ -164,6 +175,13 @@ DecodeError decode_message(std::string_view bytes, Message& out) {
   m.total_bytes = r.u64();
   m.done = r.boolean();
   m.chunk = r.bytes();
+  if (version == kCodecVersionWithConf) {
+    std::string conf = r.bytes();
+    std::string error;
+    if (r.error() == DecodeError::kOk && !decode_membership(conf, m.snapshot.conf, error)) {
+      return DecodeError::kBadField;
+    }
+  }
   if (r.error() != DecodeError::kOk) return r.error();
   if (r.remaining() != 0) return DecodeError::kTrailingBytes;
   out = std::move(m);

@@ -9,6 +9,7 @@
 
 #include "lockd/common/check.h"
 #include "lockd/raft/codec.h"
+#include "lockd/raft/membership.h"
 
 namespace lockd::raft {
 
@@ -41,6 +42,10 @@ std::string_view to_string(ProposeError e) {
     case ProposeError::kTransferring: return "transferring";
     case ProposeError::kTooManyUncommitted: return "too_many_uncommitted";
     case ProposeError::kTooLarge: return "too_large";
+    case ProposeError::kChangeInProgress: return "change_in_progress";
+    case ProposeError::kTermNotCommitted: return "term_not_committed";
+    case ProposeError::kBadChange: return "bad_change";
+    case ProposeError::kNotCaughtUp: return "not_caught_up";
   }
   return "?";
 }
@@ -57,12 +62,12 @@ std::string_view to_string(StepError e) {
 
 ConfigError validate(const Config& cfg) {
   if (cfg.id == kNoNode) return ConfigError::kNoId;
-  if (cfg.voters.empty() || cfg.voters.size() > kMaxVoters) return ConfigError::kBadVoters;
+  if (cfg.voters.size() > kMaxVoters) return ConfigError::kBadVoters;
   std::set<NodeId> seen;
   for (NodeId v : cfg.voters) {
     if (v == kNoNode || !seen.insert(v).second) return ConfigError::kBadVoters;
   }
-  if (!seen.contains(cfg.id)) return ConfigError::kNotAVoter;
+  if (!seen.empty() && !seen.contains(cfg.id)) return ConfigError::kNotAVoter;
   if (cfg.heartbeat_ticks < 1 || cfg.election_ticks <= cfg.heartbeat_ticks) return ConfigError::kBadTicks;
   if (cfg.max_inflight == 0 || cfg.max_entries_per_append == 0 || cfg.max_bytes_per_append == 0 ||
       cfg.snapshot_chunk_bytes == 0 || cfg.max_snapshot_bytes == 0 || cfg.max_snapshot_chunks_inflight == 0 ||
@@ -74,7 +79,16 @@ ConfigError validate(const Config& cfg) {
 
 Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state_(cfg_.rng_seed) {
   LOCKD_CHECK(validate(cfg_) == ConfigError::kOk);
-  trk_.set_config(cfg_.voters, {}, cfg_.id, false, 1, 0);
+  if (!cfg_.voters.empty()) {
+    bootstrap_conf_ = voters_only(cfg_.voters);
+    for (const Member& m : cfg_.bootstrap_members) {
+      for (Member& b : bootstrap_conf_.members) {
+        if (b.id != m.id) continue;
+        b.client_addr = m.client_addr;
+        b.raft_addr = m.raft_addr;
+      }
+    }
+  }
   HardState hs = storage.hard_state();
   term_ = hs.term;
   vote_ = hs.vote;
@@ -85,6 +99,7 @@ Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     LOCKD_CHECK(entries_[i].index == snapshot_meta_.index + 1 + i);
   }
+  index_confs(0);
   // The state machine was restored from the snapshot; committed entries
   // after it are applied again as commit is (re)learned.
   applied_ = snapshot_meta_.index;
@@ -93,6 +108,7 @@ Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state
   unstable_from_ = last_index() + 1;
   handed_hs_ = HardState{term_, vote_, commit_};
   become_follower(term_, kNoNode);
+  refresh_conf();
 }
 
 // --- small helpers ---
@@ -111,7 +127,93 @@ void Raft::reset_randomized_timeout() {
   randomized_timeout_ticks_ = static_cast<int>(base + random() % base);
 }
 
-bool Raft::is_voter(NodeId id) const { return trk_.is_voter(id); }
+bool Raft::is_voter(NodeId id) const { return raft::is_voter(conf(), id); }
+
+bool Raft::may_campaign() const {
+  if (is_voter(cfg_.id)) return true;
+  // Our own removal is in the log but not known committed: the voters of
+  // the new configuration may need us to finish it (our log holds it,
+  // theirs may not, and they would refuse each other for it). We campaign
+  // in that configuration — our own vote does not count — and, elected,
+  // commit the removal and step down, as a removed leader does.
+  return conf_index() > commit_ && was_removed(conf(), cfg_.id);
+}
+
+// --- configuration ---
+
+const Membership& Raft::conf() const {
+  if (cfg_.faults.conf_on_commit) {
+    for (auto it = log_confs_.rbegin(); it != log_confs_.rend(); ++it) {
+      if (it->first <= commit_) return it->second;
+    }
+  } else if (!log_confs_.empty()) {
+    return log_confs_.back().second;
+  }
+  if (!snapshot_meta_.conf.empty()) return snapshot_meta_.conf;
+  return bootstrap_conf_;
+}
+
+Index Raft::conf_index() const {
+  if (!log_confs_.empty()) return log_confs_.back().first;
+  return snapshot_meta_.conf.empty() ? 0 : snapshot_meta_.index;
+}
+
+Membership Raft::conf_at(Index i) const {
+  LOCKD_CHECK(i >= snapshot_meta_.index);
+  for (auto it = log_confs_.rbegin(); it != log_confs_.rend(); ++it) {
+    if (it->first <= i) return it->second;
+  }
+  return snapshot_meta_.conf;
+}
+
+void Raft::index_confs(std::size_t from) {
+  for (std::size_t i = from; i < entries_.size(); ++i) {
+    if (entries_[i].type != EntryType::kConfChange) continue;
+    Membership c;
+    std::string error;
+    // Peer entries were checked in validate_message, ours were encoded
+    // here, stored ones passed their CRC: a failure is our bug.
+    LOCKD_CHECK(decode_membership(entries_[i].data, c, error));
+    log_confs_.emplace_back(entries_[i].index, std::move(c));
+  }
+}
+
+void Raft::refresh_conf() {
+  const Membership& c = conf();
+  std::vector<NodeId> voters = voter_ids(c);
+  std::vector<NodeId> learners = learner_ids(c);
+  if (cfg_.faults.learner_counts_as_voter) {
+    voters.insert(voters.end(), learners.begin(), learners.end());
+    learners.clear();
+  }
+  trk_.set_config(std::move(voters), std::move(learners), cfg_.id, role_ == Role::kLeader,
+                  last_index() + 1, ticks_);
+  if (lead_transferee_ != kNoNode && !is_voter(lead_transferee_)) lead_transferee_ = kNoNode;
+}
+
+void Raft::maybe_step_down_removed() {
+  if (role_ != Role::kLeader || cfg_.faults.removed_leader_keeps_leading) return;
+  if (is_voter(cfg_.id) || conf_index() > commit_) return;
+  // Our removal is committed: the new configuration goes on without us.
+  // Hand over to its most caught-up voter so it need not wait for an
+  // election timeout (it campaigns at once, as for a transfer).
+  NodeId best = kNoNode;
+  Index best_match = 0;
+  for (const auto& [id, pr] : trk_.progress()) {
+    if (!is_voter(id)) continue;
+    if (best == kNoNode || pr.match > best_match) {
+      best = id;
+      best_match = pr.match;
+    }
+  }
+  if (best != kNoNode && best_match == last_index()) {
+    Message m;
+    m.type = MessageType::kTimeoutNow;
+    m.to = best;
+    send(std::move(m));
+  }
+  become_follower(term_, kNoNode);
+}
 
 Index Raft::last_index() const {
   return entries_.empty() ? snapshot_meta_.index : entries_.back().index;
@@ -212,12 +314,18 @@ void Raft::become_leader() {
                       ticks_);
   ++stats_.leaderships;
   // The no-op lets this term commit everything before it (Figure 8: older
-  // entries are only committed by committing one of our own term).
+  // entries are only committed by committing one of our own term). A
+  // configuration change waits for it too (thesis §4.1 and its errata: a
+  // change proposed before the term's first commit could be decided by a
+  // majority of a configuration an earlier leader's uncommitted change
+  // already replaced).
   append_entry(EntryType::kNoop, {});
+  term_start_index_ = last_index();
+  elected_voters_ = trk_.voters();
 }
 
 void Raft::start_election(bool pre_vote, bool transfer) {
-  if (!is_voter(cfg_.id) || role_ == Role::kLeader) return;
+  if (!may_campaign() || role_ == Role::kLeader) return;
   if (pre_vote) {
     become_pre_candidate();
     if (poll(cfg_.id, true) > 0) {
@@ -228,7 +336,7 @@ void Raft::start_election(bool pre_vote, bool transfer) {
     become_candidate();
   }
   MessageType type = pre_vote ? MessageType::kPreVote : MessageType::kVote;
-  for (NodeId v : cfg_.voters) {
+  for (NodeId v : trk_.voters()) {
     if (v == cfg_.id) continue;
     Message m;
     m.type = type;
@@ -270,6 +378,15 @@ void Raft::tick() {
 }
 
 void Raft::tick_election() {
+  if (!may_campaign()) {
+    // A learner (or a node waiting for its configuration) never campaigns,
+    // but the leader it heard of must still time out for it: otherwise
+    // its lease check would ignore, forever, the vote requests of a new
+    // leader it must help elect once it is promoted by an entry it lacks.
+    election_elapsed_ticks_ = std::min(election_elapsed_ticks_ + 1, randomized_timeout_ticks_);
+    if (election_elapsed_ticks_ >= randomized_timeout_ticks_) leader_ = kNoNode;
+    return;
+  }
   ++election_elapsed_ticks_;
   if (election_elapsed_ticks_ >= randomized_timeout_ticks_) {
     election_elapsed_ticks_ = 0;
@@ -327,6 +444,10 @@ void Raft::append_entry(EntryType type, std::string data) {
   e.data = std::move(data);
   entries_.push_back(std::move(e));
   pending_broadcast_ = true;
+  if (type == EntryType::kConfChange) {
+    index_confs(entries_.size() - 1);
+    refresh_conf();  // in force from now on, committed or not
+  }
 }
 
 ProposeResult Raft::propose(std::string data) {
@@ -349,6 +470,52 @@ ProposeResult Raft::propose(std::string data) {
     return r;
   }
   append_entry(EntryType::kCommand, std::move(data));
+  r.index = last_index();
+  r.term = term_;
+  return r;
+}
+
+ProposeResult Raft::propose_conf_change(const ConfChange& cc) {
+  LOCKD_CHECK(!ready_outstanding_);
+  ProposeResult r;
+  if (role_ != Role::kLeader) {
+    r.error = ProposeError::kNotLeader;
+    return r;
+  }
+  if (lead_transferee_ != kNoNode) {
+    r.error = ProposeError::kTransferring;
+    return r;
+  }
+  if (!cfg_.faults.concurrent_changes) {
+    if (commit_ < term_start_index_) {
+      r.error = ProposeError::kTermNotCommitted;
+      return r;
+    }
+    if (conf_index() > commit_) {
+      r.error = ProposeError::kChangeInProgress;
+      return r;
+    }
+  }
+  if (last_index() - commit_ >= cfg_.max_uncommitted_entries) {
+    r.error = ProposeError::kTooManyUncommitted;
+    return r;
+  }
+  LOCKD_CHECK(!conf().empty());  // a leader is a voter of a known configuration
+  Membership next;
+  if (ConfChangeError e = apply_change(conf(), cc, next); e != ConfChangeError::kOk) {
+    r.error = ProposeError::kBadChange;
+    r.change_error = e;
+    return r;
+  }
+  if (cc.type == ConfChangeType::kPromote) {
+    const Progress* pr = trk_.find(cc.member.id);
+    if (pr == nullptr || pr->state != ProgressState::kReplicate || !pr->recent_active ||
+        pr->match + cfg_.promote_max_lag < commit_) {
+      r.error = ProposeError::kNotCaughtUp;
+      return r;
+    }
+  }
+  append_entry(EntryType::kConfChange, encode_membership(next));
   r.index = last_index();
   r.term = term_;
   return r;
@@ -377,9 +544,11 @@ void Raft::compact(Index index, std::string data) {
   LOCKD_CHECK(index <= stable_index_);
   if (index <= snapshot_meta_.index) return;
   Term t = *term_at(index);
+  Membership c = conf_at(index);
   entries_.erase(entries_.begin(),
                  entries_.begin() + static_cast<std::ptrdiff_t>(index - snapshot_meta_.index));
-  snapshot_meta_ = SnapshotMeta{index, t};
+  std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= index; });
+  snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
   snapshot_data_ = std::make_shared<const std::string>(std::move(data));
 }
 
@@ -387,7 +556,10 @@ void Raft::compact(Index index, std::string data) {
 
 StepError Raft::validate_message(const Message& m) const {
   if (m.to != cfg_.id) return StepError::kWrongRecipient;
-  if (m.from == cfg_.id || !is_voter(m.from)) return StepError::kUnknownPeer;
+  // Not only members: a new leader may be a voter we have not heard of yet
+  // (its promotion is in the log we are about to receive). Who may connect
+  // at all is the transport's business.
+  if (m.from == cfg_.id || m.from == kNoNode) return StepError::kUnknownPeer;
   // Every other term in a message is checked against m.term below (or is
   // only compared with ours), so this one bound keeps all of them in range.
   if (m.term > kMaxTerm) return StepError::kMalformed;
@@ -400,6 +572,11 @@ StepError Raft::validate_message(const Message& m) const {
     Term prev = m.log_term;
     for (const Entry& e : m.entries) {
       if (e.index != want || e.term < prev || e.term > m.term) return StepError::kMalformed;
+      if (e.type == EntryType::kConfChange) {
+        Membership c;
+        std::string error;
+        if (!decode_membership(e.data, c, error)) return StepError::kMalformed;
+      }
       ++want;
       prev = e.term;
     }
@@ -563,7 +740,10 @@ void Raft::step_follower(const Message& m) {
 
 void Raft::commit_to(Index index) {
   index = std::min(index, last_index());
-  if (index > commit_) commit_ = index;
+  if (index > commit_) {
+    commit_ = index;
+    if (cfg_.faults.conf_on_commit) refresh_conf();
+  }
 }
 
 void Raft::truncate_and_append(std::span<const Entry> entries) {
@@ -571,7 +751,16 @@ void Raft::truncate_and_append(std::span<const Entry> entries) {
   Index first = entries.front().index;
   LOCKD_CHECK(first > snapshot_meta_.index && first <= last_index() + 1);
   entries_.resize(first - snapshot_meta_.index - 1);
+  bool conf_changed = false;
+  while (!log_confs_.empty() && log_confs_.back().first >= first) {
+    log_confs_.pop_back();  // an uncommitted configuration is undone with its entry
+    conf_changed = true;
+  }
+  const std::size_t pos = entries_.size();
   entries_.insert(entries_.end(), entries.begin(), entries.end());
+  const std::size_t confs_before = log_confs_.size();
+  index_confs(pos);
+  if (conf_changed || log_confs_.size() != confs_before) refresh_conf();
   unstable_from_ = std::min(unstable_from_, first);
   stable_index_ = std::min(stable_index_, first - 1);
 }
@@ -694,9 +883,11 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
     // Our log already extends it: keep the suffix (thesis §5.3).
     entries_.erase(entries_.begin(),
                    entries_.begin() + static_cast<std::ptrdiff_t>(meta.index - snapshot_meta_.index));
+    std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= meta.index; });
     stable_index_ = std::max(stable_index_, meta.index);
   } else {
     entries_.clear();
+    log_confs_.clear();
     stable_index_ = meta.index;
     unstable_from_ = meta.index + 1;
   }
@@ -706,6 +897,7 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
   commit_ = meta.index;
   snapshot_to_install_ = true;
   ++stats_.snapshots_installed;
+  refresh_conf();
 }
 
 // --- leader ---
@@ -812,12 +1004,22 @@ void Raft::broadcast_append(bool send_if_empty) {
 }
 
 bool Raft::maybe_commit() {
+  if (role_ != Role::kLeader) return false;
   Index q = trk_.committed(cfg_.id, self_match(), cfg_.faults.commit_needs_all_voters);
+  if (cfg_.faults.quorum_from_old_config) {
+    // Planted bug: count the voters this leader was elected by.
+    q = quorum::committed_index(elected_voters_, [&](NodeId v) -> Index {
+      if (v == cfg_.id) return self_match();
+      const Progress* pr = trk_.find(v);
+      return pr == nullptr ? 0 : pr->match;
+    });
+  }
   if (q <= commit_) return false;
   // Figure 8: an entry from an older term may sit on a majority and still
   // be overwritten; only counting replicas of our own term is safe.
   if (!cfg_.faults.commit_old_term_entries && term_at(q) != term_) return false;
   commit_ = q;
+  if (cfg_.faults.conf_on_commit) refresh_conf();
   return true;
 }
 
@@ -944,6 +1146,7 @@ Ready Raft::ready() {
   }
   pending_broadcast_ = false;
   pending_commit_broadcast_ = false;
+  maybe_step_down_removed();
 
   Ready rd;
   HardState hs{term_, vote_, commit_};
@@ -1007,6 +1210,9 @@ Status Raft::status() const {
   s.last_index = last_index();
   s.snapshot_index = snapshot_meta_.index;
   s.transferee = lead_transferee_;
+  s.voter = is_voter(cfg_.id);
+  s.learner = raft::is_learner(conf(), cfg_.id);
+  s.conf_index = conf_index();
   return s;
 }
 
@@ -1019,6 +1225,7 @@ std::vector<PeerProgress> Raft::progress() const {
   self.next = last_index() + 1;
   self.state = ProgressState::kReplicate;
   self.recent_active = true;
+  self.voter = is_voter(cfg_.id);
   out.push_back(self);
   for (const auto& [id, pr] : trk_.progress()) {
     PeerProgress p;
@@ -1030,6 +1237,7 @@ std::vector<PeerProgress> Raft::progress() const {
     p.ticks_since_contact = ticks_ - pr.last_contact_tick;
     p.inflight = pr.inflight.size();
     p.snapshot_offset = pr.snapshot_offset;
+    p.voter = is_voter(id);
     out.push_back(p);
   }
   return out;

@@ -123,7 +123,7 @@ TEST(Codec, BadVersionAndKindAreNamed) {
   encode_message(sample_append(), bytes);
   // Rewrite the version byte and fix the CRC so only the version is wrong.
   std::string body = bytes.substr(4, bytes.size() - 8);
-  body[0] = 2;
+  body[0] = 3;  // 1 and 2 (a message carrying a configuration) are known
   std::string framed = bytes.substr(0, 4) + body;
   std::uint32_t crc = crc32c(body);
   for (int i = 0; i < 4; ++i) framed.push_back(static_cast<char>(crc >> (8 * i)));

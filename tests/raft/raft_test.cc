@@ -246,7 +246,7 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   Message m = message(MessageType::kAppend, 1, 3, 1);
   EXPECT_EQ(r.step(m), StepError::kWrongRecipient);
   m.to = 2;
-  m.from = 9;
+  m.from = kNoNode;
   EXPECT_EQ(r.step(m), StepError::kUnknownPeer);
   m.from = 2;
   EXPECT_EQ(r.step(m), StepError::kUnknownPeer);
@@ -254,6 +254,8 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   m.entries.push_back(Entry{1, 5, EntryType::kNoop, ""});  // a gap after prev 0
   EXPECT_EQ(r.step(m), StepError::kMalformed);
   m.entries = {Entry{2, 1, EntryType::kNoop, ""}};  // entry from a future term
+  EXPECT_EQ(r.step(m), StepError::kMalformed);
+  m.entries = {Entry{1, 1, EntryType::kConfChange, "\x01junk"}};  // a configuration that does not decode
   EXPECT_EQ(r.step(m), StepError::kMalformed);
   Message s;
   s.type = MessageType::kSnapshot;
@@ -265,7 +267,7 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   s.offset = 2;
   s.chunk = "abc";  // runs past total
   EXPECT_EQ(r.step(s), StepError::kMalformed);
-  EXPECT_EQ(r.stats().rejected_messages, 6u);
+  EXPECT_EQ(r.stats().rejected_messages, 7u);
   EXPECT_EQ(r.term(), 0u);  // none of it changed any state
 }
 

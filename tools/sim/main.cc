@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
                  "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist, expire-ignores-lease, "
                  "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, "
                  "assume-followers-committed");
+  app.add_flag("--membership", opts.membership,
+               "membership changes under the faults (add, promote, remove, replace)");
   app.add_flag("-v,--verbose", opts.verbose, "trace every event");
   app.add_flag("--trace-messages", opts.trace_messages, "also trace every delivered message");
   CLI11_PARSE(app, argc, argv);

@@ -68,18 +68,18 @@ MUTATIONS = [
          why="the Ready cycle is synchronous (drive_ready: send, save, advance, nothing stepped in between), so "
              "no ack for an entry can be counted before the leader's own copy is durable; a bug again if "
              "persistence ever becomes asynchronous",
-         find="  matches.push_back(self_match());",
-         replace="  matches.push_back(last_index());"),
-    dict(name="commit-index-sorted-ascending", file="src/raft/raft.cc", kind="harmless", sizes=[4],
+         find="  Index q = trk_.committed(cfg_.id, self_match(), cfg_.faults.commit_needs_all_voters);",
+         replace="  Index q = trk_.committed(cfg_.id, last_index(), cfg_.faults.commit_needs_all_voters);"),
+    dict(name="commit-index-sorted-ascending", file="src/raft/quorum.cc", kind="harmless", sizes=[4],
          source="the quorum index is read from matches sorted the wrong way (same median for odd sizes)",
          why="at 4 nodes it commits on 2 replicas while votes still need 3: 2 + 3 > 4, so every election "
              "quorum meets every commit quorum (Flexible Paxos) and safety holds; only durability margin is lost",
-         find="  std::sort(matches.begin(), matches.end(), std::greater<>());",
-         replace="  std::sort(matches.begin(), matches.end());"),
-    dict(name="quorum-rounds-down", file="include/lockd/raft/raft.h", kind="bug", sizes=[4],
+         find="  std::sort(acks.begin(), acks.end(), std::greater<>());",
+         replace="  std::sort(acks.begin(), acks.end());"),
+    dict(name="quorum-rounds-down", file="src/raft/quorum.cc", kind="bug", sizes=[4],
          source="quorum computed as ceil(n/2): right for odd sizes, two majorities for even ones",
-         find="std::size_t quorum() const { return cfg_.voters.size() / 2 + 1; }",
-         replace="std::size_t quorum() const { return (cfg_.voters.size() + 1) / 2; }"),
+         find="std::size_t majority(std::size_t n) { return n == 0 ? 0 : n / 2 + 1; }",
+         replace="std::size_t majority(std::size_t n) { return n == 0 ? 0 : (n + 1) / 2; }"),
     dict(name="apply-before-commit", file="src/raft/raft.cc", kind="bug",
          source="entries are handed to the state machine once durable, not once committed",
          find="  Index to = std::min(commit_, stable_index_);",
@@ -103,12 +103,12 @@ MUTATIONS = [
     # ---- src/raft: CheckQuorum, stale leaders, transfer ----
     dict(name="check-quorum-never-resets", file="src/raft/raft.cc", kind="bug",
          source="CheckQuorum never clears the activity flags, so a leader nobody can reach never steps down",
-         find="      for (auto& [id, pr] : progress_) pr.recent_active = false;",
+         find="      trk_.reset_recent_active();",
          replace=""),
-    dict(name="check-quorum-forgets-self", file="src/raft/raft.cc", kind="bug",
+    dict(name="check-quorum-forgets-self", file="src/raft/tracker.cc", kind="bug",
          source="CheckQuorum does not count the leader itself: with one follower down of three it steps down every period",
-         find="  std::size_t active = 1;  // self",
-         replace="  std::size_t active = 0;  // self"),
+         find="    if (v == self || count_all) return true;",
+         replace="    if (count_all) return true;"),
     dict(name="stale-leader-not-told", file="src/raft/raft.cc", kind="bug",
          source="a node at a higher term ignores a stale leader's appends instead of answering with its term "
                 "(I first filed this as harmless; the simulator disagreed: with PreVote on and CheckQuorum off "
@@ -121,6 +121,26 @@ MUTATIONS = [
              "leadership_transfer scenario transcript still notices the changed behaviour)",
          find="  if (pr.match == last_index()) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;",
          replace="  if (true) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;"),
+    # ---- src/raft: membership (issue 20; simulated with --membership) ----
+    dict(name="quorum-from-old-config", file="src/raft/raft.cc", kind="bug", sim_args=["--membership"],
+         source="the leader keeps the voters it was elected with: a change it appends never reaches its "
+                "commit counting (configurations applied by followers only)",
+         find="  trk_.set_config(std::move(voters), std::move(learners), cfg_.id, role_ == Role::kLeader,",
+         replace="  if (role_ != Role::kLeader) trk_.set_config(std::move(voters), std::move(learners), cfg_.id, role_ == Role::kLeader,"),
+    dict(name="learner-counted-as-voter", file="src/raft/tracker.cc", kind="bug", sim_args=["--membership"],
+         source="the commit index is the majority match over every tracked member, learners included",
+         find="  return quorum::committed_index(voters_, acked);",
+         replace="  std::vector<NodeId> all = voters_;\n  all.insert(all.end(), learners_.begin(), learners_.end());\n"
+                 "  return quorum::committed_index(all, acked);"),
+    dict(name="removed-leader-keeps-leading", file="src/raft/raft.cc", kind="bug", sim_args=["--membership"],
+         source="a leader that removed itself never steps down once the removal commits (thesis §4.2.2)",
+         find="  if (is_voter(cfg_.id) || conf_index() > commit_) return;",
+         replace="  return;"),
+    dict(name="configuration-on-commit", file="src/raft/raft.cc", kind="bug", sim_args=["--membership"],
+         source="a configuration takes effect when committed, where the design (docs/raft.md) says on append",
+         find="  } else if (!log_confs_.empty()) {\n    return log_confs_.back().second;",
+         replace="  } else if (!log_confs_.empty() && log_confs_.back().first <= commit_) {\n"
+                 "    return log_confs_.back().second;"),
     # ---- src/cluster: the replicated lock command ----
     dict(name="replica-clock-runs-back", file="src/cluster/lock_state_machine.cc", kind="bug",
          source="replicas apply a command at its leader's mapped clock even when an earlier command was later (time runs back)",

@@ -17,6 +17,7 @@
 #include "lockd/locks/lock_table.h"
 #include "lockd/raft/codec.h"
 #include "lockd/raft/driver.h"
+#include "lockd/raft/membership.h"
 #include "lockd/raft/raft.h"
 #include "lockd/raft/storage.h"
 #include "lock_model.h"
@@ -53,6 +54,10 @@ constexpr std::uint64_t kSteadyMinSeedSteps = 1200;  // shorter seeds have no st
 constexpr std::uint64_t kCapsuleMinSteps = 1000;
 constexpr std::uint64_t kCapsuleMaxSteps = 2500;
 constexpr std::size_t kMaxCapsules = 2000;
+// --membership: node slots beyond the initial members, for learners to be
+// added (ids are never reused, so a replacement takes a fresh slot).
+constexpr int kSpareNodes = 4;
+constexpr std::uint64_t kMaxStopDelaySteps = 200;  // a removed node runs on this long at most
 
 // xoshiro256** seeded by splitmix64: fast, good, and ours (no global RNG).
 class Prng {
@@ -139,6 +144,14 @@ struct Holding {
 struct Node {
   NodeId id = 0;
   bool up = true;
+  bool joined = true;       // --membership: a spare slot is not started until it is added
+  bool removed = false;     // its removal committed: stopped at stop_step, never restarted
+  std::uint64_t stop_step = 0;
+  // check_membership(): the leader's commit index and configuration as of
+  // the last check, in term checked_term.
+  Term checked_term = 0;
+  Index checked_commit = 0;
+  raft::Membership checked_conf;
   std::uint64_t restart_step = 0;
   raft::MemoryStorage disk;
   std::unique_ptr<Raft> raft;
@@ -156,9 +169,11 @@ struct Node {
 
 class Simulation {
  public:
-  Simulation(const SimOptions& opts, std::uint64_t seed) : opts_(opts), seed_(seed), rng_(seed) {
+  Simulation(const SimOptions& opts, std::uint64_t seed)
+      : opts_(opts), seed_(seed), rng_(seed), mrng_(seed ^ 0x6d656d6265727368ull) {
     draw_weather();
-    int n = opts_.nodes;
+    if (opts_.membership) conf_rate_ = 0.005 + mrng_.unit() * 0.03;
+    int n = opts_.nodes + (opts_.membership ? kSpareNodes : 0);
     // Every node's monotonic clock has its own origin: a fixed offset of
     // 0 to max_clock_skew_ms (whole ticks, so leases end exactly on steps).
     clock_offset_ns_.assign(static_cast<std::size_t>(n + 1), 0);
@@ -166,11 +181,17 @@ class Simulation {
       clock_offset_ns_[static_cast<std::size_t>(i)] =
           static_cast<TimeNs>(rng_.below(w_.max_clock_skew_ms / 10 + 1)) * kTickNs;
     }
-    for (int i = 1; i <= n; ++i) voters_.push_back(static_cast<NodeId>(i));
+    for (int i = 1; i <= opts_.nodes; ++i) voters_.push_back(static_cast<NodeId>(i));
     nodes_.resize(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
-      nodes_[static_cast<std::size_t>(i)].id = static_cast<NodeId>(i + 1);
-      start_node(nodes_[static_cast<std::size_t>(i)]);
+      Node& x = nodes_[static_cast<std::size_t>(i)];
+      x.id = static_cast<NodeId>(i + 1);
+      if (i < opts_.nodes) {
+        start_node(x);
+      } else {
+        x.up = false;  // a spare: started when it is added
+        x.joined = false;
+      }
     }
     blocked_.assign(static_cast<std::size_t>(n + 1), std::vector<bool>(static_cast<std::size_t>(n + 1), false));
     clogged_until_.assign(static_cast<std::size_t>(n + 1), std::vector<std::uint64_t>(static_cast<std::size_t>(n + 1), 0));
@@ -195,6 +216,7 @@ class Simulation {
       if (step_ < faults_end_) {
         if (rng_.chance(w_.propose)) client_propose();
         if (!steady_ && rng_.chance(w_.transfer)) transfer();
+        if (!steady_ && opts_.membership && mrng_.chance(conf_rate_)) conf_change();
         if (steady_) steady_probe();
       } else {
         liveness_probe();
@@ -290,7 +312,8 @@ class Simulation {
   raft::Config node_config(NodeId id) {
     raft::Config c;
     c.id = id;
-    c.voters = voters_;
+    // Spares join a running group: no bootstrap configuration.
+    if (id <= static_cast<NodeId>(opts_.nodes)) c.voters = voters_;
     c.election_ticks = kElectionTicks;
     c.heartbeat_ticks = heartbeat_ticks_;
     c.pre_vote = pre_vote_;
@@ -314,6 +337,11 @@ class Simulation {
       case PlantedBug::kNoLeaderStickiness: c.faults.ignore_leader_lease = true; break;
       case PlantedBug::kAcceptStaleResponses: c.faults.accept_stale_responses = true; break;
       case PlantedBug::kAssumeFollowersCommitted: c.faults.assume_followers_committed = true; break;
+      case PlantedBug::kConfOnCommit: c.faults.conf_on_commit = true; break;
+      case PlantedBug::kQuorumFromOldConfig: c.faults.quorum_from_old_config = true; break;
+      case PlantedBug::kLearnerCountsAsVoter: c.faults.learner_counts_as_voter = true; break;
+      case PlantedBug::kRemovedLeaderKeepsLeading: c.faults.removed_leader_keeps_leading = true; break;
+      case PlantedBug::kConcurrentChanges: c.faults.concurrent_changes = true; break;
     }
     return c;
   }
@@ -375,7 +403,10 @@ class Simulation {
     }
     const cluster::EntryResult& r = n.sm->apply(*e);
     n.sm->table().check_invariants();
-    if (!r.command) return e->type == EntryType::kNoop ? "noop" : "undecodable";
+    if (!r.command) {
+      if (e->type == EntryType::kConfChange) return "conf";
+      return e->type == EntryType::kNoop ? "noop" : "undecodable";
+    }
     const TimeNs now = r.table_now_ns;
     const cluster::LockCommand& c = r.cmd;
     auto grant = [&](const std::string& key, locks::Token token) {
@@ -449,7 +480,7 @@ class Simulation {
       return;
     }
     oracle_index_ = e.index;
-    if (e.type == EntryType::kNoop) return;
+    if (e.type != EntryType::kCommand) return;  // no-ops and configurations leave the table alone
     cluster::LockCommand c;
     std::string want = cluster::decode_lock_command(e.data, c) == cluster::LockCommandError::kOk
                            ? oracle_.apply(c, e.index, e.term)
@@ -553,7 +584,7 @@ class Simulation {
     }
     if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
       raft::Snapshot snap;
-      snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied)};
+      snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied), n.raft->conf_at(n.applied)};
       snap.data = n.sm->snapshot();
       n.disk.save_snapshot(snap);
       n.raft->compact(n.applied, std::move(snap.data));
@@ -594,6 +625,13 @@ class Simulation {
 
   void restart_due_nodes() {
     for (Node& n : nodes_) {
+      if (n.removed && n.up && (step_ >= n.stop_step || step_ >= faults_end_)) {
+        trace("n%llu stops: removed", ull(n.id));
+        n.up = false;
+        n.raft.reset();
+        n.sm.reset();
+      }
+      if (!n.joined || n.removed) continue;
       if (!n.up && (step_ >= n.restart_step || step_ >= faults_end_)) {
         trace("n%llu restarts at term %llu", ull(n.id), ull(n.disk.hard_state().term));
         start_node(n);
@@ -807,10 +845,27 @@ class Simulation {
     }
     switch (st.kind) {
       case SteadyKind::kMinorityDown: {
-        std::vector<NodeId> ids = voters_;
+        std::vector<NodeId> ids = opts_.membership ? current_voters() : voters_;
+        std::size_t smallest = ids.size();
+        if (opts_.membership) {
+          // A change may be in flight: the minority must be one of every
+          // configuration some node uses, taken from the voters they share.
+          for (const Node& x : nodes_) {
+            if (!x.up) continue;
+            std::vector<NodeId> pending = raft::voter_ids(x.raft->conf());
+            if (pending.empty()) continue;
+            std::vector<NodeId> both;
+            std::set_intersection(ids.begin(), ids.end(), pending.begin(), pending.end(), std::back_inserter(both));
+            smallest = std::min(smallest, pending.size());
+            ids = both;
+          }
+        }
         for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng_.below(i)]);
-        if (rng_.chance(0.5)) std::iter_swap(ids.begin(), std::find(ids.begin(), ids.end(), leader));
-        st.down.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>((n - 1) / 2));
+        if (rng_.chance(0.5) && std::find(ids.begin(), ids.end(), leader) != ids.end()) {
+          std::iter_swap(ids.begin(), std::find(ids.begin(), ids.end(), leader));
+        }
+        const std::size_t k = opts_.membership ? std::min(ids.size(), (smallest - 1) / 2) : (n - 1) / 2;
+        st.down.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k));
         for (NodeId id : st.down) {
           Node& v = nodes_[id - 1];
           if (v.up) crash(v, "steady phase");
@@ -942,8 +997,196 @@ class Simulation {
   void transfer() {
     Node* l = find_leader();
     if (!l) return;
-    NodeId target = voters_[rng_.below(voters_.size())];
+    std::vector<NodeId> targets = opts_.membership ? raft::voter_ids(l->raft->conf()) : voters_;
+    NodeId target = targets[rng_.below(targets.size())];
     if (l->raft->transfer_leadership(target)) trace("n%llu transfers to n%llu", ull(l->id), ull(target));
+  }
+
+  // --- membership (--membership) ---
+
+  // The voters of the newest leader's configuration (the bootstrap ones
+  // when there is no leader).
+  std::vector<NodeId> current_voters() const {
+    return committed_conf_.empty() ? voters_ : raft::voter_ids(committed_conf_);
+  }
+
+  // Liveness and convergence are asked of the members of the newest
+  // committed configuration; a removed node or a spare whose addition was lost with
+  // an uncommitted entry owes nothing.
+  bool counts_for_liveness(const Node& n) const {
+    if (!opts_.membership) return true;
+    if (!n.joined || n.removed) return false;
+    if (committed_conf_.empty()) return n.id <= static_cast<NodeId>(opts_.nodes);
+    return raft::find_member(committed_conf_, n.id) != nullptr;
+  }
+
+  // One random change through the newest leader: add a learner (a fresh
+  // id, started at once, as an operator would), promote a learner, or
+  // remove any member, the leader included. A remove followed later by an
+  // add is a replacement.
+  void conf_change() {
+    Node* l = find_leader();
+    if (!l) return;
+    const raft::Membership conf = l->raft->conf();
+    raft::ConfChange cc;
+    std::uint64_t dice = mrng_.below(3);
+    std::vector<NodeId> learners = raft::learner_ids(conf);
+    if (dice == 1 && learners.empty()) dice = 0;
+    if (dice == 0) {
+      Node* spare = nullptr;
+      for (Node& x : nodes_) {
+        if (x.removed || raft::find_member(conf, x.id) != nullptr || raft::was_removed(conf, x.id)) continue;
+        spare = &x;
+        break;
+      }
+      if (!spare) dice = 2;
+      else {
+        cc.type = raft::ConfChangeType::kAddLearner;
+        cc.member = raft::Member{spare->id, false, "c" + std::to_string(spare->id), "r" + std::to_string(spare->id)};
+      }
+    }
+    if (dice == 1) {
+      cc.type = raft::ConfChangeType::kPromote;
+      cc.member.id = learners[mrng_.below(learners.size())];
+    } else if (dice == 2) {
+      cc.type = raft::ConfChangeType::kRemove;
+      cc.member.id = conf.members[mrng_.below(conf.members.size())].id;
+      // Keep as many voters as the group started with (3 at most), so the
+      // steady phases' faults stay ones the group can survive.
+      const std::size_t min_voters = std::min(opts_.nodes, 3);
+      if (raft::is_voter(conf, cc.member.id) && raft::voter_ids(conf).size() <= min_voters) return;
+    }
+    raft::ProposeResult r = l->raft->propose_conf_change(cc);
+    trace("n%llu proposes %s n%llu: %s", ull(l->id), std::string(raft::to_string(cc.type)).c_str(),
+          ull(cc.member.id), std::string(raft::to_string(r.error)).c_str());
+    if (r.error != raft::ProposeError::kOk) return;
+    accepted_.emplace_back(r.index, r.term);
+    if (cc.type == raft::ConfChangeType::kAddLearner) {
+      Node& x = nodes_[cc.member.id - 1];
+      if (!x.joined) {
+        x.joined = true;
+        start_node(x);
+      }
+    }
+    process(*l);
+  }
+
+  // A configuration committed: nodes it removed are stopped a while later
+  // (an operator shutting them down), never restarted.
+  void conf_committed(Index i, const Entry& e) {
+    last_conf_seen_ = i;
+    ++result_.conf_changes;
+    raft::Membership c;
+    std::string error;
+    if (!raft::decode_membership(e.data, c, error)) {
+      fail("configuration decodes", "committed entry " + std::to_string(i) + ": " + error);
+      return;
+    }
+    trace("configuration at %llu committed: %s", ull(i), raft::describe(c).c_str());
+    note_committed_conf(i, c);
+  }
+
+  // The newest committed configuration seen (from a committed entry, or a
+  // leader whose configuration is committed: an entry compacted away on
+  // every node before this check saw it committed is seen that way).
+  void note_committed_conf(Index at, const raft::Membership& c) {
+    if (at < committed_conf_index_) return;
+    committed_conf_index_ = at;
+    committed_conf_ = c;
+    for (NodeId id : c.removed) {
+      if (id > nodes_.size()) continue;
+      Node& x = nodes_[id - 1];
+      if (x.removed) continue;
+      x.removed = true;
+      x.stop_step = step_ + mrng_.range(0, kMaxStopDelaySteps);
+    }
+  }
+
+  // The configuration a node must be using: the newest in its log (in
+  // force from the moment it is appended), else its snapshot's, else its
+  // bootstrap one.
+  raft::Membership expected_conf(const Node& n) const {
+    const Raft& r = *n.raft;
+    for (auto it = r.log().rbegin(); it != r.log().rend(); ++it) {
+      if (it->type != EntryType::kConfChange) continue;
+      raft::Membership c;
+      std::string error;
+      if (raft::decode_membership(it->data, c, error)) return c;
+    }
+    if (!r.snapshot_meta().conf.empty()) return r.snapshot_meta().conf;
+    return n.id <= static_cast<NodeId>(opts_.nodes) ? raft::voters_only(voters_) : raft::Membership{};
+  }
+
+  // Whether node `id`'s disk durably holds entry (index, term); a snapshot
+  // covering it counts (only committed entries are snapshotted).
+  bool disk_holds(NodeId id, Index index, Term term) const {
+    if (id == 0 || id > nodes_.size()) return false;
+    const raft::MemoryStorage& d = nodes_[id - 1].disk;
+    if (d.snapshot().meta.index >= index) return true;
+    std::span<const Entry> es = d.entries();
+    Index off = index - d.snapshot().meta.index - 1;
+    return off < es.size() && es[off].term == term;
+  }
+
+  // Membership invariants, after every step:
+  // - the configuration in force is the newest appended one;
+  // - a node that is not a voter never campaigns; a leader whose own
+  //   removal committed has stepped down;
+  // - a leader's commit index (of its term) is durable on a majority of the
+  //   voters of its configuration: learners and removed nodes never count.
+  void check_membership() {
+    for (Node& n : nodes_) {
+      if (!n.up || !result_.passed) continue;
+      const Raft& r = *n.raft;
+      raft::Membership want = expected_conf(n);
+      if (raft::voter_ids(want) != raft::voter_ids(r.conf()) ||
+          raft::learner_ids(want) != raft::learner_ids(r.conf())) {
+        fail("configuration in force on append", "n" + std::to_string(n.id) + " uses " + raft::describe(r.conf()) +
+                                                     ", its log says " + raft::describe(want));
+        return;
+      }
+      const bool voter = raft::is_voter(r.conf(), n.id);
+      const bool removal_pending = r.conf_index() > r.commit() && raft::was_removed(r.conf(), n.id);
+      if (!voter && !removal_pending && (r.role() == Role::kCandidate || r.role() == Role::kPreCandidate)) {
+        fail("a learner never campaigns", "n" + std::to_string(n.id) + " is a " +
+                                              std::string(raft::to_string(r.role())) + " in " + raft::describe(r.conf()));
+        return;
+      }
+      if (r.role() != Role::kLeader) {
+        n.checked_commit = 0;
+        continue;
+      }
+      if (r.conf_index() != 0 && r.conf_index() <= r.commit()) note_committed_conf(r.conf_index(), r.conf());
+      if (!voter && r.conf_index() <= r.commit()) {
+        fail("a removed leader steps down", "n" + std::to_string(n.id) + " leads term " + std::to_string(r.term()) +
+                                                " after its removal committed at " + std::to_string(r.conf_index()));
+        return;
+      }
+      // The commit index moved during this step, under the configuration
+      // in force at the end of the last step or the one in force now.
+      const Index c = r.commit();
+      const raft::Membership before = n.checked_term == r.term() ? n.checked_conf : r.conf();
+      const bool moved = n.checked_term != r.term() || c > n.checked_commit;
+      n.checked_term = r.term();
+      n.checked_commit = c;
+      n.checked_conf = r.conf();
+      if (!moved || c == 0 || c <= r.snapshot_meta().index || r.term_at(c) != r.term()) continue;
+      auto held = [&](const raft::Membership& conf, std::size_t& holders) {
+        std::vector<NodeId> voters = raft::voter_ids(conf);
+        holders = 0;
+        for (NodeId v : voters) holders += disk_holds(v, c, r.term()) ? 1 : 0;
+        return holders >= voters.size() / 2 + 1;
+      };
+      std::size_t holders = 0;
+      std::size_t holders_before = 0;
+      if (!held(r.conf(), holders) && !held(before, holders_before)) {
+        fail("a learner never counts toward a quorum",
+             "leader n" + std::to_string(n.id) + " of term " + std::to_string(r.term()) + " committed " +
+                 std::to_string(c) + " held by " + std::to_string(holders) + " of its voters in " +
+                 raft::describe(r.conf()));
+        return;
+      }
+    }
   }
 
   // --- clients ---
@@ -1054,6 +1297,7 @@ class Simulation {
     auto it = history_.find(marker_index_);
     if (it == history_.end() || it->second.term != marker_term_) return;
     for (const Node& n : nodes_) {
+      if (!counts_for_liveness(n)) continue;
       if (!n.up || n.applied < marker_index_) return;
     }
     liveness_done_ = true;
@@ -1123,12 +1367,14 @@ class Simulation {
         HistoryEntry& h = history_entry(n, i, e.term, e.data);
         h.commit_term = std::min(h.commit_term, r.term());
         if (!result_.passed) return;
+        if (e.type == EntryType::kConfChange && i > last_conf_seen_) conf_committed(i, e);
       }
       n.seen_commit = std::max(n.seen_commit, r.commit());
     }
     check_log_matching();
     check_leader_completeness();
     check_progress_sound();
+    check_membership();
   }
 
   // What a leader believes about a follower must be true: the follower
@@ -1214,6 +1460,7 @@ class Simulation {
   void check_replicas_converged() {
     const Node* ref = nullptr;
     for (const Node& n : nodes_) {
+      if (!counts_for_liveness(n)) continue;
       if (!n.up) return;
       if (ref && n.applied != ref->applied) return;  // not settled yet
       if (!ref) ref = &n;
@@ -1222,6 +1469,7 @@ class Simulation {
     trace("replicas converged at applied %llu", ull(ref->applied));
     std::string want = table_digest(ref->sm->table());
     for (const Node& n : nodes_) {
+      if (!n.up || !counts_for_liveness(n)) continue;
       if (table_digest(n.sm->table()) != want) {
         fail("replicas converge", "n" + std::to_string(n.id) + " and n" + std::to_string(ref->id) +
                                       " applied through " + std::to_string(ref->applied) +
@@ -1335,7 +1583,12 @@ class Simulation {
   std::size_t max_inflight_ = 4;
   std::size_t max_entries_ = 8;
   std::size_t chunk_bytes_ = 256;
-  std::vector<NodeId> voters_;
+  std::vector<NodeId> voters_;  // the bootstrap configuration (nodes 1..--nodes)
+  Prng mrng_;                   // --membership draws: a stream of its own, so runs without it are unchanged
+  double conf_rate_ = 0;        // per step: try a configuration change
+  Index last_conf_seen_ = 0;    // highest committed kConfChange handled by conf_committed()
+  raft::Membership committed_conf_;  // the newest committed configuration (empty: the bootstrap one)
+  Index committed_conf_index_ = 0;   // where it was appended
   std::vector<TimeNs> clock_offset_ns_;  // [id]: origin of that node's clock
   std::vector<Node> nodes_;
   std::vector<InFlight> network_;
@@ -1375,7 +1628,9 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist,
                        PlantedBug::kExpireIgnoresLease, PlantedBug::kQuorumOfAll, PlantedBug::kLeaderNeverStepsDown,
                        PlantedBug::kNoLeaderStickiness, PlantedBug::kAcceptStaleResponses,
-                       PlantedBug::kAssumeFollowersCommitted}) {
+                       PlantedBug::kAssumeFollowersCommitted, PlantedBug::kConfOnCommit,
+                       PlantedBug::kQuorumFromOldConfig, PlantedBug::kLearnerCountsAsVoter,
+                       PlantedBug::kRemovedLeaderKeepsLeading, PlantedBug::kConcurrentChanges}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -1399,6 +1654,11 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kNoLeaderStickiness: return "no-leader-stickiness";
     case PlantedBug::kAcceptStaleResponses: return "accept-stale-responses";
     case PlantedBug::kAssumeFollowersCommitted: return "assume-followers-committed";
+    case PlantedBug::kConfOnCommit: return "conf-on-commit";
+    case PlantedBug::kQuorumFromOldConfig: return "quorum-from-old-config";
+    case PlantedBug::kLearnerCountsAsVoter: return "learner-counts-as-voter";
+    case PlantedBug::kRemovedLeaderKeepsLeading: return "removed-leader-keeps-leading";
+    case PlantedBug::kConcurrentChanges: return "concurrent-changes";
   }
   return "?";
 }
@@ -1412,6 +1672,7 @@ std::string replay_command(const SimOptions& opts, std::uint64_t seed) {
   std::ostringstream s;
   s << "lockd-sim --nodes " << opts.nodes << " --seeds 1 --steps " << opts.steps << " --seed " << seed;
   if (opts.bug != PlantedBug::kNone) s << " --bug " << to_string(opts.bug);
+  if (opts.membership) s << " --membership";
   return s.str();
 }
 

@@ -47,6 +47,12 @@ enum class PlantedBug {
   kNoLeaderStickiness,  // voters answer vote requests while they hear a leader
   kAcceptStaleResponses,  // a node acts on append and vote answers from its earlier terms
   kAssumeFollowersCommitted,  // a new leader starts every follower's match at its own commit
+  // Membership (issue 20; run with --membership):
+  kConfOnCommit,              // a configuration takes effect when committed, not when appended
+  kQuorumFromOldConfig,       // the leader counts commit with the voters it was elected by
+  kLearnerCountsAsVoter,      // learners count toward commit, election and CheckQuorum
+  kRemovedLeaderKeepsLeading, // a leader whose removal committed keeps leading
+  kConcurrentChanges,         // changes proposed before the previous one (and the term's first entry) commit
 };
 
 // Parses a --bug name; false when unknown.
@@ -59,6 +65,11 @@ struct SimOptions {
   PlantedBug bug = PlantedBug::kNone;
   bool verbose = false;      // print a trace of every event
   bool trace_messages = false;  // also print every delivered message
+  // Membership changes under the faults: learners added (from spare node
+  // slots, ids never reused), promoted, members removed (the leader too),
+  // so replacements happen; removed nodes are stopped a while after their
+  // removal commits. Off: the simulation is exactly the one before issue 20.
+  bool membership = false;
 };
 
 // What one seed did.
@@ -71,6 +82,7 @@ struct SeedResult {
   std::uint64_t leaders = 0;        // distinct (term, leader) pairs observed
   std::uint64_t crashes = 0;
   std::uint64_t snapshots_installed = 0;
+  std::uint64_t conf_changes = 0;   // configuration changes that committed
 };
 
 SeedResult run_seed(const SimOptions& opts, std::uint64_t seed);

@@ -27,6 +27,10 @@
 namespace lockd::raft {
 
 constexpr std::uint8_t kCodecVersion = 1;
+// A peer message whose snapshot meta carries a configuration (membership,
+// issue 20): the version-1 body followed by the configuration as a u32
+// length and membership.h's encoding. Only messages use it.
+constexpr std::uint8_t kCodecVersionWithConf = 2;
 // Frame kinds of WAL records (outside the MessageType range): a log entry,
 // a hard state, and a snapshot mark (see SnapshotMark).
 constexpr std::uint8_t kEntryRecordKind = 0x80;

@@ -30,7 +30,12 @@
 // only current-term entries (§5.4.2, Figure 8); batched, pipelined appends
 // with a per-follower in-flight window; fast conflict back-off by term;
 // snapshots, log compaction and chunked InstallSnapshot; leadership
-// transfer with TimeoutNow. Membership is fixed at construction.
+// transfer with TimeoutNow; membership changes through the log, one voter
+// at a time (thesis §4.1, confchange.h): a configuration is in force from
+// the moment it is appended, a leader proposes a change only once an entry
+// of its own term is committed and the previous change is committed, and
+// learners receive the log but never vote, count or campaign. A leader that
+// removed itself hands over (TimeoutNow) and steps down once that commits.
 //
 // Runs on the node's loop thread; not thread-safe.
 #pragma once
@@ -47,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lockd/raft/confchange.h"
 #include "lockd/raft/message.h"
 #include "lockd/raft/storage.h"
 #include "lockd/raft/tracker.h"
@@ -70,6 +76,10 @@ constexpr std::size_t kMaxVoters = 9;                          // cluster size c
 // message, refused (kMalformed) before it can reach the node's term, where
 // the next campaign's term + 1 would wrap to 0.
 constexpr Term kMaxTerm = Term{1} << 62;
+// A learner may be promoted once the leader streams to it (replicate
+// state, heard this period) and its match index is within this many
+// entries of the leader's commit index.
+constexpr Index kDefaultPromoteMaxLag = 1000;
 
 // The role a node plays in its current term.
 enum class Role : std::uint8_t {
@@ -94,6 +104,12 @@ struct FaultInjection {
   bool ignore_leader_lease = false;      // answer vote requests while a leader is heard (no stickiness)
   bool accept_stale_responses = false;   // act on append and vote answers from earlier terms
   bool assume_followers_committed = false;  // a new leader starts every follower's match at its commit
+  // Membership (issue 20).
+  bool conf_on_commit = false;           // a configuration takes effect when committed, not when appended
+  bool quorum_from_old_config = false;   // the leader counts commit with the configuration it was elected in
+  bool learner_counts_as_voter = false;  // learners count toward commit, election and CheckQuorum quorums
+  bool removed_leader_keeps_leading = false;  // a leader that removed itself never steps down
+  bool concurrent_changes = false;       // propose a change while another is uncommitted, or before the term's first commit
 };
 
 // Decides whether a fully received snapshot may be stored: the state
@@ -110,7 +126,16 @@ using RandomFn = std::function<std::uint64_t()>;
 // What a node needs to know to run. See validate() for the rules.
 struct Config {
   NodeId id = kNoNode;
-  std::vector<NodeId> voters;  // every member, `id` included
+  // The bootstrap configuration: the voters when no configuration is
+  // recorded in the log or the snapshot (a group being formed, or one
+  // that never changed membership). Empty for a node that joins a running
+  // group: it votes for nothing and waits for a leader to send it the
+  // configuration. A recorded configuration always wins.
+  std::vector<NodeId> voters;
+  // Optional addresses of the bootstrap voters (ids not in `voters` are
+  // ignored), so the first recorded configuration carries them.
+  std::vector<Member> bootstrap_members;
+  Index promote_max_lag = kDefaultPromoteMaxLag;  // see kDefaultPromoteMaxLag
   int election_ticks = 10;     // follower timeout base; drawn from [N, 2N)
   int heartbeat_ticks = 1;     // leader heartbeat period; < election_ticks
   bool pre_vote = true;        // poll before campaigning (thesis §9.6)
@@ -133,7 +158,7 @@ struct Config {
 enum class ConfigError {
   kOk = 0,            // usable
   kNoId,              // id is kNoNode
-  kNotAVoter,         // id is not among voters
+  kNotAVoter,         // voters is not empty and id is not among them
   kBadVoters,         // empty, duplicated, kNoNode or more than kMaxVoters
   kBadTicks,          // heartbeat_ticks < 1 or election_ticks <= heartbeat_ticks
   kZeroLimit,         // a bound is zero
@@ -167,6 +192,10 @@ enum class ProposeError {
   kTransferring,         // a leadership transfer is in progress
   kTooManyUncommitted,   // back-pressure: max_uncommitted_entries reached
   kTooLarge,             // one entry larger than max_bytes_per_append
+  kChangeInProgress,     // conf change: the previous change is not committed yet
+  kTermNotCommitted,     // conf change: no entry of this leader's term committed yet (retry shortly)
+  kBadChange,            // conf change: refused, see ProposeResult::change_error
+  kNotCaughtUp,          // conf change: promote of a learner that is too far behind
 };
 std::string_view to_string(ProposeError e);
 
@@ -174,13 +203,15 @@ struct ProposeResult {
   ProposeError error = ProposeError::kOk;
   Index index = 0;  // when kOk: where the entry sits; committed if and when
   Term term = 0;    // an entry at `index` with this `term` is applied
+  ConfChangeError change_error = ConfChangeError::kOk;  // when kBadChange
 };
+
 
 // Why a peer message was refused (peer input, so a value, never a crash).
 enum class StepError {
   kOk = 0,          // processed (possibly ignored as stale)
   kWrongRecipient,  // `to` is not this node
-  kUnknownPeer,     // `from` is not a voter, or is this node
+  kUnknownPeer,     // `from` is kNoNode or this node
   kMalformed,       // fields inconsistent (gaps in entries, chunk past total, ...)
 };
 std::string_view to_string(StepError e);
@@ -195,6 +226,7 @@ struct PeerProgress {
   std::uint64_t ticks_since_contact = 0;
   std::size_t inflight = 0;          // appends sent, not acked
   std::uint64_t snapshot_offset = 0; // kSnapshot: bytes acked so far
+  bool voter = true;                 // false: a learner
 };
 
 // A node's volatile summary.
@@ -210,6 +242,9 @@ struct Status {
   Index last_index = 0;
   Index snapshot_index = 0;
   NodeId transferee = kNoNode; // leadership transfer in progress to
+  bool voter = false;          // this node votes in the configuration in force
+  bool learner = false;        // this node is a learner in it
+  Index conf_index = 0;        // index of the entry that set it (0: bootstrap)
 };
 
 // Counters for metrics and the simulator; only grow.
@@ -242,10 +277,14 @@ class Raft {
   StepError step(const Message& m);
   // Appends a command if this node is the leader.
   ProposeResult propose(std::string data);
+  // Leader: appends a configuration change (confchange.h). Refused while a
+  // change is uncommitted, before an entry of this term is committed, for a
+  // change confchange refuses, or a promote of a learner not caught up.
+  ProposeResult propose_conf_change(const ConfChange& cc);
   // Starts an election now (as on an election timeout). Tests and operators.
   void campaign();
   // Leader: hand leadership to `target` once it is caught up. Returns false
-  // if not the leader or `target` is not another voter.
+  // if not the leader or `target` is not another voter (learners never lead).
   bool transfer_leadership(NodeId target);
   // The state machine took a snapshot covering [1, index] (index <=
   // applied). The core drops those entries and sends `data` to followers that
@@ -272,6 +311,16 @@ class Raft {
   std::optional<Term> term_at(Index i) const;
   const SnapshotMeta& snapshot_meta() const { return snapshot_meta_; }
   std::span<const Entry> log() const { return entries_; }  // after the snapshot
+  // The configuration in force: the latest one in the log, appended or
+  // committed (or the snapshot's, or the bootstrap one).
+  const Membership& conf() const;
+  // Index of the entry that set conf() (the snapshot index for a snapshot's
+  // configuration; 0 for the bootstrap one).
+  Index conf_index() const;
+  // The configuration in force at index `i` (i >= the snapshot index).
+  Membership conf_at(Index i) const;
+  // Whether this node is a voter in conf().
+  bool is_voter() const { return is_voter(cfg_.id); }
 
  private:
   // A snapshot being received chunk by chunk from the leader.
@@ -290,6 +339,15 @@ class Raft {
   std::uint64_t random();
   void reset_randomized_timeout();
   bool is_voter(NodeId id) const;
+  // Voters campaign; so does a node whose own removal is not yet committed.
+  bool may_campaign() const;
+  // Recomputes the tracker's voters/learners from conf() (after an append,
+  // a truncation, a snapshot, a restart).
+  void refresh_conf();
+  // Leader: after its own removal committed, hand over and step down.
+  void maybe_step_down_removed();
+  // Indexes the kConfChange entries of `entries_` from position `from`.
+  void index_confs(std::size_t from);
   Term last_term() const;
   bool log_up_to_date(Term log_term, Index index) const;
 
@@ -346,6 +404,11 @@ class Raft {
   SnapshotMeta snapshot_meta_;  // latest snapshot (ours or the leader's)
   std::shared_ptr<const std::string> snapshot_data_;  // its bytes, shared with transfers
   std::vector<Entry> entries_; // entries_[i].index == snapshot_meta_.index + 1 + i
+  Membership bootstrap_conf_;  // from Config::voters; used while nothing is recorded
+  // The configurations in entries_ (kConfChange), in index order.
+  std::vector<std::pair<Index, Membership>> log_confs_;
+  Index term_start_index_ = 0;  // leader: index of this term's no-op
+  std::vector<NodeId> elected_voters_;  // leader: voters at election (FaultInjection only)
 
   // Volatile state.
   Role role_ = Role::kFollower;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lockd::raft {
 
@@ -23,6 +24,7 @@ constexpr NodeId kNoNode = 0;
 enum class EntryType : std::uint8_t {
   kNoop = 0,     // appended by each new leader so it can commit (paper §8)
   kCommand = 1,  // opaque payload proposed by the application
+  kConfChange = 2,  // a new configuration (membership.h encoding); in force from the moment it is appended
 };
 
 // One replicated log entry. `data` is opaque to the core.
@@ -46,12 +48,37 @@ struct HardState {
   bool operator==(const HardState&) const = default;
 };
 
+// One member of the group as the replicated configuration names it. The
+// core only reads `id` and `voter`; the addresses ride along so every node
+// learns them from the log (the --peer flags are only a bootstrap hint).
+struct Member {
+  NodeId id = kNoNode;
+  bool voter = true;         // false: a learner (receives the log, never votes or counts)
+  std::string client_addr;   // host:port of the client text protocol
+  std::string raft_addr;     // host:port of the peer transport
+
+  bool operator==(const Member&) const = default;
+};
+
+// A configuration: who is a member, who votes, and which ids were removed
+// (never to come back: a removed id is refused). `members` is sorted by id.
+// Empty members means "not recorded": the node's bootstrap configuration
+// (its --peer flags) applies.
+struct Membership {
+  std::vector<Member> members;
+  std::vector<NodeId> removed;  // sorted
+
+  bool operator==(const Membership&) const = default;
+  bool empty() const { return members.empty(); }
+};
+
 // Where a snapshot ends: it replaces every entry up to and including
 // `index`, whose term was `term` (kept for the Log Matching check of the
 // entry right after it).
 struct SnapshotMeta {
   Index index = 0;
   Term term = 0;
+  Membership conf{};  // the configuration in force at `index` (empty: never recorded)
 
   bool operator==(const SnapshotMeta&) const = default;
 };
