@@ -1062,6 +1062,13 @@ void Raft::handle_append_resp(const Message& m) {
         moved = true;
       }
     } else if (pr.state == ProgressState::kProbe && m.index == pr.next - 1) {
+      if (m.index <= pr.match) {
+        // It refuses an entry it acknowledged: it lost its log (a disk
+        // replaced under the same id). Its old match is no longer true;
+        // believing it, we would take every later rejection for a stale
+        // answer and never send it anything again (issue 20).
+        pr.match = std::min(pr.match, m.reject_hint);
+      }
       // Skip back to the last index whose term is not newer than the
       // follower's term at its hint: all entries between surely conflict.
       Index idx = std::min(m.reject_hint, last_index());

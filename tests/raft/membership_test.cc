@@ -286,3 +286,27 @@ TEST(Membership, SnapshotCarriesTheConfigurationToANewMemberAndAcrossRestart) {
 
 }  // namespace
 }  // namespace lockd::raft
+
+namespace lockd::raft {
+namespace {
+
+// Issue 20, "Why": a follower whose disk was wiped and that restarted under
+// the same id never caught up — the leader still believed its old match
+// index and took every rejection at or below it for a stale answer.
+TEST(Membership, WipedFollowerUnderTheSameIdCatchesUp) {
+  Group g(3);
+  g.elect();
+  for (int i = 0; i < 20; ++i) g.lead().propose("x" + std::to_string(i));
+  g.settle();
+  ASSERT_EQ(g.nodes[3]->last_index(), g.lead().last_index());
+  g.crash(3);
+  g.disks[3] = std::make_unique<MemoryStorage>();  // the disk is replaced
+  g.start(3, g.bootstrap);
+  for (int i = 0; i < 5; ++i) g.lead().propose("y" + std::to_string(i));
+  g.tick_all(10);
+  EXPECT_EQ(g.nodes[3]->last_index(), g.lead().last_index());
+  EXPECT_EQ(g.nodes[3]->commit(), g.lead().commit());
+}
+
+}  // namespace
+}  // namespace lockd::raft
