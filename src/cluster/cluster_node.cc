@@ -123,6 +123,9 @@ bool ClusterNode::open(std::string& error) {
   if (!config_.peer_security.secret.empty()) {
     spdlog::info("peer transport: members prove they know the peer secret (--peer-secret-file)");
   }
+  if (config_.peer_security.tls_server != nullptr) {
+    spdlog::info("peer transport: mutual TLS, members' certificates must name lockd-node-<ID>");
+  }
   transport_->set_on_handshake([this](const Handshake& h) {
     PeerHello& p = peer_hellos_[h.sender];
     if (p.entry_versions != h.entry_versions && p.entry_versions.known()) {

@@ -24,6 +24,7 @@
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/raft/codec.h"
+#include "lockd/tls/tls_session.h"
 
 namespace lockd::cluster {
 namespace {
@@ -66,11 +67,15 @@ bool is_wildcard(const std::string& host) {
 
 }  // namespace
 
+std::string member_cert_name(raft::NodeId id) { return "lockd-node-" + std::to_string(id); }
+
 std::string_view to_string(TransportRefusal r) {
   switch (r) {
     case TransportRefusal::kPendingFull: return "pending_full";
     case TransportRefusal::kHandshakeTimeout: return "handshake_timeout";
     case TransportRefusal::kMemberLinksFull: return "member_links_full";
+    case TransportRefusal::kTls: return "tls";
+    case TransportRefusal::kCertName: return "cert_name";
   }
   return "unknown";
 }
@@ -122,6 +127,11 @@ struct PeerTransport::Socket {
   bool member_pool = false;  // which pool: from a member's IP, or a stranger's
   Nonce nonce{};             // the nonce this side sent (peer-secret auth)
   std::uint64_t hello_cluster_id = 0;  // dialed: the cluster id our hello said (the confirm repeats it)
+  // --peer-tls: the session, and ciphertext the socket has not taken yet.
+  std::unique_ptr<tls::TlsSession> tls;
+  std::string wire;
+  std::size_t wire_off = 0;
+  bool inbound_write_armed = false;  // accepted: write_ev waits for room for `wire`
   PeerInput input;
 };
 
@@ -349,6 +359,10 @@ void PeerTransport::dial(Peer& p) {
   p.link = std::make_unique<Socket>(*this, fd, true, expect(HandshakeKind::kReply, p.member.id),
                                     nonce);
   p.link->remote = p.member.raft.host;
+  if (security_.tls_client != nullptr) {
+    // The acceptor's certificate must name the member we dial.
+    p.link->tls = tls::TlsSession::connect(*security_.tls_client, member_cert_name(p.member.id));
+  }
   Socket& s = *p.link;
   s.peer = &p;
   s.read_ev = event_new(
@@ -429,7 +443,49 @@ void PeerTransport::write_link(Peer& p) {
   const std::uint64_t limit = connected ? p.out_base + p.out.size() : p.hello_end;
   const std::uint64_t written_before = p.out_base + p.out_off;
   ssize_t n = 0;
-  if (limit > written_before) {
+  if (s.tls) {
+    // Plaintext enters the session only while the socket keeps up, so
+    // unsent bytes stay in the bounded queue, not in ciphertext.
+    if (limit > written_before && s.wire.size() - s.wire_off < kCompactBytes) {
+      const auto len = static_cast<std::size_t>(limit - written_before);
+      if (s.tls->write(std::string_view(p.out.data() + p.out_off, len)) !=
+          tls::TlsSession::Status::kOk) {
+        refuse(TransportRefusal::kTls, s.remote, &p, "TLS with node " +
+               std::to_string(p.member.id) + ": " + s.tls->error());
+        close_link(p);
+        return;
+      }
+      p.out_off += len;
+      const std::uint64_t taken = p.out_base + p.out_off;
+      while (!p.frame_ends.empty() && p.frame_ends.front() <= taken) p.frame_ends.pop_front();
+    }
+    s.tls->take_output(s.wire);
+    if (s.wire.size() > s.wire_off) {
+      do {
+        n = ::send(s.fd, s.wire.data() + s.wire_off, s.wire.size() - s.wire_off,
+                   MSG_NOSIGNAL | MSG_DONTWAIT);
+      } while (n < 0 && errno == EINTR);
+      p.stats.writes += 1;
+      stats_.writes += 1;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        spdlog::debug("peer transport: write to node {}: {}", p.member.id, std::strerror(errno));
+        close_link(p);
+        return;
+      }
+      if (n > 0) {
+        s.wire_off += static_cast<std::size_t>(n);
+        p.stats.bytes_sent += static_cast<std::uint64_t>(n);
+      }
+      if (s.wire_off == s.wire.size()) {
+        s.wire.clear();
+        s.wire_off = 0;
+      } else if (s.wire_off >= kCompactBytes) {
+        s.wire.erase(0, s.wire_off);
+        s.wire_off = 0;
+      }
+    }
+    n = 0;  // the plaintext bookkeeping below is done
+  } else if (limit > written_before) {
     const auto len = static_cast<std::size_t>(limit - written_before);
     do {
       n = ::send(s.fd, p.out.data() + p.out_off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -457,7 +513,9 @@ void PeerTransport::write_link(Peer& p) {
     p.out.erase(0, p.out_off);
     p.out_off = 0;
   }
-  const bool blocked = p.out_base + p.out_off < limit;  // writable bytes the socket did not take
+  // Writable bytes the socket did not take (with TLS: ciphertext left over).
+  const bool blocked = s.tls ? s.wire.size() > s.wire_off || p.out_base + p.out_off < limit
+                             : p.out_base + p.out_off < limit;
   if (blocked && !p.write_armed) {
     event_add(s.write_ev, nullptr);
     p.write_armed = true;
@@ -491,7 +549,23 @@ void PeerTransport::on_dial_readable(Peer& p) {
   }
   p.stats.bytes_received += static_cast<std::uint64_t>(n);
   p.stats.last_contact_ns = net::monotonic_now_ns();
-  s.input.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  std::string plain;
+  std::string why;
+  if (!read_plain(s, std::string_view(buf.data(), static_cast<std::size_t>(n)), plain, why)) {
+    if (!why.empty()) {
+      refuse(TransportRefusal::kTls, s.remote, &p, "TLS with node " + std::to_string(p.member.id) +
+                                                       ": " + why);
+      send_alert(s);
+    }
+    close_link(p);
+    return;
+  }
+  if (s.tls) {
+    write_link(p);  // the session's own answers (handshake flights)
+    if (p.link == nullptr) return;
+  }
+  s.input.feed(s.tls ? std::string_view(plain)
+                     : std::string_view(buf.data(), static_cast<std::size_t>(n)));
   for (;;) {
     switch (s.input.next()) {
       case PeerInput::Event::kNeedMore:
@@ -663,6 +737,7 @@ void PeerTransport::on_accept(int fd) {
   auto s = std::make_unique<Socket>(*this, fd, false, expect(HandshakeKind::kHello, raft::kNoNode),
                                     nonce);
   s->remote = remote;
+  if (security_.tls_server != nullptr) s->tls = tls::TlsSession::accept(*security_.tls_server);
   s->pending = true;
   s->member_pool = member_pool;
   pending += 1;
@@ -748,7 +823,20 @@ void PeerTransport::on_inbound_readable(Socket& s) {
     s.peer->stats.bytes_received += bytes;
     s.peer->stats.last_contact_ns = net::monotonic_now_ns();
   }
-  s.input.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  std::string plain;
+  std::string why;
+  if (!read_plain(s, std::string_view(buf.data(), static_cast<std::size_t>(n)), plain, why)) {
+    // A plaintext peer on a TLS port ends here too: nothing it sent is read.
+    if (!why.empty()) {
+      refuse(TransportRefusal::kTls, s.remote, s.peer, "TLS: " + why);
+      send_alert(s);
+    }
+    close_inbound(s);
+    return;
+  }
+  if (s.tls && !send_inbound(s, {})) return;  // the session's handshake flights
+  s.input.feed(s.tls ? std::string_view(plain)
+                     : std::string_view(buf.data(), static_cast<std::size_t>(n)));
   for (;;) {
     const PeerInput::Event ev = s.input.next();
     if (ev == PeerInput::Event::kNeedMore) return;
@@ -756,6 +844,19 @@ void PeerTransport::on_inbound_readable(Socket& s) {
     if (ev == PeerInput::Event::kHandshake) {
       Peer* p = find_peer(s.input.peer());
       LOCKD_CHECK(p != nullptr);  // check_handshake accepted only members other than us
+      if (s.tls) {
+        // The certificate (verified against --tls-ca in the TLS handshake)
+        // must name the member the hello claims.
+        const auto& cert = s.tls->peer_certificate();
+        if (!cert || !cert->names(member_cert_name(p->member.id))) {
+          refuse(TransportRefusal::kCertName, s.remote, p,
+                 "its certificate (CN " + (cert ? cert->subject_cn : std::string("none")) +
+                     ") does not name " + member_cert_name(p->member.id) +
+                     ", the member its hello claims");
+          close_inbound(s);
+          return;
+        }
+      }
       Handshake reply = own_handshake(HandshakeKind::kReply, p->member.id);
       if (s.input.awaiting_confirm()) {
         // Our challenge and our proof; the link is theirs only once their
@@ -769,12 +870,7 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       p->stats.bytes_received += bytes;  // this read, handshake included
       std::string out;
       encode_handshake(reply, out);
-      // A few hundred bytes into an empty socket buffer always fit.
-      if (::send(s.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-          static_cast<ssize_t>(out.size())) {
-        close_inbound(s);
-        return;
-      }
+      if (!send_inbound(s, out)) return;
       continue;
     }
     if (ev == PeerInput::Event::kConfirmed) {
@@ -802,8 +898,16 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       encode_handshake(own_handshake(HandshakeKind::kReply, s.input.handshake().sender), reply);
     }
     if (!reply.empty()) {
-      [[maybe_unused]] const ssize_t sent =
-          ::send(s.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (s.tls) {
+        s.tls->write(reply);
+        s.tls->take_output(s.wire);
+      } else {
+        s.wire.assign(reply);
+        s.wire_off = 0;
+      }
+      [[maybe_unused]] const ssize_t sent = ::send(s.fd, s.wire.data() + s.wire_off,
+                                                   s.wire.size() - s.wire_off,
+                                                   MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     stats_.handshake_rejected += 1;
     stats_.refused_by_reason[static_cast<std::size_t>(s.input.handshake_error())] += 1;
@@ -833,6 +937,81 @@ void PeerTransport::close_inbound(Socket& s) {
   std::unique_ptr<Socket> owned = std::move(*it);
   inbound_.erase(it);
   discard(std::move(owned));
+}
+
+bool PeerTransport::read_plain(Socket& s, std::string_view cipher, std::string& plain,
+                               std::string& why) {
+  if (!s.tls) return true;  // the caller reads `cipher` itself
+  const tls::TlsSession::Status st = s.tls->on_input(cipher, plain);
+  if (st == tls::TlsSession::Status::kError) {
+    why = s.tls->error().empty() ? "bad TLS input" : s.tls->error();
+    return false;
+  }
+  return st == tls::TlsSession::Status::kOk;  // kClosed: the peer said close_notify
+}
+
+void PeerTransport::send_alert(Socket& s) {
+  // The session's last words (the alert saying why), best effort, so the
+  // other side can log the reason rather than a bare close.
+  std::string out;
+  s.tls->take_output(out);
+  if (!out.empty()) {
+    [[maybe_unused]] const ssize_t n = ::send(s.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+}
+
+bool PeerTransport::send_inbound(Socket& s, std::string_view plain) {
+  if (s.tls) {
+    if (!plain.empty() && s.tls->write(plain) != tls::TlsSession::Status::kOk) {
+      refuse(TransportRefusal::kTls, s.remote, s.peer, "TLS: " + s.tls->error());
+      close_inbound(s);
+      return false;
+    }
+    s.tls->take_output(s.wire);
+  } else {
+    s.wire.append(plain);
+  }
+  if (s.wire.size() > s.wire_off) {
+    ssize_t n = 0;
+    do {
+      n = ::send(s.fd, s.wire.data() + s.wire_off, s.wire.size() - s.wire_off,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      close_inbound(s);
+      return false;
+    }
+    if (n > 0) s.wire_off += static_cast<std::size_t>(n);
+  }
+  if (s.wire_off == s.wire.size()) {
+    s.wire.clear();
+    s.wire_off = 0;
+  }
+  // An accepted connection only answers (handshakes, TLS flights): a few
+  // KiB. Past this the peer is not reading what it asked for.
+  if (s.wire.size() - s.wire_off > kCompactBytes) {
+    close_inbound(s);
+    return false;
+  }
+  const bool blocked = s.wire.size() > s.wire_off;
+  if (blocked && !s.inbound_write_armed) {
+    if (s.write_ev == nullptr) {
+      s.write_ev = event_new(
+          base_, s.fd, EV_WRITE | EV_PERSIST,
+          [](int, short, void* arg) {
+            auto* sock = static_cast<Socket*>(arg);
+            sock->owner.send_inbound(*sock, {});
+          },
+          &s);
+      LOCKD_CHECK(s.write_ev != nullptr);
+    }
+    event_add(s.write_ev, nullptr);
+    s.inbound_write_armed = true;
+  } else if (!blocked && s.inbound_write_armed) {
+    event_del(s.write_ev);
+    s.inbound_write_armed = false;
+  }
+  return true;
 }
 
 void PeerTransport::refuse(TransportRefusal r, const std::string& address, Peer* p,

@@ -68,7 +68,6 @@ std::string validate_security(const SecurityConfig& s) {
     return "--client-tls and --admin-tls need --tls-cert and --tls-key";
   }
   if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together";
-  if (s.peer_tls) return "--peer-tls is not available in this build yet (--peer-secret-file is)";
   if (s.peer_tls && (s.tls_cert.empty() || s.tls_key.empty() || s.tls_ca.empty())) {
     return "--peer-tls needs --tls-cert, --tls-key and --tls-ca (members authenticate each other)";
   }

@@ -163,6 +163,8 @@ bool Daemon::start_cluster(std::string& error) {
     if (!secret) return false;
     cc.peer_security.secret = std::move(*secret);
   }
+  cc.peer_security.tls_server = peer_tls_server_.get();
+  cc.peer_security.tls_client = peer_tls_client_.get();
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
   server::ServerConfig sc = config_.server;
@@ -304,6 +306,17 @@ bool Daemon::start_security(std::string& error) {
     admin_tls_ = tls::TlsContext::create(ao, error);
     if (!admin_tls_) return false;
   }
+  if (s.peer_tls) {
+    // Both directions show a member certificate and require one from
+    // --tls-ca; the names are checked by the transport (peer_transport.h).
+    tls::TlsOptions po = o;
+    po.peer = tls::PeerCertPolicy::kRequired;
+    peer_tls_server_ = tls::TlsContext::create(po, error);
+    if (!peer_tls_server_) return false;
+    po.role = tls::TlsRole::kClient;
+    peer_tls_client_ = tls::TlsContext::create(po, error);
+    if (!peer_tls_client_) return false;
+  }
   if (s.auth != AuthMode::kNone) {
     auth_ = auth::Authenticator::create(s.auth, {s.credentials_file, s.acl_file}, error);
     if (!auth_) return false;
@@ -315,7 +328,8 @@ void Daemon::on_sighup(int, short, void* arg) { static_cast<Daemon*>(arg)->reloa
 
 void Daemon::reload_security() {
   spdlog::info("SIGHUP: reloading TLS certificates, credentials and ACL");
-  for (auto* ctx : {client_tls_.get(), admin_tls_.get()}) {
+  for (auto* ctx : {client_tls_.get(), admin_tls_.get(), peer_tls_server_.get(),
+                    peer_tls_client_.get()}) {
     if (ctx == nullptr) continue;
     std::string error;
     if (!ctx->reload(error)) {

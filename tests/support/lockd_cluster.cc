@@ -153,7 +153,13 @@ void LockdCluster::start(int id) {
     argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(node(i).client_port) +
                    "/127.0.0.1:" + std::to_string(node(i).raft_port));
   }
-  argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  for (std::string flag : extra_flags_) {
+    // "{ID}" names the node: per-node files such as --tls-cert node-{ID}.pem.
+    for (auto at = flag.find("{ID}"); at != std::string::npos; at = flag.find("{ID}")) {
+      flag.replace(at, 4, std::to_string(id));
+    }
+    argv.push_back(std::move(flag));
+  }
   std::vector<std::string> prefix = env_prefix_;
   for (std::string& p : prefix) {
     for (const auto& [from, to] : {std::pair<std::string, std::string>{"{DIR}", nd.data_dir},

@@ -21,7 +21,8 @@ namespace lockd::testing {
 
 class LockdCluster {
  public:
-  // Starts `n` nodes (ids 1..n) with `extra_flags` added to each. With
+  // Starts `n` nodes (ids 1..n) with `extra_flags` added to each ("{ID}"
+  // in a flag is replaced by the node's id). With
   // `env_prefix` (e.g. {"/usr/bin/env", "LD_PRELOAD=..."}) each node runs
   // under it; "{DIR}" in it is replaced by the node's data dir and "{ID}"
   // by its id.

@@ -47,6 +47,7 @@
 #include "lockd/net/address.h"
 #include "lockd/net/listener.h"
 #include "lockd/raft/message.h"
+#include "lockd/tls/tls_context.h"
 
 struct event_base;
 
@@ -113,8 +114,10 @@ enum class TransportRefusal : std::uint8_t {
   kPendingFull = 0,    // its pool of not-yet-handshaken connections was full
   kHandshakeTimeout,   // no complete handshake (with auth: confirm) within handshake_timeout_ns
   kMemberLinksFull,    // the member already had max_links_per_member connections (no auth)
+  kTls,                // --peer-tls: the TLS handshake failed (no or a bad certificate, plaintext)
+  kCertName,           // --peer-tls: the certificate does not name the member the hello claims
 };
-constexpr std::size_t kTransportRefusalCount = 3;
+constexpr std::size_t kTransportRefusalCount = 5;
 std::string_view to_string(TransportRefusal r);
 
 // Transport-wide counters, including input that names no known peer.
@@ -135,7 +138,17 @@ struct PeerTransportStats {
 struct PeerSecurity {
   // --peer-secret-file's secret (peer_secret.h); empty: no secret auth.
   std::string secret;
+  // --peer-tls: mutual TLS on every peer connection, or null for plaintext.
+  // `tls_server` accepts (requires a client certificate from --tls-ca),
+  // `tls_client` dials (shows ours, checks the acceptor's). Owned by the
+  // daemon, which reloads them on SIGHUP; they outlive the transport.
+  // A member's certificate names it: SAN DNS:lockd-node-<ID> or that CN.
+  const tls::TlsContext* tls_server = nullptr;
+  const tls::TlsContext* tls_client = nullptr;
 };
+
+// The name a member's certificate carries (interfaces.md "Security files").
+std::string member_cert_name(raft::NodeId id);
 
 // What this node says about itself in every handshake it sends, beyond
 // its id and member addresses (peer_handshake.h).
@@ -220,6 +233,14 @@ class PeerTransport {
   bool adopt_inbound(Socket& s, Peer& p);
   std::optional<PeerInputAuth> auth(const Nonce& own_nonce) const;
   bool from_member_host(const std::string& ip);
+  // TLS: plaintext read from `s` (through its session when it has one);
+  // false when the connection must close (`why` set for a TLS failure).
+  bool read_plain(Socket& s, std::string_view cipher, std::string& plain, std::string& why);
+  // Accepted `s`: sends `plain` (through TLS when on) and whatever the
+  // session has to say; false when the connection broke.
+  bool send_inbound(Socket& s, std::string_view plain);
+  // After a TLS failure: sends the alert the session queued, best effort.
+  void send_alert(Socket& s);
   HandshakeExpect expect(HandshakeKind kind, raft::NodeId peer) const;
   Handshake own_handshake(HandshakeKind kind, raft::NodeId receiver) const;
   std::optional<Member> member(raft::NodeId id) const;

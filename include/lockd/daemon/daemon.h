@@ -73,6 +73,8 @@ class Daemon {
   std::unique_ptr<admin::AdminServer> admin_;  // null with --admin off
   std::unique_ptr<tls::TlsContext> client_tls_;  // --client-tls
   std::unique_ptr<tls::TlsContext> admin_tls_;   // --admin-tls
+  std::unique_ptr<tls::TlsContext> peer_tls_server_;  // --peer-tls: accepting members
+  std::unique_ptr<tls::TlsContext> peer_tls_client_;  // --peer-tls: dialing members
   std::unique_ptr<auth::Authenticator> auth_;    // --auth, --credentials, --acl
   event* sighup_ = nullptr;
   event* sigterm_ = nullptr;
