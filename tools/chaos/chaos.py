@@ -49,7 +49,7 @@ def main(argv=None):
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
     r.add_argument("--lockd-arg", action="append", default=[],
-                   help="one more flag for every node (repeatable)")
+                   help="one more flag for every node (repeatable; {ID} is the node id)")
     r.add_argument("--faultfs", default="build/bin/liblockd_faultfs.so")
     r.add_argument("--out", default=None, help="run directory (default build/chaos/...)")
     r.add_argument("--fast-clock", type=float, default=None,

@@ -45,7 +45,8 @@ def cluster_mode_available(lockd, extra_args=()):
     p = subprocess.Popen(
         [lockd, "--mode=cluster", "--node-id=1",
          "--peer", "1=127.0.0.1:%d/127.0.0.1:%d" % (port, rport),
-         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport] + list(extra_args),
+         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport]
+        + [a.replace("{ID}", "1") for a in extra_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, err = p.communicate(timeout=3)
@@ -213,7 +214,9 @@ class Group:
             peers += ["--peer", "%d=%s/%s" % (node.id, node.client_addr, node.raft_addr)]
         for node in self.nodes:
             node.peers_args = peers
-            node.extra_args = list(extra_args)
+            # "{ID}" in a flag names the node: per-node files such as
+            # --tls-cert pki/node-{ID}.pem for --peer-tls runs.
+            node.extra_args = [a.replace("{ID}", str(node.id)) for a in extra_args]
             if mode == "cluster":
                 node.extra_args += ["--election-timeout-ms", str(election_timeout_ms),
                                     "--heartbeat-ms", str(heartbeat_ms)]
