@@ -12,6 +12,7 @@
 
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/peer_input.h"
+#include "lockd/cluster/peer_secret.h"
 #include "lockd/raft/codec.h"
 
 using namespace lockd;
@@ -61,9 +62,45 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     h.data_state = DataState::kHasData;
     encode_handshake(h, input);
   }
+  // Peer-secret auth (peer_secret.h), picked by the last byte's low bits
+  // so older seeds keep their meaning: 0/3 off; 1 on, the fuzzer on its
+  // own (it cannot forge a proof, so nothing may pass the confirm); 2 on,
+  // with a valid hello-with-nonce and confirm (acceptor) or a valid reply
+  // (dialer) in front, so the frames behind them are reached too.
+  const int auth_mode = data[size - 1] & 3;
+  const std::string secret(32, 's');
+  Nonce own{};
+  own.fill(0x0a);
+  const Nonce theirs{};
+  std::optional<PeerInputAuth> auth;
+  if (auth_mode == 1 || auth_mode == 2) auth = PeerInputAuth{secret, own};
+  if (auth_mode == 2) {
+    input.clear();
+    Handshake h;
+    h.kind = expect.kind;
+    h.sender = 2;
+    h.receiver = 1;
+    h.cluster_id = kCluster;
+    h.entry_versions = {2, 2};
+    h.raft_addr = "127.0.0.1:8002";
+    h.data_state = DataState::kHasData;
+    h.nonce = theirs;
+    if (dialed) h.proof = reply_proof(secret, own, theirs, 2, 1, kCluster);
+    encode_handshake(h, input);
+    if (!dialed) {
+      Handshake c;
+      c.kind = HandshakeKind::kConfirm;
+      c.sender = 2;
+      c.receiver = 1;
+      c.cluster_id = kCluster;
+      c.proof = confirm_proof(secret, own, theirs, 2, 1, kCluster);
+      encode_handshake(c, input);
+    }
+  }
   input.append(reinterpret_cast<const char*>(data) + 1, size - 1);
 
-  PeerInput in(expect);
+  PeerInput in(expect, auth);
+  bool confirmed = false;
   bool failed = false;
   bool handshaken = false;
   for (std::size_t i = 0; i < input.size(); i += chunk) {
@@ -92,8 +129,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         require(h.receiver == 0 || h.receiver == 1);
         require(h.client_addr.size() <= kMaxHandshakeAddress &&
                 h.admin_addr.size() <= kMaxHandshakeAddress);
+        // With auth a hello needs a challenge; a reply, a proof that checks.
+        require(!auth || h.nonce.has_value());
+        require(!auth || !dialed || h.proof.has_value());
+        require(in.awaiting_confirm() == (auth.has_value() && !dialed));
+      } else if (ev == PeerInput::Event::kConfirmed) {
+        require(auth && !dialed && handshaken && !confirmed);
+        confirmed = true;
+        // Only the confirm we built proves the secret.
+        require(auth_mode == 2);
       } else {
         require(handshaken && !dialed);
+        require(!auth || confirmed);  // nothing reaches Raft before the confirm
         require(in.message().from == in.peer() && in.message().to == 1);
       }
     }
