@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockd/common/check.h"
+#include "lockd/common/forked_child.h"
 #include "lockd/net/clock.h"
 
 namespace lockd::admin {
@@ -67,6 +68,7 @@ void SnapshotExport::request(evhttp_request* req, const Produce& produce, const 
     send_json_error(req, 500, "snapshot_failed", std::string("memfd_create: ") + std::strerror(errno));
     return;
   }
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fd);
@@ -75,6 +77,7 @@ void SnapshotExport::request(evhttp_request* req, const Produce& produce, const 
   }
   if (pid == 0) {
     // The child: the table as of the fork, into the memfd, and out.
+    forked_child_detach(parent, fd);
     const std::string bytes = produce();
     ::_exit(write_all(fd, bytes) ? 0 : 3);
   }

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "lockd/common/check.h"
+#include "lockd/common/forked_child.h"
 #include "lockd/raft/codec.h"
 #include "lockd/storage/wal_format.h"
 
@@ -81,12 +82,16 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
   final_ = storage_.snapshot_path(meta.index);
   timing_ = Timing{};
   started_ms_ = now_ms();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     return raft::StorageStatus{raft::StorageError::kIo, "data dir " + storage_.options().dir +
                                                             ": fork for a snapshot failed: " + std::strerror(errno)};
   }
-  if (pid == 0) child_main(temp_, final_, storage_.options().dir, meta_, produce, storage_.options().sync);
+  if (pid == 0) {
+    forked_child_detach(parent);
+    child_main(temp_, final_, storage_.options().dir, meta_, produce, storage_.options().sync);
+  }
   timing_.fork_ms = now_ms() - started_ms_;
   pid_ = pid;
   state_ = State::kChild;
