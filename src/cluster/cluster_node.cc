@@ -58,7 +58,8 @@ bool ClusterNode::open(std::string& error) {
   // Whose data dir this is: checked with the directory locked, before the
   // core reads the stored term and vote (node_identity.h). Written only in
   // listen(), once every address is bound.
-  error = claim_data_dir(config_.data_dir, identity(), kSyncWal, /*write_if_absent=*/false);
+  error = claim_data_dir(config_.data_dir, identity(), kSyncWal, /*write_if_absent=*/false,
+                         &identity_);
   if (!error.empty()) return false;
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
   raft::Config rc;
@@ -95,6 +96,8 @@ bool ClusterNode::open(std::string& error) {
   for (const Member& m : config_.members) so.client_addrs[m.id] = m.client.to_string();
   so.wall_clock_ns = [] { return net::realtime_now_ns(); };
   so.cluster_supports = [this](std::uint16_t v) { return cluster_supports(v); };
+  so.token_floor = config_.token_floor;
+
   service_ = std::make_unique<ReplicatedLockService>(*raft_, std::move(so));
   // Restart: the state machine starts from the stored snapshot; Raft
   // replays the committed entries after it.
@@ -104,6 +107,13 @@ bool ClusterNode::open(std::string& error) {
       return false;
     }
     last_snapshot_index_ = snap.meta.index;
+    const std::uint64_t id = service_->state_machine().cluster_id();
+    if (identity_.cluster_id != 0 && id != 0 && id != identity_.cluster_id) {
+      error = "data dir " + config_.data_dir + ": its snapshot belongs to cluster " +
+              cluster_id_text(id) + " but IDENTITY says cluster " +
+              cluster_id_text(identity_.cluster_id) + "; refusing to start";
+      return false;
+    }
   }
   transport_ = std::make_unique<PeerTransport>(
       base_, config_.self, config_.members, [this](const raft::Message& m) {
@@ -113,11 +123,13 @@ bool ClusterNode::open(std::string& error) {
         }
       });
   PeerLocal local;
+  local.cluster_id = identity_.cluster_id;
   local.entry_versions = {kEntryVersionMin, kEntryVersionMax};
   local.admin_addr = config_.admin_addr;
   const raft::Status rs = raft_->status();
-  local.data_state = rs.term != 0 || raft_->last_index() != 0 ? DataState::kHasData
-                                                              : DataState::kEmpty;
+  local.data_state = rs.term != 0 || raft_->last_index() != 0 || identity_.cluster_id != 0
+                         ? DataState::kHasData
+                         : DataState::kEmpty;
   transport_->set_local(std::move(local));
   transport_->set_security(config_.peer_security);
   if (!config_.peer_security.secret.empty()) {
@@ -135,9 +147,13 @@ bool ClusterNode::open(std::string& error) {
     }
     p = PeerHello{h.entry_versions, h.admin_addr, h.client_addr, h.data_state, h.cluster_id};
   });
-  spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}", config_.self,
-               config_.members.size(), raft_->term(), raft_->status().first_index,
-               raft_->last_index(), raft_->commit());
+  spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}, cluster {}, log entry "
+               "versions {}..{}",
+               config_.self, config_.members.size(), raft_->term(), raft_->status().first_index,
+               raft_->last_index(), raft_->commit(),
+               identity_.cluster_id == 0 ? std::string("not formed yet")
+                                         : cluster_id_text(identity_.cluster_id),
+               kEntryVersionMin, kEntryVersionMax);
   return true;
 }
 
@@ -187,6 +203,7 @@ void ClusterNode::after_turn() {
   const TimeNs now = net::monotonic_now_ns();
   service_->sync(now);
   note_table_floor(now);
+  note_config();
   if (raft_->leader() != last_leader_) {
     last_leader_ = raft_->leader();
     ++leader_changes_;
@@ -199,6 +216,64 @@ void ClusterNode::after_turn() {
   }
   transport_->flush();
   rearm_service_timer(net::monotonic_now_ns());
+}
+
+void ClusterNode::note_config() {
+  const LockStateMachine& sm = service_->state_machine();
+  const std::uint64_t id = sm.cluster_id();
+  if (id != 0 && id != identity_.cluster_id) {
+    if (identity_.cluster_id != 0) {
+      // The log and IDENTITY name two clusters: a data dir from elsewhere.
+      spdlog::critical("the log says this is cluster {}, but IDENTITY says cluster {}: stopping",
+                       cluster_id_text(id), cluster_id_text(identity_.cluster_id));
+      spdlog::default_logger()->flush();
+      std::_Exit(1);
+    }
+    NodeIdentity next = identity_;
+    next.cluster_id = id;
+    const std::string err = write_identity(config_.data_dir, next, kSyncWal);
+    if (!err.empty()) fail_storage(err);
+    identity_ = next;
+    PeerLocal local = transport_->local();
+    local.cluster_id = id;
+    local.data_state = DataState::kHasData;
+    transport_->set_local(std::move(local));
+    spdlog::info("cluster id {} (recorded in {}/{})", cluster_id_text(id), config_.data_dir,
+                 kIdentityFile);
+  }
+  if (id == 0) return;
+  const locks::Limits& caps = sm.caps();
+  if (caps_noted_once_ && caps.max_keys == caps_noted_.max_keys &&
+      caps.max_waiters_per_key == caps_noted_.max_waiters_per_key &&
+      caps.max_waiters == caps_noted_.max_waiters) {
+    return;
+  }
+  caps_noted_once_ = true;
+  caps_noted_ = caps;
+  const locks::Limits& mine = config_.limits;
+  if (caps.max_keys != mine.max_keys || caps.max_waiters_per_key != mine.max_waiters_per_key ||
+      caps.max_waiters != mine.max_waiters) {
+    spdlog::warn("the cluster's caps are --max-keys {} --max-waiters-per-key {} --max-waiters {} "
+                 "(in force on every member); this node's flags say {} {} {}, which take effect "
+                 "cluster-wide only while it leads (docs/cluster.md \"What is cluster-wide\")",
+                 caps.max_keys, caps.max_waiters_per_key, caps.max_waiters, mine.max_keys,
+                 mine.max_waiters_per_key, mine.max_waiters);
+  }
+}
+
+void ClusterNode::fail_undecodable(raft::Index index, std::uint16_t version) {
+  if (version < kEntryVersionMin || version > kEntryVersionMax) {
+    spdlog::critical("log entry {} has encoding version {}, this binary applies {}..{}: stopping "
+                     "(an entry is never skipped; run a lockd that applies it, docs/cluster.md "
+                     "\"Upgrading\")",
+                     index, version, kEntryVersionMin, kEntryVersionMax);
+  } else {
+    spdlog::critical("log entry {} (encoding version {}) does not decode: stopping (an entry is "
+                     "never skipped; a bug or a corrupt log)",
+                     index, version);
+  }
+  spdlog::default_logger()->flush();
+  std::_Exit(1);
 }
 
 void ClusterNode::note_table_floor(TimeNs now_ns) {
@@ -295,6 +370,9 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
 
 void ClusterNode::apply(const raft::Entry& entry) {
   service_->apply(entry);
+  if (service_->state_machine().undecodable() != 0) {
+    fail_undecodable(entry.index, lock_command_version(entry.data));
+  }
   if (commit_latency_.inflight() > 0) commit_latency_.applied(entry.index, net::monotonic_now_ns());
 }
 

@@ -4,12 +4,11 @@
 #include <algorithm>
 
 #include "lockd/common/byte_io.h"
+#include "lockd/common/check.h"
 #include "lockd/proto/parser.h"
 
 namespace lockd::cluster {
 namespace {
-
-constexpr std::uint8_t kLockCommandVersion = 2;
 
 // The fields the lock table relies on, within the protocol's limits (§2).
 bool fields_valid(const LockCommand& c) {
@@ -35,16 +34,27 @@ bool fields_valid(const LockCommand& c) {
              c.token_base <= kMaxTokenBase;
     case LockCommandType::kClock:
       return c.owner.empty() && c.key.empty();
+    case LockCommandType::kConfig:
+      return c.owner.empty() && c.key.empty() && c.max_keys >= 1 &&
+             c.max_keys <= kMaxConfigCap && c.max_waiters_per_key >= 1 &&
+             c.max_waiters_per_key <= kMaxConfigCap && c.max_waiters >= 1 &&
+             c.max_waiters <= kMaxConfigCap && c.token_floor < kMaxTokenBase;
   }
   return false;
 }
 
 }  // namespace
 
-std::string encode_lock_command(const LockCommand& c) {
+std::uint16_t lock_command_version(std::string_view bytes) {
+  return bytes.empty() ? 0 : static_cast<unsigned char>(bytes[0]);
+}
+
+std::string encode_lock_command(const LockCommand& c, std::uint16_t version) {
+  LOCKD_CHECK(version >= kEntryVersionMin && version <= kEntryVersionMax);
+  LOCKD_CHECK(static_cast<std::uint8_t>(c.type) <= max_lock_command_type(version));
   std::string out;
   ByteWriter w(out);
-  w.u8(kLockCommandVersion);
+  w.u8(static_cast<std::uint8_t>(version));
   w.u8(static_cast<std::uint8_t>(c.type));
   w.u64(static_cast<std::uint64_t>(c.now_ns));
   w.bytes(c.owner);
@@ -55,17 +65,23 @@ std::string encode_lock_command(const LockCommand& c) {
   w.u64(c.waiter);
   w.u64(c.token);
   w.u64(c.token_base);
+  if (c.type == LockCommandType::kConfig) {
+    w.u64(c.max_keys);
+    w.u64(c.max_waiters_per_key);
+    w.u64(c.max_waiters);
+    w.u64(c.token_floor);
+  }
   return out;
 }
 
 LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   ByteReader<LockCommandError> r(bytes, LockCommandError::kOk, LockCommandError::kTruncated);
-  if (r.u8() != kLockCommandVersion) {
-    return r.error() != LockCommandError::kOk ? r.error() : LockCommandError::kBadVersion;
-  }
+  const std::uint8_t version = r.u8();
+  if (r.error() != LockCommandError::kOk) return r.error();
+  if (version < kEntryVersionMin || version > kEntryVersionMax) return LockCommandError::kBadVersion;
   std::uint8_t t = r.u8();
   if (r.error() != LockCommandError::kOk) return r.error();
-  if (t < 1 || t > kMaxLockCommandType) return LockCommandError::kBadType;
+  if (t < 1 || t > max_lock_command_type(version)) return LockCommandError::kBadType;
   LockCommand c;
   c.type = static_cast<LockCommandType>(t);
   c.now_ns = static_cast<TimeNs>(r.u64());
@@ -77,6 +93,12 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   c.waiter = r.u64();
   c.token = r.u64();
   c.token_base = r.u64();
+  if (c.type == LockCommandType::kConfig) {
+    c.max_keys = r.u64();
+    c.max_waiters_per_key = r.u64();
+    c.max_waiters = r.u64();
+    c.token_floor = r.u64();
+  }
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;
   if (!fields_valid(c)) return LockCommandError::kBadField;

@@ -11,28 +11,65 @@ namespace lockd::cluster {
 
 namespace {
 
-constexpr std::uint8_t kHeaderVersion = 1;
+// Header 1: lockd 1.1. Header 2 adds the replicated configuration; written
+// only once a kConfig applied (so every member already runs 1.2 and can
+// install it).
+constexpr std::uint8_t kHeaderVersion1 = 1;
+constexpr std::uint8_t kHeaderVersion2 = 2;
+
+// A snapshot is restored with no caps at all: it is the leader's state,
+// which every replica must take as it is (a local limit never refuses it).
+constexpr locks::Limits kUnbounded{SIZE_MAX, SIZE_MAX, SIZE_MAX};
+
+// The cluster id of a token base: splitmix64's finalizer (every bit of
+// the base moves every bit of the id), never 0.
+std::uint64_t cluster_id_of(std::uint64_t base) {
+  std::uint64_t z = base + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z == 0 ? 1 : z;
+}
+
+// The replicated configuration a header-2 snapshot carries.
+struct SnapshotConfig {
+  std::uint64_t cluster_id = 0;
+  locks::Limits caps;
+  std::uint64_t token_floor = 0;
+};
 
 std::string encode_snapshot(const locks::LockTable& table, raft::Index applied, std::uint64_t base,
-                            TimeNs offset, TimeNs floor, raft::Term clock_term) {
+                            TimeNs offset, TimeNs floor, raft::Term clock_term,
+                            const SnapshotConfig* config = nullptr) {
   std::string header;
   ByteWriter w(header);
-  w.u8(kHeaderVersion);
+  w.u8(config != nullptr ? kHeaderVersion2 : kHeaderVersion1);
   w.u64(applied);
   w.u64(base);
   w.u64(static_cast<std::uint64_t>(offset));
   w.u64(static_cast<std::uint64_t>(floor));
   w.u64(clock_term);
+  if (config != nullptr) {
+    w.u64(config->cluster_id);
+    w.u64(config->caps.max_keys);
+    w.u64(config->caps.max_waiters_per_key);
+    w.u64(config->caps.max_waiters);
+    w.u64(config->token_floor);
+  }
   return locks::serialize(table, header);
 }
 
 }  // namespace
 
-LockStateMachine::LockStateMachine(locks::Limits limits)
-    : limits_(limits), table_(std::make_unique<locks::LockTable>(limits, 1)) {}
+LockStateMachine::LockStateMachine(locks::Limits local)
+    : local_(local), table_(std::make_unique<locks::LockTable>(caps_, 1)) {}
 
 std::string LockStateMachine::snapshot() const {
-  return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_);
+  if (!config_applied_) {
+    return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_);
+  }
+  const SnapshotConfig config{cluster_id_, caps_, token_floor_};
+  return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_, &config);
 }
 
 std::string LockStateMachine::single_mode_snapshot(const locks::LockTable& table, TimeNs now_ns) {
@@ -45,7 +82,7 @@ std::string LockStateMachine::single_mode_snapshot(const locks::LockTable& table
 }
 
 bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::string& error) {
-  auto fresh = std::make_unique<locks::LockTable>(limits_, 1);
+  auto fresh = std::make_unique<locks::LockTable>(kUnbounded, 1);
   std::string header;
   if (!locks::restore(bytes, *fresh, header, error)) return false;
   // Header decoding: ByteReader reports truncation through its error value.
@@ -57,8 +94,26 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   const auto offset = static_cast<TimeNs>(r.u64());
   const auto floor = static_cast<TimeNs>(r.u64());
   const raft::Term clock_term = r.u64();
-  if (r.error() != E::kOk || r.remaining() != 0 || version != kHeaderVersion) {
+  std::uint64_t cluster_id = base == 0 ? 0 : cluster_id_of(base);
+  std::uint64_t token_floor = 0;
+  locks::Limits caps;
+  if (version == kHeaderVersion2) {
+    cluster_id = r.u64();
+    caps.max_keys = r.u64();
+    caps.max_waiters_per_key = r.u64();
+    caps.max_waiters = r.u64();
+    token_floor = r.u64();
+  }
+  if (r.error() != E::kOk || r.remaining() != 0 ||
+      (version != kHeaderVersion1 && version != kHeaderVersion2)) {
     error = "snapshot: bad state machine header";
+    return false;
+  }
+  if (version == kHeaderVersion2 &&
+      (cluster_id == 0 || caps.max_keys < 1 || caps.max_keys > kMaxConfigCap ||
+       caps.max_waiters_per_key < 1 || caps.max_waiters_per_key > kMaxConfigCap ||
+       caps.max_waiters < 1 || caps.max_waiters > kMaxConfigCap)) {
+    error = "snapshot: bad replicated configuration";
     return false;
   }
   if (applied != index) {
@@ -90,7 +145,13 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
             std::to_string(index);
     return false;
   }
+  fresh->set_limits(caps);
   table_ = std::move(fresh);
+  caps_ = caps;
+  cluster_id_ = cluster_id;
+  token_floor_ = token_floor;
+  config_applied_ = version == kHeaderVersion2;
+  undecodable_ = 0;
   applied_ = applied;
   token_base_ = base;
   offset_ns_ = offset;
@@ -101,24 +162,49 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
 
 bool LockStateMachine::check_snapshot(std::string_view bytes, raft::Index index,
                                       std::string& error) const {
-  LockStateMachine scratch(limits_);
+  LockStateMachine scratch(local_);
   return scratch.restore(bytes, index, error);
 }
 
 const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
   LOCKD_CHECK(e.index == applied_ + 1);
-  applied_ = e.index;
   result_ = EntryResult{};
-  if (e.type != raft::EntryType::kCommand) return result_;
-  LockCommand c;
-  if (decode_lock_command(e.data, c) != LockCommandError::kOk) {
-    // Every replica skips the same bytes, so they stay equal.
-    ++undecodable_;
+  if (undecodable_ != 0) {
+    // Stopped: nothing after an entry that did not decode may apply.
+    result_.undecodable = true;
     return result_;
   }
+  LockCommand c;
+  if (e.type == raft::EntryType::kCommand && decode_lock_command(e.data, c) != LockCommandError::kOk) {
+    // Never skipped: a replica that skips an entry others apply diverges
+    // from them silently. The node stops with one line instead.
+    undecodable_ = e.index;
+    result_.undecodable = true;
+    result_.version = lock_command_version(e.data);
+    return result_;
+  }
+  applied_ = e.index;
+  if (e.type != raft::EntryType::kCommand) return result_;
   result_.command = true;
+  if (c.type == LockCommandType::kConfig) {
+    // Configuration: changes no lock and no table time.
+    config_applied_ = true;
+    caps_ = locks::Limits{c.max_keys, c.max_waiters_per_key, c.max_waiters};
+    table_->set_limits(caps_);
+    token_floor_ = c.token_floor;
+    // Every later token is above the floor: tokens are base + index.
+    if (token_base_ != 0 && token_base_ + e.index <= c.token_floor) {
+      token_base_ = c.token_floor - e.index + 1;
+    }
+    result_.table_now_ns = floor_ns_;
+    result_.cmd = std::move(c);
+    return result_;
+  }
   if (c.type == LockCommandType::kLeaderStart) {
-    if (token_base_ == 0) token_base_ = c.token_base;
+    if (token_base_ == 0) {
+      token_base_ = std::max(c.token_base, token_floor_ + 1);
+      cluster_id_ = cluster_id_of(token_base_);
+    }
     // The new leader's now maps to the latest table time seen: no lease
     // ends early, none gains more than the leader change took.
     offset_ns_ = floor_ns_ - c.now_ns;
@@ -168,6 +254,7 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
       break;
     case LockCommandType::kLeaderStart:
     case LockCommandType::kClock:
+    case LockCommandType::kConfig:
       LOCKD_CHECK(false);  // handled above
   }
   result_.cmd = std::move(c);

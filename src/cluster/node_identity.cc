@@ -1,6 +1,8 @@
 // The data dir's IDENTITY file (see node_identity.h).
 #include "lockd/cluster/node_identity.h"
 
+#include "lockd/cluster/peer_handshake.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@ namespace {
 
 constexpr std::string_view kPrefix = "lockd node ";
 constexpr std::string_view kMembers = " of members ";
+constexpr std::string_view kCluster = " cluster ";
 constexpr std::size_t kMaxIdentityBytes = 4096;
 
 std::optional<raft::NodeId> parse_id(std::string_view s) {
@@ -74,7 +77,13 @@ std::string write_durably(const std::string& dir, const std::string& name, const
 
 std::string format_identity(const NodeIdentity& id) {
   return std::string(kPrefix) + std::to_string(id.self) + std::string(kMembers) +
-         members_text(id.members) + "\n";
+         members_text(id.members) +
+         (id.cluster_id != 0 ? std::string(kCluster) + cluster_id_text(id.cluster_id) : "") + "\n";
+}
+
+std::string write_identity(const std::string& dir, const NodeIdentity& me, bool sync) {
+  const std::string err = write_durably(dir, kIdentityFile, format_identity(me), sync);
+  return err.empty() ? "" : "data dir " + dir + ": " + err;
 }
 
 std::optional<NodeIdentity> parse_identity(std::string_view text) {
@@ -84,6 +93,15 @@ std::optional<NodeIdentity> parse_identity(std::string_view text) {
   const std::size_t at = text.find(kMembers);
   if (at == std::string_view::npos) return std::nullopt;
   NodeIdentity id;
+  if (const std::size_t c = text.find(kCluster); c != std::string_view::npos) {
+    const std::string_view hex = text.substr(c + kCluster.size());
+    std::uint64_t v = 0;
+    if (!hex.starts_with("0x") || hex.size() != 18) return std::nullopt;
+    const auto [end, ec] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), v, 16);
+    if (ec != std::errc() || end != hex.data() + hex.size() || v == 0) return std::nullopt;
+    id.cluster_id = v;
+    text = text.substr(0, c);
+  }
   const auto self = parse_id(text.substr(0, at));
   if (!self) return std::nullopt;
   id.self = *self;
@@ -101,7 +119,8 @@ std::optional<NodeIdentity> parse_identity(std::string_view text) {
 }
 
 std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync,
-                           bool write_if_absent) {
+                           bool write_if_absent, NodeIdentity* stored) {
+  if (stored != nullptr) *stored = me;
   const std::string file = dir + "/" + kIdentityFile;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -144,6 +163,7 @@ std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool 
            "}, but --peer names {" + members_text(me.members) +
            "}: membership changes are not supported (docs/cluster.md)";
   }
+  if (stored != nullptr) *stored = *found;
   return "";
 }
 

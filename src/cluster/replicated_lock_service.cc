@@ -36,6 +36,15 @@ proto::Request release_echo(locks::Token token, std::string_view key) {
 ReplicatedLockService::ReplicatedLockService(raft::Raft& raft, ReplicatedServiceOptions options)
     : raft_(raft), options_(std::move(options)), sm_(options_.limits) {}
 
+std::uint16_t ReplicatedLockService::entry_version() const {
+  // The newest encoding every member applies; lockd 1.1's (which every
+  // member of a group formed since applies) when a member is unheard of.
+  for (std::uint16_t v = kEntryVersionMax; v > kEntryVersionMin; --v) {
+    if (cluster_supports(v)) return v;
+  }
+  return kEntryVersionMin;
+}
+
 bool ReplicatedLockService::cluster_supports(std::uint16_t v) const {
   if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
   return !options_.cluster_supports || options_.cluster_supports(v);
@@ -122,7 +131,13 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
 }
 
 raft::ProposeResult ReplicatedLockService::propose(LockCommand c, Pending p) {
-  const raft::ProposeResult r = raft_.propose(encode_lock_command(c));
+  const std::uint16_t version = entry_version();
+  if (version != stats_.entry_version) {
+    spdlog::info("leader writes log entries in encoding version {}: the newest every member "
+                 "applies", version);
+    stats_.entry_version = version;
+  }
+  const raft::ProposeResult r = raft_.propose(encode_lock_command(c, version));
   if (r.error != raft::ProposeError::kOk) {
     ++stats_.proposals_refused;
     return r;
@@ -162,6 +177,9 @@ void ReplicatedLockService::reply_indeterminate(locks::ClientId client,
 
 void ReplicatedLockService::apply(const raft::Entry& e) {
   const EntryResult& r = sm_.apply(e);
+  // Not applied: the node stops (cluster_node.h) before anything else.
+  if (r.undecodable) return;
+  if (config_index_ != 0 && e.index >= config_index_) config_index_ = 0;
   auto pit = pending_.find(e.index);
   if (pit != pending_.end()) {
     Pending p = std::move(pit->second);
@@ -377,6 +395,33 @@ void ReplicatedLockService::lose_leadership() {
   leader_start_proposed_ = false;
   leader_start_index_ = 0;
   leader_ready_ = false;
+  config_index_ = 0;
+}
+
+void ReplicatedLockService::maybe_propose_config(TimeNs now_ns) {
+  if (!leader_ready_ || config_index_ != 0 || !cluster_supports(kEntryVersionConfig)) return;
+  const locks::Limits& want = options_.limits;
+  const locks::Limits& have = sm_.caps();
+  const bool caps_differ = want.max_keys != have.max_keys ||
+                           want.max_waiters_per_key != have.max_waiters_per_key ||
+                           want.max_waiters != have.max_waiters;
+  const bool floor_above = options_.token_floor != 0 &&
+                           options_.token_floor >= sm_.next_token_lower_bound();
+  if (!caps_differ && !floor_above) return;
+  LockCommand c;
+  c.type = LockCommandType::kConfig;
+  c.now_ns = now_ns;
+  c.max_keys = std::min<std::uint64_t>(want.max_keys, kMaxConfigCap);
+  c.max_waiters_per_key = std::min<std::uint64_t>(want.max_waiters_per_key, kMaxConfigCap);
+  c.max_waiters = std::min<std::uint64_t>(want.max_waiters, kMaxConfigCap);
+  c.token_floor = std::max(options_.token_floor, sm_.token_floor());
+  const raft::ProposeResult r = propose(std::move(c), Pending{});
+  if (r.error != raft::ProposeError::kOk) return;  // retried next turn
+  config_index_ = r.index;
+  spdlog::info("leader proposes the cluster configuration: caps {}/{}/{} (keys/waiters per key/"
+               "waiters){}",
+               want.max_keys, want.max_waiters_per_key, want.max_waiters,
+               floor_above ? ", token floor " + std::to_string(options_.token_floor) : "");
 }
 
 void ReplicatedLockService::sync(TimeNs now_ns) {
@@ -394,7 +439,13 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     // Only the first leader's base is used (the state machine keeps it).
     const TimeNs wall = options_.wall_clock_ns ? options_.wall_clock_ns() : 0;
     c.token_base = static_cast<std::uint64_t>(std::max<TimeNs>(wall, 0));
+    // --token-floor: above every token handed out before (single mode, an
+    // earlier cluster), whatever this host's clock says.
+    if (options_.token_floor != 0 && c.token_base <= options_.token_floor) {
+      c.token_base = options_.token_floor + 1;
+    }
     if (c.token_base < kMinTokenBase) c.token_base = kMinTokenBase;
+    if (c.token_base > kMaxTokenBase) c.token_base = kMaxTokenBase;
     const raft::ProposeResult r = propose(std::move(c), Pending{});
     if (r.error != raft::ProposeError::kOk) return;  // retried next turn
     ++stats_.leaderships;
@@ -416,6 +467,7 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     if (wit != waiters_.end()) wit->second.cancel_proposed = true;
   }
   to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
+  maybe_propose_config(now_ns);
   compact_heaps();
 }
 

@@ -116,6 +116,9 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
            std::to_string(p.max_lease_ms) + ")";
   }
   if (c.server.locks.max_keys == 0) return "--max-keys must be at least 1";
+  if (c.token_floor > kMaxTokenFloor) {
+    return "--token-floor must be at most " + std::to_string(kMaxTokenFloor);
+  }
   if (c.server.max_connections == 0) return "--max-connections must be at least 1";
   if (c.server.sweep_interval_ns <= 0) return "--sweep-interval-ms must be at least 1";
   // Reading pauses at 256 KiB unsent; one read (16 KiB of requests) can add
@@ -258,6 +261,9 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--snapshot-entries", c.snapshot_entries,
                  "snapshot and compact the log every N applied entries")
       ->group(kClusterTuning);
+  app.add_option("--token-floor", c.token_floor,
+                 "every token granted is larger than N (moving from single mode, or a "
+                 "re-created cluster: the largest token handed out before)");
 
   SecurityConfig& sec = c.security;
   app.add_option("--tls-cert", sec.tls_cert, "this node's TLS certificate chain (PEM)");

@@ -71,9 +71,12 @@ admin::SnapshotSource single_snapshot(const server::LockServer& server) {
   return src;
 }
 
-locks::Token first_token_from_clock() {
+// --token-floor N lifts the start above N whatever the clock says (a host
+// whose clock is behind the one that granted before).
+locks::Token first_token_from_clock(std::uint64_t floor) {
   const TimeNs now = net::realtime_now_ns();
-  return now > 0 ? static_cast<locks::Token>(now) : 1;
+  const locks::Token clock = now > 0 ? static_cast<locks::Token>(now) : 1;
+  return std::max<locks::Token>(clock, floor + 1);
 }
 
 }  // namespace
@@ -120,7 +123,8 @@ bool Daemon::start(std::string& error) {
   event_add(sighup_, nullptr);
   if (!start_security(error)) return false;
   if (config_.mode == Mode::kCluster) return start_cluster(error);
-  server_ = std::make_unique<server::LockServer>(base_, config_.server, first_token_from_clock());
+  server_ = std::make_unique<server::LockServer>(base_, config_.server,
+                                                 first_token_from_clock(config_.token_floor));
   server_->require_tls(client_tls_.get());
   server_->set_authenticator(auth_.get());
   if (!server_->listen(config_.listen, error)) return false;
@@ -165,6 +169,7 @@ bool Daemon::start_cluster(std::string& error) {
   }
   cc.peer_security.tls_server = peer_tls_server_.get();
   cc.peer_security.tls_client = peer_tls_client_.get();
+  cc.token_floor = config_.token_floor;
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
   server::ServerConfig sc = config_.server;

@@ -19,7 +19,7 @@ constexpr std::size_t kDeadlineSlackFloor = 1024;
 }  // namespace
 
 LockTable::LockTable(Limits limits, Token first_token)
-    : limits_(limits), next_token_(first_token) {
+    : limits_(limits), invariant_limits_(limits), next_token_(first_token) {
   LOCKD_CHECK(first_token > 0);
 }
 
@@ -290,9 +290,17 @@ const KeyState* LockTable::find(std::string_view key) const {
   return it == keys_.end() ? nullptr : &it->second;
 }
 
+void LockTable::set_limits(Limits limits) {
+  limits_ = limits;
+  invariant_limits_.max_keys = std::max(invariant_limits_.max_keys, limits.max_keys);
+  invariant_limits_.max_waiters_per_key =
+      std::max(invariant_limits_.max_waiters_per_key, limits.max_waiters_per_key);
+  invariant_limits_.max_waiters = std::max(invariant_limits_.max_waiters, limits.max_waiters);
+}
+
 void LockTable::check_invariants() const {
-  LOCKD_CHECK(keys_.size() <= limits_.max_keys);
-  LOCKD_CHECK(waiter_index_.size() <= limits_.max_waiters);
+  LOCKD_CHECK(keys_.size() <= invariant_limits_.max_keys);
+  LOCKD_CHECK(waiter_index_.size() <= invariant_limits_.max_waiters);
   std::size_t waiters = 0;
   std::size_t with_waiters = 0;
   for (const auto& [key, state] : keys_) {
@@ -300,7 +308,7 @@ void LockTable::check_invariants() const {
     LOCKD_CHECK(!state.owner.empty());
     if (state.waiters) {
       LOCKD_CHECK(!state.waiters->empty());  // empty queues are dropped
-      LOCKD_CHECK(state.waiters->size() <= limits_.max_waiters_per_key);
+      LOCKD_CHECK(state.waiters->size() <= invariant_limits_.max_waiters_per_key);
       ++with_waiters;
       for (const Waiter& w : *state.waiters) {
         auto ref = waiter_index_.find(w.id);

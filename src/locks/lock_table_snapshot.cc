@@ -96,8 +96,10 @@ struct SnapshotAccess {
     };
     if (!r.ok()) return bad("truncated header");
     if (next_token == 0) return bad("token counter is 0");
-    // Each key takes at least 40 bytes: refuse counts the bytes cannot hold.
-    if (key_count > r.remaining() / 40) return bad("key count beyond the snapshot's size");
+    // Each key takes at least 38 bytes (a 1-byte key and owner with their
+    // u32 lengths, token, expiry, lease, waiter count): refuse counts the
+    // bytes cannot hold. (It said 40, refusing tables of short keys.)
+    if (key_count > r.remaining() / 38) return bad("key count beyond the snapshot's size");
     if (key_count > t.limits_.max_keys) return bad("more keys than --max-keys allows");
     t.next_token_ = next_token;
     t.keys_.reserve(static_cast<std::size_t>(key_count));

@@ -152,10 +152,12 @@ TEST(LockStateMachine, SnapshotWithAWaiterIdBeyondItsIndexIsRefused) {
   EXPECT_TRUE(sm.check_snapshot(testing::snapshot_with_waiter(5, 4), 5, error)) << error;
   EXPECT_EQ(sm.applied(), 0u);
   EXPECT_EQ(sm.table().key_count(), 0u);
-  // Each limit of the restoring node holds too (here --max-waiters-per-key 0).
+  // The restoring node's own flags never refuse one (issue 19: a snapshot
+  // is the leader's state; the caps are the cluster's, carried inside it).
   locks::Limits tight;
   tight.max_waiters_per_key = 0;
-  EXPECT_FALSE(LockStateMachine(tight).check_snapshot(testing::snapshot_with_waiter(5, 4), 5, error));
+  EXPECT_TRUE(LockStateMachine(tight).check_snapshot(testing::snapshot_with_waiter(5, 4), 5, error))
+      << error;
   EXPECT_FALSE(sm.check_snapshot("garbage", 5, error));
 }
 
@@ -173,6 +175,162 @@ TEST(LockCommandCodec, NewTypesDecodeStrictly) {
   std::string bytes = encode_lock_command(ls);
   bytes[1] = 8;
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
+}
+
+LockCommand config(TimeNs now, locks::Limits caps, std::uint64_t token_floor = 0) {
+  LockCommand c;
+  c.type = LockCommandType::kConfig;
+  c.now_ns = now;
+  c.max_keys = caps.max_keys;
+  c.max_waiters_per_key = caps.max_waiters_per_key;
+  c.max_waiters = caps.max_waiters;
+  c.token_floor = token_floor;
+  return c;
+}
+
+raft::Entry entry_v(raft::Term term, raft::Index index, const LockCommand& c, std::uint16_t v) {
+  return raft::Entry{term, index, raft::EntryType::kCommand, encode_lock_command(c, v)};
+}
+
+TEST(LockCommandCodec, ConfigIsVersionThreeAndVersionsOutsideTheRangeAreRefused) {
+  const LockCommand c = config(kSec, {7, 2, 9}, 12345);
+  LockCommand back;
+  const std::string v3 = encode_lock_command(c, kEntryVersionConfig);
+  EXPECT_EQ(lock_command_version(v3), 3);
+  ASSERT_EQ(decode_lock_command(v3, back), LockCommandError::kOk);
+  EXPECT_EQ(back, c);
+  for (std::size_t n = 0; n < v3.size(); ++n) {
+    EXPECT_NE(decode_lock_command(std::string_view(v3).substr(0, n), back), LockCommandError::kOk);
+  }
+  // Version 2 (lockd 1.1) has no kConfig.
+  std::string as_v2 = v3;
+  as_v2[0] = 2;
+  EXPECT_EQ(decode_lock_command(as_v2, back), LockCommandError::kBadType);
+  // The same acquire in 2 and 3 means the same thing.
+  const LockCommand a = acquire(kSec, "o", "k", 1000);
+  EXPECT_EQ(decode_lock_command(encode_lock_command(a, 2), back), LockCommandError::kOk);
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(decode_lock_command(encode_lock_command(a, 3), back), LockCommandError::kOk);
+  EXPECT_EQ(back, a);
+  std::string future = encode_lock_command(a, 3);
+  future[0] = static_cast<char>(kEntryVersionMax + 1);
+  EXPECT_EQ(decode_lock_command(future, back), LockCommandError::kBadVersion);
+  future[0] = 1;
+  EXPECT_EQ(decode_lock_command(future, back), LockCommandError::kBadVersion);
+  LockCommand zero_cap = c;
+  zero_cap.max_waiters = 0;
+  EXPECT_EQ(decode_lock_command(encode_lock_command(zero_cap, 3), back), LockCommandError::kBadField);
+}
+
+// Only the log decides: two replicas whose own flags differ apply one log
+// identically, with the caps the log carries (before any kConfig: the
+// documented defaults, on both).
+TEST(LockStateMachine, CapsComeFromTheLogNotFromTheReplicasFlags) {
+  LockStateMachine high({1'000'000, 10'000, 1'000'000});
+  LockStateMachine low({5, 1, 2});
+  std::vector<raft::Entry> log;
+  log.push_back(entry(1, 1, leader_start(kSec)));
+  for (int k = 0; k < 8; ++k) {
+    log.push_back(entry(1, static_cast<raft::Index>(log.size() + 1),
+                        acquire(kSec, "a", "k" + std::to_string(k), 60000)));
+  }
+  log.push_back(entry_v(1, log.size() + 1, config(kSec, {12, 2, 3}), 3));
+  for (int k = 8; k < 14; ++k) {
+    log.push_back(entry(1, static_cast<raft::Index>(log.size() + 1),
+                        acquire(kSec, "a", "k" + std::to_string(k), 60000)));
+  }
+  for (int w = 0; w < 3; ++w) {
+    log.push_back(entry(1, static_cast<raft::Index>(log.size() + 1),
+                        acquire(kSec, "w" + std::to_string(w), "k0", 60000, 60000)));
+  }
+  for (const raft::Entry& e : log) {
+    const EntryResult& a = high.apply(e);
+    const auto oa = std::make_pair(a.acquire, a.granted);
+    const EntryResult& b = low.apply(e);
+    EXPECT_EQ(oa, std::make_pair(b.acquire, b.granted)) << "entry " << e.index;
+  }
+  // 8 keys granted under the defaults, 4 more up to the log's 12, then `B`;
+  // two waiters per key allowed: the third is `B`.
+  EXPECT_EQ(high.table().key_count(), 12u);
+  EXPECT_EQ(low.table().key_count(), 12u);
+  // The cluster id is the first LeaderStart's, the same on both.
+  EXPECT_NE(high.cluster_id(), 0u);
+  EXPECT_EQ(high.cluster_id(), low.cluster_id());
+  const std::uint64_t id = low.cluster_id();
+  EXPECT_EQ(low.caps().max_keys, 12u);
+  EXPECT_EQ(low.table().waiter_count(), 2u);
+  // A later kConfig or LeaderStart changes the caps, never the cluster id.
+  low.apply(entry_v(1, log.size() + 1, config(kSec, {100, 10, 100}, kWall * 2), 3));
+  LockCommand later = leader_start(kSec);
+  later.token_base = kWall + 77;
+  low.apply(entry(2, log.size() + 2, later));
+  EXPECT_EQ(low.cluster_id(), id);
+  EXPECT_EQ(low.caps().max_keys, 100u);
+}
+
+// A snapshot is the leader's state: a replica installs it whatever its own
+// flags, and it carries the configuration.
+TEST(LockStateMachine, SnapshotInstallsWhateverTheLocalLimitsAndKeepsTheConfig) {
+  LockStateMachine leader({});
+  raft::Index i = 0;
+  leader.apply(entry(1, ++i, leader_start(kSec)));
+  leader.apply(entry_v(1, ++i, config(kSec, {50, 5, 50}, kWall + 1000), 3));
+  for (int k = 0; k < 20; ++k) leader.apply(entry(1, ++i, acquire(kSec, "a", "k" + std::to_string(k), 60000)));
+  LockStateMachine tiny({1, 1, 1});
+  std::string error;
+  ASSERT_TRUE(tiny.restore(leader.snapshot(), i, error)) << error;
+  EXPECT_EQ(tiny.table().key_count(), 20u);
+  EXPECT_EQ(tiny.cluster_id(), leader.cluster_id());
+  EXPECT_NE(tiny.cluster_id(), 0u);
+  EXPECT_EQ(tiny.caps().max_keys, 50u);
+  EXPECT_EQ(tiny.token_floor(), kWall + 1000);
+  // And goes on exactly like the leader.
+  const raft::Entry next = entry(1, ++i, acquire(kSec, "b", "new", 60000));
+  const locks::Token t1 = leader.apply(next).granted;
+  EXPECT_EQ(tiny.apply(next).granted, t1);
+  EXPECT_GT(t1, kWall + 1000);
+}
+
+// A committed entry that does not decode is never skipped: the machine
+// applies nothing from it on, and says which entry and which version.
+TEST(LockStateMachine, UndecodableEntryStopsTheMachine) {
+  LockStateMachine sm({});
+  sm.apply(entry(1, 1, leader_start(kSec)));
+  std::string future = encode_lock_command(acquire(kSec, "a", "k", 1000), 3);
+  future[0] = static_cast<char>(kEntryVersionMax + 1);
+  const EntryResult& r = sm.apply(raft::Entry{1, 2, raft::EntryType::kCommand, future});
+  EXPECT_TRUE(r.undecodable);
+  EXPECT_EQ(r.version, kEntryVersionMax + 1);
+  EXPECT_EQ(sm.undecodable(), 2u);
+  EXPECT_EQ(sm.applied(), 1u);
+  EXPECT_EQ(sm.table().key_count(), 0u);
+  // Nothing after it applies either.
+  EXPECT_TRUE(sm.apply(entry(1, 2, acquire(kSec, "a", "k", 1000))).undecodable);
+  EXPECT_EQ(sm.table().key_count(), 0u);
+}
+
+// --token-floor: the first leader's base is above it whatever its clock;
+// a floor raised later (a kConfig) moves the next tokens above it too.
+TEST(LockStateMachine, TokensStayAboveTheFloor) {
+  LockStateMachine sm({});
+  raft::Index i = 0;
+  LockCommand ls = leader_start(kSec);
+  ls.token_base = kWall;  // a clock behind the floor
+  // The leader's service raises its base to floor + 1; the machine also
+  // keeps the floor a kConfig set before.
+  sm.apply(entry(1, ++i, ls));
+  const locks::Token t0 = sm.apply(entry(1, ++i, acquire(kSec, "a", "k0", 60000))).granted;
+  EXPECT_EQ(t0, kWall + 2);
+  const std::uint64_t floor = kWall + 5'000'000;
+  sm.apply(entry_v(1, ++i, config(kSec, {}, floor), 3));
+  const locks::Token t1 = sm.apply(entry(1, ++i, acquire(kSec, "a", "k1", 60000))).granted;
+  EXPECT_GT(t1, floor);
+  EXPECT_EQ(t1, floor + 2);  // base = floor - 3 + 1, entry 4
+  // Survives a snapshot.
+  LockStateMachine copy({});
+  std::string error;
+  ASSERT_TRUE(copy.restore(sm.snapshot(), i, error)) << error;
+  EXPECT_EQ(copy.apply(entry(1, i + 1, acquire(kSec, "a", "k2", 60000))).granted, floor + 3);
 }
 
 // --- the service on a one-node Raft ---

@@ -135,7 +135,7 @@ std::string LockdCluster::client_addr(int id) const {
 
 void LockdCluster::start(int id) {
   Node& nd = node(id);
-  std::vector<std::string> argv{lockd_binary(),
+  std::vector<std::string> argv{nd.binary.empty() ? lockd_binary() : nd.binary,
                                 "--mode", "cluster",
                                 "--node-id", std::to_string(id),
                                 "--data-dir", nd.data_dir,
@@ -160,6 +160,7 @@ void LockdCluster::start(int id) {
     }
     argv.push_back(std::move(flag));
   }
+  argv.insert(argv.end(), nd.flags.begin(), nd.flags.end());
   std::vector<std::string> prefix = env_prefix_;
   for (std::string& p : prefix) {
     for (const auto& [from, to] : {std::pair<std::string, std::string>{"{DIR}", nd.data_dir},

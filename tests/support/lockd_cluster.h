@@ -44,6 +44,10 @@ class LockdCluster {
 
   // (Re)starts node `id` with its ports and data dir; waits for `listening`.
   void start(int id);
+  // For the next start(id): another lockd binary ("" = lockd_binary()),
+  // flags after the shared ones (a node with its own --max-keys, say).
+  void set_binary(int id, std::string path) { node(id).binary = std::move(path); }
+  void set_node_flags(int id, std::vector<std::string> flags) { node(id).flags = std::move(flags); }
   // SIGKILL and reap.
   void kill9(int id);
   void signal(int id, int sig);
@@ -64,6 +68,8 @@ class LockdCluster {
     std::uint16_t raft_port = 0;
     std::uint16_t admin_port = 0;
     std::string data_dir;
+    std::string binary;              // "" = lockd_binary()
+    std::vector<std::string> flags;  // this node's own, after the shared ones
     std::unique_ptr<ChildProcess> proc;
   };
   Node& node(int id) { return nodes_.at(static_cast<std::size_t>(id - 1)); }

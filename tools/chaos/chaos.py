@@ -56,6 +56,9 @@ def main(argv=None):
                    help="run the nodes' clocks (monotonic too) this many times too fast")
     r.add_argument("--fast-clock-node", type=int, default=None,
                    help="only this node's clock runs fast (default: every node's)")
+    r.add_argument("--upgrade-to", default=None,
+                   help="rolling upgrade: restart the nodes one at a time, evenly spread over the "
+                        "run, with this lockd binary (e.g. build/bin/lockd-next) on their data dirs")
     r.add_argument("--expect-violations", action="store_true",
                    help="succeed only if the checker finds violations (the fast-clock measurement)")
     r.add_argument("--json", action="store_true", help="print the whole report")
@@ -111,6 +114,7 @@ def main(argv=None):
         opt.fast_clock = args.fast_clock
         opt.fast_clock_node = args.fast_clock_node
         opt.expect_violations = args.expect_violations
+        opt.upgrade_to = args.upgrade_to
         violations, report, out = runner.run(opt)
         return finish(violations, report, args.json, args.expect_violations,
                       os.path.join(out, "history.jsonl"))

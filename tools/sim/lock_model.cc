@@ -41,6 +41,8 @@ std::string LockModel::apply(const cluster::LockCommand& c, std::uint64_t index,
     }
     return "leader-start dropped " + std::to_string(dropped);
   }
+  // Configuration moves no clock and no lock (the simulator proposes none).
+  if (c.type == cluster::LockCommandType::kConfig) return "config";
   const TimeNs now = term == clock_term_ ? std::max(clock_ns_, c.now_ns + leader_diff_ns_) : clock_ns_;
   clock_ns_ = now;
   if (c.type == cluster::LockCommandType::kClock) return "clock";
@@ -88,6 +90,7 @@ std::string LockModel::apply(const cluster::LockCommand& c, std::uint64_t index,
     }
     case cluster::LockCommandType::kLeaderStart:
     case cluster::LockCommandType::kClock:
+    case cluster::LockCommandType::kConfig:
       return "unreachable";  // handled above
     case cluster::LockCommandType::kCancelWaiter: {
       // §9: a waiter whose connection closed leaves its queue, no reply.

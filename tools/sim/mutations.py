@@ -164,8 +164,24 @@ MUTATIONS = [
          replace="  now = std::max(floor_ns_, c.now_ns + offset_ns_);"),
     dict(name="token-base-moves", file="src/cluster/lock_state_machine.cc", kind="bug",
          source="every LeaderStart replaces the token base, so tokens can go back after a leader change (§10)",
-         find="    if (token_base_ == 0) token_base_ = c.token_base;",
-         replace="    token_base_ = c.token_base;"),
+         find="    if (token_base_ == 0) token_base_ = std::max(c.token_base, token_floor_ + 1);",
+         replace="    token_base_ = std::max(c.token_base, token_floor_ + 1);"),
+    # ---- only the log decides (issue 19) ----
+    dict(name="follower-own-caps", file="src/cluster/lock_state_machine.cc", kind="bug",
+         source="a replica applies a config entry with its own --max-keys/--max-waiters* (1.1: the table checked each "
+                "node's flags at apply, so a follower recorded B for a key its leader granted)",
+         find="    table_->set_limits(caps_);",
+         replace="    table_->set_limits(local_);"),
+    dict(name="skip-undecodable", file="src/cluster/lock_state_machine.cc", kind="bug",
+         source="a committed entry that does not decode (a newer encoding) is skipped and counted, as in 1.1: "
+                "replicas of different versions diverge silently",
+         find="    undecodable_ = e.index;\n    result_.undecodable = true;\n    result_.version = lock_command_version(e.data);\n    return result_;",
+         replace="    applied_ = e.index;\n    return result_;"),
+    dict(name="config-token-floor-ignored", file="src/cluster/lock_state_machine.cc", kind="bug",
+         source="a --token-floor given to a running cluster is recorded but the token base is not raised: the next "
+                "tokens can repeat ones handed out before the move from single mode",
+         find="    if (token_base_ != 0 && token_base_ + e.index <= c.token_floor) {",
+         replace="    if (false) {"),
     dict(name="decode-accepts-zero-lease", file="src/cluster/lock_command.cc", kind="bug",
          source="the command decoder lets a zero lease through to the lock table",
          find="c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs && c.wait_ms",

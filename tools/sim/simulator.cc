@@ -430,6 +430,8 @@ class Simulation {
       canonical = "leader-start dropped " + std::to_string(r.waiters_dropped);
     } else if (c.type == T::kClock) {
       canonical = "clock";
+    } else if (c.type == T::kConfig) {
+      canonical = "config";  // the simulated leaders never propose one: caps stay the defaults
     } else if (r.skipped) {
       canonical = "skipped";
     } else {
@@ -447,7 +449,8 @@ class Simulation {
         case T::kKeep: canonical = r.changed ? "kept" : "not-kept"; break;
         case T::kCancelWaiter: canonical = r.changed ? "cancelled" : "not-waiting"; break;
         case T::kLeaderStart:
-        case T::kClock: break;
+        case T::kClock:
+        case T::kConfig: break;
       }
       // A release or expiry ends the current holding before any hand-off.
       if ((c.type == T::kRelease || c.type == T::kExpire) && r.changed) n.holders.erase(c.key);

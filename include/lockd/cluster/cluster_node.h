@@ -79,6 +79,8 @@ struct ClusterNodeConfig {
   // A backup file to seed an empty data dir from (cluster/restore.h);
   // empty: none.
   std::string restore_from;
+  // --token-floor: every token granted is above it (0: none).
+  std::uint64_t token_floor = 0;
 };
 
 // What a member last said about itself in a handshake (peer_handshake.h).
@@ -197,6 +199,11 @@ class ClusterNode final : private raft::ReadyHandler {
   [[noreturn]] void fail_storage(const std::string& message);
   // Notes when the applied table time moved (for table_now_ns()).
   void note_table_floor(TimeNs now_ns);
+  // Records a cluster id the log set (IDENTITY, handshakes) and says when
+  // the cluster's caps are not this node's flags.
+  void note_config();
+  // An entry did not decode: one line, exit (never skipped).
+  [[noreturn]] void fail_undecodable(raft::Index index, std::uint16_t version);
 
   event_base* base_;
   ClusterNodeConfig config_;
@@ -214,6 +221,9 @@ class ClusterNode final : private raft::ReadyHandler {
   std::optional<TimeNs> armed_service_ns_;
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
   std::map<raft::NodeId, PeerHello> peer_hellos_;
+  NodeIdentity identity_;           // as IDENTITY has it (cluster id included)
+  locks::Limits caps_noted_;        // the cluster caps last compared with our flags
+  bool caps_noted_once_ = false;
   raft::NodeId last_leader_ = raft::kNoNode;
   std::uint64_t leader_changes_ = 0;
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note

@@ -20,6 +20,28 @@
 
 namespace lockd::cluster {
 
+// The log entry encodings (the first byte of every command) this binary
+// applies. A node that meets a committed entry outside this range, or one
+// that does not decode, stops with one line naming the index and the
+// version (cluster_node.h); it never skips it. The leader proposes a
+// version only once every member's handshake says it applies it
+// (ReplicatedLockService::cluster_supports).
+//   2: lockd 1.1 (kinds 1..7)
+//   3: lockd 1.2: adds kConfig (the cluster-wide caps, the token floor)
+//   4+: test builds only (-DLOCKD_ENTRY_VERSION_MAX=4): the layout of 3
+//       under a new number, to test rolling upgrades and the stop.
+constexpr std::uint16_t kEntryVersionMin = 2;
+constexpr std::uint16_t kEntryVersionConfig = 3;  // the first with kConfig
+#if defined(LOCKD_ENTRY_VERSION_NEXT)  // the lockd-next test binary (src/CMakeLists.txt)
+constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_NEXT;
+static_assert(kEntryVersionMax >= 4 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_NEXT is 4..255");
+#elif defined(LOCKD_ENTRY_VERSION_MAX)
+constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
+static_assert(kEntryVersionMax >= 3 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_MAX is 3..255");
+#else
+constexpr std::uint16_t kEntryVersionMax = 3;
+#endif
+
 // Which LockTable operation a command replays.
 enum class LockCommandType : std::uint8_t {
   kAcquire = 1,       // LockTable::acquire (queues when wait_ms > 0)
@@ -33,20 +55,15 @@ enum class LockCommandType : std::uint8_t {
                       // the token base if the cluster has none yet
   kClock = 7,         // the leader's clock reading, nothing else: keeps "the
                       // latest old-leader reading" fresh while idle (§8)
+  kConfig = 8,        // (version 3) replicated configuration: the caps every replica
+                      // applies with, and the token floor (docs/cluster.md "What is
+                      // cluster-wide")
 };
-constexpr std::uint8_t kMaxLockCommandType = 7;
-
-// The log entry encodings (the first byte of every command) this binary
-// applies. Version 2 is lockd 1.1's. A node refuses to start applying an
-// entry outside this range: it stops with one line (cluster_node.h); the
-// leader proposes a version only once every member's handshake says it
-// applies it (ReplicatedLockService::cluster_supports).
-constexpr std::uint16_t kEntryVersionMin = 2;
-#ifdef LOCKD_ENTRY_VERSION_MAX
-constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
-#else
-constexpr std::uint16_t kEntryVersionMax = 2;
-#endif
+constexpr std::uint8_t kMaxLockCommandType = 8;
+// The last kind each entry version knows.
+constexpr std::uint8_t max_lock_command_type(std::uint16_t version) {
+  return version >= kEntryVersionConfig ? 8 : 7;
+}
 
 // One command; which fields matter depends on `type`.
 struct LockCommand {
@@ -60,6 +77,11 @@ struct LockCommand {
   locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
   locks::Token token = 0;      // kRelease, kExpire, kKeep
   std::uint64_t token_base = 0;  // kLeaderStart: wall-clock ns, the token base if none is set yet
+  // kConfig:
+  std::uint64_t max_keys = 0;     // the caps (>= 1) every replica applies entries with
+  std::uint64_t max_waiters_per_key = 0;
+  std::uint64_t max_waiters = 0;
+  std::uint64_t token_floor = 0;  // every later token is above it (0: none)
 
   bool operator==(const LockCommand&) const = default;
 };
@@ -87,9 +109,16 @@ enum class LockCommandError {
   kTrailing,    // bytes left over
 };
 
-std::string encode_lock_command(const LockCommand& c);
+// Largest cap a kConfig may carry (far above any memory a node has).
+constexpr std::uint64_t kMaxConfigCap = 1ull << 40;
+
+// Encodes `c` as entry version `version` (kEntryVersionMin..kEntryVersionMax;
+// a kConfig needs kEntryVersionConfig or later: checked).
+std::string encode_lock_command(const LockCommand& c, std::uint16_t version = kEntryVersionMin);
 // Decodes and validates: a command that decodes is one LockStateMachine can
 // apply without tripping any of the lock table's checks.
 LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out);
+// The encoding version an entry's bytes claim (their first byte; 0 when empty).
+std::uint16_t lock_command_version(std::string_view bytes);
 
 }  // namespace lockd::cluster

@@ -19,6 +19,17 @@
 //   ended early (§8). Only commands from the term of the latest LeaderStart
 //   advance the clock: anything else applies at the floor.
 // - Waiter ids from the log: an acquire's waiter id is its entry index.
+// - The cluster id: fixed by the first LeaderStart applied (a mix of its
+//   token base, the first leader's wall clock in ns), so every replica of
+//   any version agrees on it without a new entry kind, and kept in
+//   snapshots. A data dir from before 1.2 gets it from its token base.
+// - Only the log decides (§10, v1.2): the caps entries apply with
+//   (max keys, waiters per key, waiters) are replicated configuration set
+//   by kConfig entries and kept in snapshots, never this node's flags;
+//   before any kConfig they are locks::Limits{} (the documented defaults)
+//   on every replica. An entry that
+//   does not decode stops the machine (undecodable()): nothing after it
+//   is applied, and the node stops with one line.
 //
 // Runs on the node's loop thread.
 #pragma once
@@ -42,6 +53,11 @@ struct EntryResult {
   LockCommand cmd;       // when `command`
   TimeNs table_now_ns = 0;  // the table time it applied at
   bool skipped = false;  // no token base yet: changed nothing
+  // The entry does not decode (an encoding version this binary does not
+  // apply, or bad bytes): nothing changed, applied() did not move, and the
+  // machine applies nothing more. The node stops (cluster_node.h).
+  bool undecodable = false;
+  std::uint16_t version = 0;  // the encoding version the entry claims
   locks::AcquireOutcome acquire = locks::AcquireOutcome::kHeld;  // kAcquire
   locks::Token granted = 0;  // kAcquire: the token granted to the caller
   bool changed = false;  // kRelease released, kKeep kept, kExpire expired, kCancelWaiter cancelled
@@ -51,7 +67,9 @@ struct EntryResult {
 
 class LockStateMachine {
  public:
-  explicit LockStateMachine(locks::Limits limits);
+  // `local` is this node's own flags: only compared with the cluster's caps
+  // (local_differs()), never applied.
+  explicit LockStateMachine(locks::Limits local);
 
   // Applies the entry at applied() + 1. The result is valid until the next call.
   const EntryResult& apply(const raft::Entry& e);
@@ -88,17 +106,30 @@ class LockStateMachine {
   TimeNs offset_ns() const { return offset_ns_; }
   TimeNs floor_ns() const { return floor_ns_; }
   raft::Term clock_term() const { return clock_term_; }
-  std::uint64_t undecodable() const { return undecodable_; }
+  // Set once an entry did not decode: its index (0: never). The machine
+  // refuses every later entry.
+  raft::Index undecodable() const { return undecodable_; }
+  // Replicated configuration (kConfig).
+  std::uint64_t cluster_id() const { return cluster_id_; }
+  const locks::Limits& caps() const { return caps_; }
+  std::uint64_t token_floor() const { return token_floor_; }
+  const locks::Limits& local_limits() const { return local_; }
+  // The smallest token the next grant can carry.
+  std::uint64_t next_token_lower_bound() const { return token_base_ + applied_ + 1; }
 
  private:
-  locks::Limits limits_;
+  locks::Limits local_;                      // this node's flags: never applied
+  locks::Limits caps_;                       // the cluster's (kConfig), what entries apply with
+  std::uint64_t cluster_id_ = 0;             // 0: no LeaderStart yet
+  std::uint64_t token_floor_ = 0;            // the latest kConfig's
+  bool config_applied_ = false;              // a kConfig applied: snapshots use header 2
   std::unique_ptr<locks::LockTable> table_;  // replaced whole by restore()
   raft::Index applied_ = 0;
   std::uint64_t token_base_ = 0;  // 0: no leader has started the cluster yet
   TimeNs offset_ns_ = 0;          // table time = leader clock + offset
   TimeNs floor_ns_ = 0;           // latest table time applied
   raft::Term clock_term_ = 0;     // term of the LeaderStart that set the offset
-  std::uint64_t undecodable_ = 0; // entries that were not lock commands (a peer bug)
+  raft::Index undecodable_ = 0;   // the entry that did not decode; 0: none
   EntryResult result_;
 };
 

@@ -9,7 +9,10 @@
 // anything to a peer, with one line naming both sides. etcd refuses the
 // same ("member ID mismatch").
 //
-// The file is `IDENTITY`, one line: "lockd node 2 of members 1,2,3\n".
+// The file is `IDENTITY`, one line: "lockd node 2 of members 1,2,3\n",
+// and once the group has formed (its first configuration entry applied)
+// "lockd node 2 of members 1,2,3 cluster 0x6c1f0e5a9d3b2c47\n": the
+// cluster id peers of another cluster are refused by (peer_handshake.h).
 // It is written to a temporary name, synced, renamed and the directory
 // synced, so it is whole or absent. Addresses are not in it: moving a
 // member to a new address is a restart of every node with the new list.
@@ -17,6 +20,7 @@
 // it is.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +33,7 @@ namespace lockd::cluster {
 struct NodeIdentity {
   raft::NodeId self = raft::kNoNode;
   std::vector<raft::NodeId> members;  // sorted, no repeats
+  std::uint64_t cluster_id = 0;       // 0: the group has not formed yet (as far as we know)
 
   bool operator==(const NodeIdentity&) const = default;
 };
@@ -47,7 +52,10 @@ std::optional<NodeIdentity> parse_identity(std::string_view text);
 // line to print. A node checks first without writing, and writes only once
 // every listener is bound: a start that fails (an address in use, a typo in
 // --peer) leaves no IDENTITY that would refuse the corrected config.
+// `found`, when given, gets the stored identity (its cluster id) or `me`.
 std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync = true,
-                           bool write_if_absent = true);
+                           bool write_if_absent = true, NodeIdentity* found = nullptr);
+// Rewrites `dir`'s IDENTITY as `me` (the cluster id learned); "" or what failed.
+std::string write_identity(const std::string& dir, const NodeIdentity& me, bool sync = true);
 
 }  // namespace lockd::cluster

@@ -59,6 +59,8 @@ struct ReplicatedServiceOptions {
   // Does every member apply log entry encoding `v`? (ClusterNode: from the
   // peer handshakes.) Unset: only this binary's range counts (tests).
   std::function<bool(std::uint16_t v)> cluster_supports;
+  // --token-floor: every token granted is above it (0: none).
+  std::uint64_t token_floor = 0;
 };
 
 // Counters for logs and metrics; only grow.
@@ -69,6 +71,7 @@ struct ReplicatedServiceStats {
   std::uint64_t expiries_proposed = 0;
   std::uint64_t wait_timeouts_proposed = 0;
   std::uint64_t leaderships = 0;          // LeaderStart entries proposed
+  std::uint16_t entry_version = 0;        // the encoding of this node's latest proposal (gauge)
 };
 
 class ReplicatedLockService final : public server::LockService {
@@ -160,6 +163,11 @@ class ReplicatedLockService final : public server::LockService {
   void rebuild_lease_heap();
   void compact_heaps();
   void reply_indeterminate(locks::ClientId client, const proto::Request& echo);
+  // Proposes a kConfig when the cluster's configuration (caps, token
+  // floor) is not this leader's and every member applies entry version 3.
+  void maybe_propose_config(TimeNs now_ns);
+  // The encoding proposals use: the newest every member applies.
+  std::uint16_t entry_version() const;
 
   raft::Raft& raft_;
   ReplicatedServiceOptions options_;
@@ -170,6 +178,7 @@ class ReplicatedLockService final : public server::LockService {
   bool leader_start_proposed_ = false;
   raft::Index leader_start_index_ = 0;
   bool leader_ready_ = false;       // our LeaderStart is applied: offset is ours
+  raft::Index config_index_ = 0;    // our kConfig in flight; 0: none
   TimeNs last_proposal_ns_ = 0;     // for the idle clock entry
   std::map<raft::Index, Pending> pending_;  // bounded by Raft's max_uncommitted_entries
   std::unordered_map<locks::WaiterId, Waiter> waiters_;  // bounded by the table's waiter caps

@@ -63,7 +63,12 @@ struct Config {
   std::uint64_t heartbeat_ms = 50;
   std::uint64_t snapshot_entries = 10'000;  // applied entries between snapshots
   std::string restore_from;  // --restore-from FILE: seed a new cluster from a backup
+  // --token-floor: every token granted is above it (both modes; durable).
+  std::uint64_t token_floor = 0;
 };
+
+// Largest --token-floor: leaves 2^62 tokens above it before a token overflows.
+constexpr std::uint64_t kMaxTokenFloor = (1ull << 62) - 1;
 
 // The outcome of parsing: a config to run with, or an exit (help text
 // printed: status 0; a usage error: a one-line message, status 2).

@@ -234,6 +234,10 @@ class LockTable {
   Token next_token() const { return next_token_; }
   const LockStats& stats() const { return stats_; }
   const Limits& limits() const { return limits_; }
+  // New caps (cluster mode: a replicated config entry). Lowering one below
+  // what the table holds evicts nothing: growth past it is refused (`B`)
+  // until it drains below.
+  void set_limits(Limits limits);
 
   // Test and simulation hook: verifies every internal invariant (indexes
   // agree with queues, caps hold) and aborts on a violation.
@@ -284,6 +288,7 @@ class LockTable {
   void drop_empty_queue(KeyState& state);
 
   Limits limits_;
+  Limits invariant_limits_;  // the largest caps ever in force: what check_invariants() bounds
   Token next_token_;
   KeyMap keys_;
   std::unordered_map<WaiterId, WaiterRef> waiter_index_;

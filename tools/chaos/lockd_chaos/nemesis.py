@@ -70,8 +70,17 @@ class Nemesis:
                 pass
 
     def inject(self, fault):
-        node = self.resolve(fault.target)
         end = fault.start_s + fault.duration_s
+        if fault.kind == "upgrade":
+            node = self.group.nodes[int(fault.target[len("node"):]) - 1]
+            self.record("start", fault, node, binary=fault.detail)
+            node.kill9()
+            node.lockd = fault.detail
+            self.sleep_until(end)
+            node.start()
+            self.record("end", fault, node)
+            return
+        node = self.resolve(fault.target)
         if fault.kind == "kill":
             self.record("start", fault, node)
             node.kill9()

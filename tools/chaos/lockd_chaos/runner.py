@@ -22,7 +22,7 @@ from .history import History, HistoryWriter
 from .nemesis import Nemesis
 from .nodes import Group, cluster_mode_available
 from .resource import FencedCounter
-from .schedule import make_schedule
+from .schedule import Fault, make_schedule
 
 NS_PER_MS = 1_000_000
 
@@ -54,6 +54,7 @@ class Options:
     op_timeout_ms = 2000
     recovery_bound_ms = None
     tail_s = None
+    upgrade_to = None       # a lockd binary: rolling upgrade to it during the run
 
 
 def _log(msg):
@@ -150,6 +151,13 @@ def run(opt):
     kinds = tuple(opt.faults)
     schedule = make_schedule(opt.seed, opt.duration_s, kinds, opt.nodes,
                              opt.election_timeout_ms, opt.mode) if kinds else []
+    if opt.upgrade_to:
+        # One node at a time, evenly spread: kill -9, then start the new
+        # binary on the same data dir a second later.
+        for i in range(opt.nodes):
+            start = opt.duration_s * (i + 1) / (opt.nodes + 1)
+            schedule.append(Fault(start, 1.0, "upgrade", "node%d" % (i + 1), opt.upgrade_to))
+        schedule.sort(key=lambda f: f.start_s)
     with open(os.path.join(out, "schedule.txt"), "w") as f:
         for fault in schedule:
             f.write(repr(fault) + "\n")
