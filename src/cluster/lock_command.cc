@@ -19,6 +19,7 @@ bool fields_valid(const LockCommand& c) {
   const bool key_ok = !c.key.empty() && c.key.size() <= proto::kMaxKeyBytes;
   switch (c.type) {
     case LockCommandType::kAcquire:
+    case LockCommandType::kAcquireShared:
       return key_ok && !c.owner.empty() && c.owner.size() <= proto::kMaxOwnerBytes &&
              c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs && c.wait_ms <= kMaxLockCommandMs;
     case LockCommandType::kRelease:
@@ -44,7 +45,8 @@ bool fields_valid(const LockCommand& c) {
 std::string encode_lock_command(const LockCommand& c) {
   std::string out;
   ByteWriter w(out);
-  w.u8(kLockCommandVersion);
+  const bool shared = c.type == LockCommandType::kAcquireShared;
+  w.u8(shared ? static_cast<std::uint8_t>(kSharedEntryVersion) : kLockCommandVersion);
   w.u8(static_cast<std::uint8_t>(c.type));
   w.u64(static_cast<std::uint64_t>(c.now_ns));
   w.bytes(c.owner);
@@ -55,17 +57,25 @@ std::string encode_lock_command(const LockCommand& c) {
   w.u64(c.waiter);
   w.u64(c.token);
   w.u64(c.token_base);
+  // Only the new type carries the limit, so every other entry keeps the
+  // bytes an older build decodes.
+  if (c.type == LockCommandType::kAcquireShared) w.u32(c.limit);
   return out;
 }
 
 LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   ByteReader<LockCommandError> r(bytes, LockCommandError::kOk, LockCommandError::kTruncated);
-  if (r.u8() != kLockCommandVersion) {
+  const std::uint8_t version = r.u8();
+  if (version < kEntryVersionMin || version > kEntryVersionMax) {
     return r.error() != LockCommandError::kOk ? r.error() : LockCommandError::kBadVersion;
   }
   std::uint8_t t = r.u8();
   if (r.error() != LockCommandError::kOk) return r.error();
   if (t < 1 || t > kMaxLockCommandType) return LockCommandError::kBadType;
+  // Each type has exactly one encoding: kAcquireShared is version 3 only,
+  // everything else version 2 only.
+  const bool shared = t == static_cast<std::uint8_t>(LockCommandType::kAcquireShared);
+  if (version != (shared ? kSharedEntryVersion : kLockCommandVersion)) return LockCommandError::kBadVersion;
   LockCommand c;
   c.type = static_cast<LockCommandType>(t);
   c.now_ns = static_cast<TimeNs>(r.u64());
@@ -77,6 +87,11 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
   c.waiter = r.u64();
   c.token = r.u64();
   c.token_base = r.u64();
+  if (c.type == LockCommandType::kAcquireShared) {
+    const std::uint32_t limit = r.u32();
+    if (limit > proto::kMaxLimit) return LockCommandError::kBadField;
+    c.limit = static_cast<std::uint16_t>(limit);
+  }
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;
   if (!fields_valid(c)) return LockCommandError::kBadField;

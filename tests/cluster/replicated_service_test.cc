@@ -171,8 +171,39 @@ TEST(LockCommandCodec, NewTypesDecodeStrictly) {
   bad.key = "k";
   EXPECT_EQ(decode_lock_command(encode_lock_command(bad), back), LockCommandError::kBadField);
   std::string bytes = encode_lock_command(ls);
-  bytes[1] = 8;
+  bytes[1] = 9;
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
+}
+
+// `S` travels as its own type (8) with the limit after the common fields;
+// every other type's bytes are as before, so an older build still decodes
+// them.
+TEST(LockCommandCodec, SharedAcquireCarriesItsLimit) {
+  LockCommand c;
+  c.type = LockCommandType::kAcquireShared;
+  c.now_ns = kSec;
+  c.owner = "reader";
+  c.key = "cfg";
+  c.lease_ms = 1000;
+  c.wait_ms = 50;
+  c.client = 3;
+  c.limit = 65535;
+  LockCommand back;
+  const std::string bytes = encode_lock_command(c);
+  ASSERT_EQ(decode_lock_command(bytes, back), LockCommandError::kOk);
+  EXPECT_EQ(back, c);
+  LockCommand plain = c;
+  plain.type = LockCommandType::kAcquire;
+  plain.limit = 0;
+  EXPECT_EQ(encode_lock_command(plain).size() + 4, bytes.size());
+  // A limit past 65535, or a missing one: refused.
+  std::string big = bytes;
+  big[big.size() - 2] = 1;  // 0x0001FFFF
+  EXPECT_EQ(decode_lock_command(big, back), LockCommandError::kBadField);
+  EXPECT_EQ(decode_lock_command(bytes.substr(0, bytes.size() - 1), back), LockCommandError::kTruncated);
+  // An exclusive acquire with trailing limit bytes is not an `S`.
+  EXPECT_EQ(decode_lock_command(encode_lock_command(plain) + std::string(4, '\0'), back),
+            LockCommandError::kTrailing);
 }
 
 // --- the service on a one-node Raft ---

@@ -192,8 +192,8 @@ TEST_F(LockTableTest, CancelledWaiterIsSkippedAndGetsNothing) {
   acquire("bob", "k", 1000, 10'000);
   const WaiterId bob = last_waiter_;
   acquire("carol", "k", 1000, 10'000);
-  EXPECT_TRUE(table_.cancel_waiter(bob));
-  EXPECT_FALSE(table_.cancel_waiter(bob));
+  EXPECT_TRUE(table_.cancel_waiter(now_, bob, out_));
+  EXPECT_FALSE(table_.cancel_waiter(now_, bob, out_));
   table_.check_invariants();
   release(held.token, "k");
   auto d = take();
@@ -269,7 +269,7 @@ TEST_F(LockTableTest, DeadlineIndexStaysBoundedUnderWaiterChurn) {
               AcquireOutcome::kQueued);
     // Every refill of the queue arms the same lease end again.
     ASSERT_LE(table_.deadline_count(), 2'000u);
-    ASSERT_TRUE(table_.cancel_waiter(w));
+    ASSERT_TRUE(table_.cancel_waiter(now_, w, out_));
   }
   table_.check_invariants();
   EXPECT_EQ(table_.waiter_count(), 0u);

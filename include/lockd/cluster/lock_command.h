@@ -33,8 +33,13 @@ enum class LockCommandType : std::uint8_t {
                       // the token base if the cluster has none yet
   kClock = 7,         // the leader's clock reading, nothing else: keeps "the
                       // latest old-leader reading" fresh while idle (§8)
+  kAcquireShared = 8, // LockTable::acquire of an `S` (v1.2, §5b): as kAcquire,
+                      // plus `limit`. Encoded as entry version
+                      // kSharedEntryVersion, which a node of an older build
+                      // cannot apply: proposed only once every member can
+                      // (ReplicatedLockService::shared_entries_allowed()).
 };
-constexpr std::uint8_t kMaxLockCommandType = 7;
+constexpr std::uint8_t kMaxLockCommandType = 8;
 
 // The log entry encodings (the first byte of every command) this binary
 // applies. Version 2 is lockd 1.1's. A node refuses to start applying an
@@ -45,21 +50,26 @@ constexpr std::uint16_t kEntryVersionMin = 2;
 #ifdef LOCKD_ENTRY_VERSION_MAX
 constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
 #else
-constexpr std::uint16_t kEntryVersionMax = 2;
+constexpr std::uint16_t kEntryVersionMax = 3;
 #endif
+// Version 3 (v1.2) adds kAcquireShared and its limit; every other command
+// is still written as version 2, so a log without `S` stays readable by a
+// 1.1 node.
+constexpr std::uint16_t kSharedEntryVersion = 3;
 
 // One command; which fields matter depends on `type`.
 struct LockCommand {
   LockCommandType type = LockCommandType::kAcquire;
   TimeNs now_ns = 0;           // the proposing leader's clock
-  std::string owner;           // kAcquire
-  std::string key;             // kAcquire, kRelease, kExpire, kKeep
-  std::uint64_t lease_ms = 0;  // kAcquire, kKeep
-  std::uint64_t wait_ms = 0;   // kAcquire
-  locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
-  locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
+  std::string owner;           // kAcquire, kAcquireShared
+  std::string key;             // kAcquire, kAcquireShared, kRelease, kExpire, kKeep
+  std::uint64_t lease_ms = 0;  // kAcquire, kAcquireShared, kKeep
+  std::uint64_t wait_ms = 0;   // kAcquire, kAcquireShared
+  locks::ClientId client = 0;  // kAcquire, kAcquireShared: who gets a later Delivery
+  locks::WaiterId waiter = 0;  // kAcquire, kAcquireShared (if it waits), kCancelWaiter
   locks::Token token = 0;      // kRelease, kExpire, kKeep
   std::uint64_t token_base = 0;  // kLeaderStart: wall-clock ns, the token base if none is set yet
+  std::uint16_t limit = 0;       // kAcquireShared: the `S` limit (encoded for that type only)
 
   bool operator==(const LockCommand&) const = default;
 };
