@@ -82,8 +82,9 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   // acquire applied at that index later (an assertion in the table).
   locks::WaiterId last_waiter = 0;
   fresh->for_each([&](std::string_view, const locks::KeyState& s) {
-    if (!s.waiters) return;
-    for (const locks::Waiter& w : *s.waiters) last_waiter = std::max(last_waiter, w.id);
+    const std::list<locks::Waiter>* queue = s.waiters();
+    if (queue == nullptr) return;
+    for (const locks::Waiter& w : *queue) last_waiter = std::max(last_waiter, w.id);
   });
   if (last_waiter > index) {
     error = "snapshot: waiter id " + std::to_string(last_waiter) + " is beyond its index " +

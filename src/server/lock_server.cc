@@ -113,6 +113,7 @@ char acl_verb(proto::Verb v) {
     case proto::Verb::kAcquire: return 'A';
     case proto::Verb::kRelease: return 'R';
     case proto::Verb::kKeep: return 'K';
+    case proto::Verb::kShared: return 'S';
     case proto::Verb::kHello: return 'H';  // never checked against the ACL
   }
   return '?';
@@ -169,6 +170,7 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
       case proto::Verb::kShared: ++stats_.requests_shared; break;
       case proto::Verb::kKeep: ++stats_.requests_keep; break;
       case proto::Verb::kRelease: ++stats_.requests_release; break;
+      case proto::Verb::kHello: break;  // answered before it gets here
     }
     return service_->handle(client.conn->id(), req, now, out, stats_);
   }
