@@ -89,6 +89,8 @@ json cluster_json(const ClusterStatus& c) {
         {"role", m.role},
         {"match_index", m.match_index ? json(*m.match_index) : json(nullptr)},
         {"last_contact_ms", m.last_contact_ms ? json(*m.last_contact_ms) : json(nullptr)},
+        {"link", m.link_up ? json(*m.link_up ? "up" : "down") : json(nullptr)},
+        {"last_heard_ms", m.last_heard_ms ? json(*m.last_heard_ms) : json(nullptr)},
     });
   }
   return json{
@@ -102,6 +104,14 @@ json cluster_json(const ClusterStatus& c) {
       {"leader", c.leader_addr.empty() ? json(nullptr) : json(c.leader_addr)},
       {"applied_index", c.applied_index},
   };
+}
+
+// The bounds a request is checked against, so a client that got
+// `E bad_lease` can say what the server allows (lockctl does).
+static json limits_json(const server::ServerConfig& c) {
+  return json{{"default_lease_ms", c.parse.default_lease_ms},
+              {"max_lease_ms", c.parse.max_lease_ms},
+              {"max_wait_ms", c.parse.max_wait_ms}};
 }
 
 json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs now_ns,
@@ -132,6 +142,7 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
         {"holders_exact", exact},
         {"requests", requests_json(server.stats())},
         {"replies", replies_json(server.stats())},
+        {"limits", limits_json(server.config())},
     };
   }
   return json{
@@ -152,6 +163,7 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
       {"holders_exact", exact},
       {"requests", requests_json(server.stats())},
       {"replies", replies_json(server.stats())},
+      {"limits", limits_json(server.config())},
   };
 }
 

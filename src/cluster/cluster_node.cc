@@ -375,6 +375,14 @@ NodeStatusView ClusterNode::status(TimeNs now_ns) const {
         }
       }
     }
+    if (m.id != s.id) {
+      if (const PeerStats* ps = transport_->peer_stats(m.id)) {
+        mv.link_up = ps->link == LinkState::kConnected || ps->inbound_connected;
+        if (ps->last_contact_ns != 0) mv.last_heard_ms = (now_ns - ps->last_contact_ns) / kNsPerMs;
+      } else {
+        mv.link_up = false;
+      }
+    }
     v.members.push_back(std::move(mv));
   }
   return v;

@@ -185,7 +185,7 @@ bool Daemon::start_cluster(std::string& error) {
       for (const cluster::MemberView& m : v.members) {
         c.members.push_back(admin::ClusterMember{m.id, m.client_addr, m.raft_addr,
                                                  m.leader ? "leader" : "follower", m.match,
-                                                 m.last_contact_ms});
+                                                 m.last_contact_ms, m.link_up, m.last_heard_ms});
       }
       return c;
     };

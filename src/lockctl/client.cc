@@ -29,7 +29,7 @@ class Socket {
 };
 
 // Connects with a timeout; returns -1 with `error` set on failure.
-int connect_to(const net::Endpoint& ep, std::string& error) {
+int connect_to(const net::Endpoint& ep, int timeout_ms, std::string& error) {
   sockaddr_storage addr{};
   socklen_t len = 0;
   if (!net::resolve(ep, addr, len, error)) return -1;
@@ -45,7 +45,7 @@ int connect_to(const net::Endpoint& ep, std::string& error) {
       return -1;
     }
     pollfd p{fd, POLLOUT, 0};
-    const int r = ::poll(&p, 1, kConnectTimeoutMs);
+    const int r = ::poll(&p, 1, timeout_ms);
     int so_error = 0;
     socklen_t so_len = sizeof so_error;
     if (r <= 0) {
@@ -122,9 +122,18 @@ bool read_until(int fd, std::string& out, int timeout_ms, Stop stop, std::string
 
 }  // namespace
 
+bool is_protocol_reply(std::string_view line) {
+  // A, T, R, N, K, B, E, M, S (v1.2 shared), H (v1.2 auth), then a space
+  // or the end of the line.
+  return line.size() >= 1 && std::string_view("ATRNKBEMSH").find(line[0]) != std::string_view::npos &&
+         (line.size() == 1 || line[1] == ' ' || line[1] == '\r');
+}
+
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
-                                     std::string& error, std::size_t max_bytes, int timeout_ms) {
-  const Socket sock(connect_to(ep, error));
+                                     int timeout_ms, std::string& error, Failure& failure,
+                                     std::size_t max_bytes) {
+  failure = Failure::kUnreachable;
+  const Socket sock(connect_to(ep, timeout_ms, error));
   if (sock.fd() < 0) return std::nullopt;
   std::string req = "GET ";
   req.append(target);
@@ -133,8 +142,14 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
   req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n\r\n");
   if (!send_all(sock.fd(), req, timeout_ms, error)) return std::nullopt;
   std::string raw;
-  // Read to EOF (we asked for Connection: close), or to Content-Length.
+  // Read to EOF (we asked for Connection: close), or to Content-Length;
+  // stop at once when the first bytes are not HTTP (a lockd client port
+  // answers our request line with an `E` line and keeps the connection).
   const auto complete = [](const std::string& s) {
+    constexpr std::string_view kHttp = "HTTP/";
+    if (std::string_view(s).substr(0, kHttp.size()) != kHttp.substr(0, std::min(s.size(), kHttp.size()))) {
+      return true;
+    }
     const std::size_t end = s.find("\r\n\r\n");
     if (end == std::string::npos) return false;
     const std::string_view head(s.data(), end);
@@ -153,8 +168,22 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
   // Status line: HTTP/1.x NNN reason
   HttpResponse resp;
   const std::size_t end = raw.find("\r\n\r\n");
-  if (!raw.starts_with("HTTP/1.") || raw.size() < 12 || end == std::string::npos) {
-    error = raw.empty() ? "connection closed without a reply" : "not an HTTP reply";
+  if (raw.empty()) {
+    error = "connection closed without a reply";
+    return std::nullopt;
+  }
+  if (!raw.starts_with("HTTP/")) {
+    failure = Failure::kWrongPort;
+    const std::string first = raw.substr(0, std::min(raw.find_first_of("\r\n"), std::size_t{60}));
+    error = is_protocol_reply(first)
+                ? "it answered '" + first +
+                      "': this looks like lockd's client (lock) port, not the admin port; give "
+                      "the admin address with --admin (single mode's default is 127.0.0.1:7071)"
+                : "it answered '" + first + "', which is not HTTP: not lockd's admin port";
+    return std::nullopt;
+  }
+  if (raw.size() < 12 || end == std::string::npos) {
+    error = "not a whole HTTP reply";
     return std::nullopt;
   }
   const auto [p, ec] = std::from_chars(raw.data() + 9, raw.data() + 12, resp.status);
@@ -167,14 +196,17 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
 }
 
 std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
-                                         int timeout_ms, std::string& error) {
-  const Socket sock(connect_to(ep, error));
+                                         int connect_timeout_ms, int timeout_ms,
+                                         std::string& error, Failure& failure) {
+  failure = Failure::kUnreachable;
+  const Socket sock(connect_to(ep, connect_timeout_ms, error));
   if (sock.fd() < 0) return std::nullopt;
   std::string req(line);
   req.push_back('\n');
-  if (!send_all(sock.fd(), req, kRequestTimeoutMs, error)) return std::nullopt;
+  if (!send_all(sock.fd(), req, connect_timeout_ms, error)) return std::nullopt;
   std::string reply;
   const auto has_line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
+  failure = Failure::kNoAnswer;
   if (!read_until(sock.fd(), reply, timeout_ms, has_line, error)) return std::nullopt;
   const std::size_t nl = reply.find('\n');
   if (nl == std::string::npos) {
@@ -183,6 +215,17 @@ std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_vi
   }
   reply.resize(nl);
   if (!reply.empty() && reply.back() == '\r') reply.pop_back();
+  failure = Failure::kUnreachable;
+  if (!is_protocol_reply(reply)) {
+    failure = Failure::kWrongPort;
+    const std::string first = reply.substr(0, 60);
+    error = first.starts_with("HTTP/")
+                ? "it answered '" + first +
+                      "': this looks like lockd's admin (HTTP) port, not the client port; give "
+                      "the client address with --addr (single mode's default is 127.0.0.1:7070)"
+                : "it answered '" + first + "', which is not the lockd protocol";
+    return std::nullopt;
+  }
   return reply;
 }
 

@@ -5,8 +5,8 @@
 // Why blocking sockets and not evhttp's client: lockctl does one thing at
 // a time and waits for it; a plain socket with timeouts is the simplest
 // correct tool and adds no dependency. Every call has a deadline, so a
-// stuck server cannot hang lockctl (except `acquire --wait`, whose
-// deadline is the wait plus kReplyGraceMs).
+// stuck server cannot hang lockctl (`acquire --wait`'s deadline is the
+// wait plus --timeout).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,10 @@
 
 namespace lockd::lockctl {
 
-constexpr int kConnectTimeoutMs = 3'000;
-constexpr int kRequestTimeoutMs = 10'000;
-// Extra time `acquire --wait` gives the server beyond the wait itself.
-constexpr std::uint64_t kReplyGraceMs = 10'000;
+// --timeout's default: how long one node gets to accept the connection and
+// answer (beyond an acquire's own --wait). Short, so that a dead or wrong
+// address costs seconds, not the ten it used to, before the next is tried.
+constexpr int kDefaultTimeoutMs = 2'000;
 // Largest HTTP response or reply line lockctl accepts.
 constexpr std::size_t kMaxResponseBytes = 64 * 1024 * 1024;
 
@@ -30,17 +30,31 @@ struct HttpResponse {
   std::string body;
 };
 
+// Why a call failed.
+enum class Failure {
+  kUnreachable,  // no connection (refused, connect timed out): the next address may do
+  kNoAnswer,     // the request went out but no reply came: it may have taken effect
+  kWrongPort,    // something answered, but not this kind of server: a config mistake
+};
+
 // GET `target` (path and query, already percent-encoded). nullopt with
-// `error` set when the server cannot be reached or the answer is not HTTP.
+// `error` set when the server cannot be reached or the answer is not HTTP
+// (`failure` says which; a lockd client port is named as such).
 // `max_bytes` and `timeout_ms` (per read) bound what one GET may take;
 // `snapshot save` raises both.
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
-                                     std::string& error, std::size_t max_bytes = kMaxResponseBytes,
-                                     int timeout_ms = kRequestTimeoutMs);
+                                     int timeout_ms, std::string& error, Failure& failure,
+                                     std::size_t max_bytes = kMaxResponseBytes);
 
 // Sends one request line (without `\n`) and returns the first reply line
-// (without `\n`). nullopt with `error` set on connect/read failure.
+// (without `\n`). nullopt with `error` set on connect/read failure, or
+// when the reply is not the lock protocol (an HTTP server: "this looks
+// like the admin port").
 std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
-                                         int timeout_ms, std::string& error);
+                                         int connect_timeout_ms, int timeout_ms,
+                                         std::string& error, Failure& failure);
+
+// The first letter of every reply line of the lock protocol.
+bool is_protocol_reply(std::string_view line);
 
 }  // namespace lockd::lockctl

@@ -26,6 +26,12 @@ void print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
 void fail(const std::string& msg) { std::fprintf(stderr, "lockctl: %s\n", msg.c_str()); }
 
+// "a (connection refused), b (timed out)": what each address did.
+void note_failure(std::string& all, const net::Endpoint& ep, const std::string& error) {
+  if (!all.empty()) all += ", ";
+  all += fmt::format("{} ({})", ep.to_string(), error);
+}
+
 int exit_for_http(int status) {
   if (status >= 200 && status < 300) return kExitOk;
   if (status == 400 || status == 405) return kExitUsage;
@@ -38,10 +44,12 @@ int exit_for_http(int status) {
 int fetch(const Globals& g, const std::string& target, json& out, int& http_status,
           int quiet_status = 0) {
   std::string error;
-  const auto resp = http_get(g.admin, target, error);
+  Failure failure = Failure::kUnreachable;
+  net::Endpoint answered;
+  const auto resp = admin_get(g, target, answered, error, failure);
   if (!resp) {
-    fail(fmt::format("cannot reach the lockd admin API at {}: {}", g.admin.to_string(), error));
-    return kExitUnreachable;
+    fail(error);
+    return failure == Failure::kWrongPort ? kExitUsage : kExitUnreachable;
   }
   http_status = resp->status;
   if (g.json) {
@@ -57,9 +65,13 @@ int fetch(const Globals& g, const std::string& target, json& out, int& http_stat
                                                                    : resp->body;
     fail(fmt::format("{} (HTTP {})", why, resp->status));
   }
-  if (resp->status == 200 && out.is_discarded()) {
-    fail("the admin API answered something that is not JSON");
-    return kExitNegative;
+  if (out.is_discarded() && !g.json) {
+    // An HTTP server, but not lockd's API: its own 404 page, a proxy's
+    // error, another service on that port.
+    fail(fmt::format("{} answered HTTP {} with a body that is not JSON: this does not look like "
+                     "lockd's admin API (wrong --admin?)",
+                     answered.to_string(), resp->status));
+    return kExitUsage;
   }
   return exit_for_http(resp->status);
 }
@@ -69,6 +81,27 @@ std::string str_or_dash(const json& j, const char* name) {
 }
 
 }  // namespace
+
+std::optional<HttpResponse> admin_get(const Globals& g, const std::string& target,
+                                      net::Endpoint& answered, std::string& error,
+                                      Failure& failure) {
+  std::string tried;
+  for (const net::Endpoint& ep : g.admins) {
+    std::string err;
+    auto resp = http_get(ep, target, g.timeout_ms, err, failure);
+    if (resp) {
+      answered = ep;
+      return resp;
+    }
+    if (failure == Failure::kWrongPort) {
+      error = fmt::format("the admin address {}: {}", ep.to_string(), err);
+      return std::nullopt;
+    }
+    note_failure(tried, ep, err);
+  }
+  error = fmt::format("cannot reach the lockd admin API at {}", tried);
+  return std::nullopt;
+}
 
 int cmd_status(const Globals& g) {
   json j;
@@ -184,7 +217,7 @@ int cmd_cluster(const Globals& g) {
   json j;
   int http = 0;
   const int rc = fetch(g, "/v1/cluster", j, http, /*quiet_status=*/404);
-  if (http == 404 && !g.json) {
+  if (http == 404 && !g.json && rc != kExitUsage) {
     fail(fmt::format("{} runs in single mode: there is no cluster to show (HTTP 404)",
                      g.admin.to_string()));
   }
@@ -195,17 +228,60 @@ int cmd_cluster(const Globals& g) {
 
 namespace {
 
-// Sends one protocol line, follows `M` redirects, prints the reply and
-// maps its letter to the exit status.
+// After `E bad_lease` / `E bad_wait`: one line saying what the server
+// allows (from /v1/status "limits"), or that its admin API could not say.
+void explain_bound(const Globals& g, bool lease) {
+  const char* flag = lease ? "--max-lease-ms" : "--max-wait-ms";
+  const char* field = lease ? "max_lease_ms" : "max_wait_ms";
+  std::string error;
+  Failure failure = Failure::kUnreachable;
+  net::Endpoint answered;
+  const auto resp = admin_get(g, "/v1/status", answered, error, failure);
+  json j = resp ? json::parse(resp->body, nullptr, false) : json();
+  if (j.is_object() && j.contains("limits") && j["limits"].is_object() &&
+      j["limits"].value(field, json()).is_number_unsigned()) {
+    const auto max = j["limits"][field].get<std::uint64_t>();
+    fail(fmt::format("the server's maximum {} is {} ms ({}, its {}){}", lease ? "lease" : "wait",
+                     max, human_duration_ms(static_cast<std::int64_t>(max)), flag,
+                     lease ? "; a lease must also be at least 1 ms" : ""));
+    return;
+  }
+  fail(fmt::format("the {} is larger than the server's {} (its admin API did not say the "
+                   "value: {})",
+                   lease ? "lease" : "wait", flag, resp ? "no limits in /v1/status" : error));
+}
+
+// Sends one protocol line to the first of --addr that answers, follows `M`
+// redirects, prints the reply and maps its letter to the exit status.
 int protocol_request(const Globals& g, const std::string& line, int timeout_ms) {
-  net::Endpoint target = g.addr;
+  std::size_t next = 0;  // the next --addr to try
+  net::Endpoint target = g.addrs.at(next++);
   std::string redirected_by;  // the node whose `M` sent us to `target`
+  std::string tried;          // the --addr entries that did not answer
   for (int hop = 0;; ++hop) {
     std::string error;
-    const auto reply = exchange_line(target, line, timeout_ms, error);
+    Failure failure = Failure::kUnreachable;
+    const auto reply = exchange_line(target, line, g.timeout_ms, timeout_ms, error, failure);
+    if (!reply && failure == Failure::kWrongPort) {
+      fail(fmt::format("{}: {}", target.to_string(), error));
+      return kExitUsage;
+    }
+    if (!reply && failure == Failure::kNoAnswer) {
+      fail(fmt::format("no answer from {} in time ({}): the request may or may not have taken "
+                       "effect (raise --timeout?)",
+                       target.to_string(), error));
+      return kExitUnreachable;
+    }
+    if (!reply && redirected_by.empty() && next < g.addrs.size()) {
+      note_failure(tried, target, error);  // a dead node: the next one
+      target = g.addrs[next++];
+      --hop;
+      continue;
+    }
     if (!reply) {
       if (redirected_by.empty()) {
-        fail(fmt::format("cannot reach lockd at {}: {}", target.to_string(), error));
+        note_failure(tried, target, error);
+        fail(fmt::format("cannot reach lockd at {}", tried));
       } else {
         // A follower that has not yet noticed its leader died points at it.
         fail(fmt::format("cannot reach the leader {} that {} named: {} (a leader change under "
@@ -235,6 +311,8 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       fail(fmt::format("{} knows no leader (an election is under way?); the request was not "
                        "processed, try again",
                        target.to_string()));
+    } else if (reply->starts_with("E bad_lease") || reply->starts_with("E bad_wait")) {
+      explain_bound(g, reply->starts_with("E bad_lease"));
     } else if (reply->starts_with("E indeterminate")) {
       fail(fmt::format("{} lost leadership before the request committed: it may or may not "
                        "have taken effect",
@@ -304,8 +382,8 @@ int cmd_acquire(const Globals& g, const std::string& owner, const std::string& k
   std::string line = fmt::format("A {} {}", owner, key);
   if (lease_ms || wait_ms) line += fmt::format(" {}", lease_ms.value_or(kDefaultLeaseWithWaitMs));
   if (wait_ms) line += fmt::format(" {}", *wait_ms);
-  const std::uint64_t timeout_ms =
-      static_cast<std::uint64_t>(kRequestTimeoutMs) + wait_ms.value_or(0) + kReplyGraceMs;
+  // The wait is the server's to spend; --timeout is for the answer after it.
+  const std::uint64_t timeout_ms = static_cast<std::uint64_t>(g.timeout_ms) + wait_ms.value_or(0);
   return protocol_request(g, line, static_cast<int>(std::min<std::uint64_t>(timeout_ms, INT32_MAX)));
 }
 
@@ -314,7 +392,7 @@ int cmd_release(const Globals& g, const std::string& token, const std::string& k
     fail("TOKEN and KEY must be non-empty visible ASCII without spaces");
     return kExitUsage;
   }
-  return protocol_request(g, fmt::format("R {} {}", token, key), kRequestTimeoutMs);
+  return protocol_request(g, fmt::format("R {} {}", token, key), g.timeout_ms);
 }
 
 int cmd_keep(const Globals& g, const std::string& token, const std::string& key,
@@ -323,7 +401,7 @@ int cmd_keep(const Globals& g, const std::string& token, const std::string& key,
     fail("TOKEN and KEY must be non-empty visible ASCII without spaces");
     return kExitUsage;
   }
-  return protocol_request(g, fmt::format("K {} {} {}", token, key, lease_ms), kRequestTimeoutMs);
+  return protocol_request(g, fmt::format("K {} {} {}", token, key, lease_ms), g.timeout_ms);
 }
 
 }  // namespace lockd::lockctl

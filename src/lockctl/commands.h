@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "client.h"
 #include "lockd/net/address.h"
 
 namespace lockd::lockctl {
@@ -20,10 +22,22 @@ enum ExitCode : int {
 
 // Flags every command takes.
 struct Globals {
-  net::Endpoint addr{"127.0.0.1", 7070};   // text protocol
-  net::Endpoint admin{"127.0.0.1", 7071};  // HTTP admin API
+  net::Endpoint addr{"127.0.0.1", 7070};   // text protocol: the first of `addrs`
+  net::Endpoint admin{"127.0.0.1", 7071};  // HTTP admin API: the first of `admins`
   bool json = false;                       // print the API's JSON unchanged
+  // --addr / --admin (or LOCKD_ADDR / LOCKD_ADMIN): comma-separated lists,
+  // tried in order until one answers (a cluster's nodes).
+  std::vector<net::Endpoint> addrs{addr};
+  std::vector<net::Endpoint> admins{admin};
+  int timeout_ms = kDefaultTimeoutMs;  // --timeout: per node, beyond an acquire's --wait
 };
+
+// GETs `target` from the first admin address that answers. nullopt with
+// one line in `error` naming every address tried; `failure` kWrongPort
+// when one answered as something else (then the others are not tried).
+std::optional<HttpResponse> admin_get(const Globals& g, const std::string& target,
+                                      net::Endpoint& answered, std::string& error,
+                                      Failure& failure);
 
 int cmd_status(const Globals& g);
 int cmd_locks(const Globals& g, const std::string& prefix, const std::string& after,

@@ -39,7 +39,8 @@ std::string render_cluster(const nlohmann::ordered_json& j) {
   // Lag needs the leader's commit index, which only the leader's own view
   // pairs with match indexes.
   const json commit = j.is_object() ? j.value("commit_index", json()) : json();
-  Table t({"ID", "ROLE", "CLIENT", "RAFT", "MATCH", "LAG", "LAST CONTACT"});
+  Table t({"ID", "ROLE", "CLIENT", "RAFT", "LINK", "MATCH", "LAG", "LAST CONTACT"});
+  const json self = j.is_object() ? j.value("node_id", json()) : json();
   const json members = j.is_object() ? j.value("members", json::array()) : json::array();
   for (const json& m : members) {
     if (!m.is_object()) continue;
@@ -50,10 +51,20 @@ std::string render_cluster(const nlohmann::ordered_json& j) {
       const auto mi = match.get<std::uint64_t>();
       lag = std::to_string(c > mi ? c - mi : 0);  // a match past commit is not behind
     }
-    const json contact = m.value("last_contact_ms", json());
-    t.add({field(m, "id"), field(m, "role"), field(m, "client_addr"), field(m, "raft_addr"),
+    // The leader's last contact, else when this node last heard from it.
+    json contact = m.value("last_contact_ms", json());
+    if (!contact.is_number()) contact = m.value("last_heard_ms", json());
+    const json link = m.value("link", json());
+    const bool is_self = m.value("id", json()) == self;
+    // A member this node has no connection to is not shown as a healthy
+    // follower: its role is whatever it is now, unknown from here.
+    std::string role = field(m, "role");
+    if (link == "down" && role != "leader") role = "unreachable";
+    t.add({field(m, "id"), role, field(m, "client_addr"), field(m, "raft_addr"),
+           is_self ? std::string("self") : (link.is_string() ? link.get<std::string>() : "-"),
            field(m, "match_index"), lag,
-           contact.is_number() ? human_duration_ms(contact.get<std::int64_t>()) + " ago" : "-"});
+           contact.is_number() ? human_duration_ms(contact.get<std::int64_t>()) + " ago"
+                               : (link == "down" ? "never" : "-")});
   }
   out += t.render();
   return out;

@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.h"
 #include "lockd/version/version.h"
@@ -15,15 +18,51 @@ namespace {
 
 using lockd::lockctl::kExitUsage;
 
-// Turns `HOST:PORT` flag text into an endpoint, for CLI11.
-std::string endpoint_check(const std::string& text) {
+// `HOST:PORT[,HOST:PORT...]` -> endpoints; "" or the error, for CLI11.
+std::string endpoints_check(const std::string& text) {
   std::string error;
-  return lockd::net::parse_endpoint(text, error) ? std::string() : error;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string one = text.substr(start, comma - start);
+    if (!lockd::net::parse_endpoint(one, error)) return "'" + one + "': " + error;
+    if (comma == std::string::npos) return {};
+    start = comma + 1;
+  }
 }
 
-lockd::net::Endpoint to_endpoint(const std::string& text) {
+std::vector<lockd::net::Endpoint> to_endpoints(const std::string& text) {
+  std::vector<lockd::net::Endpoint> out;
   std::string error;
-  return *lockd::net::parse_endpoint(text, error);
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(*lockd::net::parse_endpoint(text.substr(start, comma - start), error));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// The usage line of each command, printed after a usage error in it.
+const std::map<std::string, std::string> kUsage = {
+    {"status", "lockctl status"},
+    {"locks", "lockctl locks [--prefix P] [--after K] [--limit N]"},
+    {"lock", "lockctl lock KEY"},
+    {"cluster", "lockctl cluster"},
+    {"acquire", "lockctl acquire OWNER KEY [--lease MS] [--wait MS]"},
+    {"release", "lockctl release TOKEN KEY"},
+    {"keep", "lockctl keep TOKEN KEY --lease MS"},
+    {"run", "lockctl run KEY [--owner O] [--lease MS] [--wait MS] -- COMMAND [ARGS...]"},
+    {"top", "lockctl top [--interval-ms MS] [--iterations N] [--rows N]"},
+};
+
+// The command named on the command line (the first word that is one).
+std::string command_in(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") break;
+    if (kUsage.contains(argv[i])) return argv[i];
+  }
+  return {};
 }
 
 }  // namespace
@@ -35,10 +74,20 @@ int main(int argc, char** argv) {
   std::string addr = "127.0.0.1:7070";
   std::string admin = "127.0.0.1:7071";
   bool json = false;
-  app.add_option("--addr", addr, "lockd client address (text protocol)")
-      ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
-  app.add_option("--admin", admin, "lockd admin API address")
-      ->check(CLI::Validator(endpoint_check, "HOST:PORT"));
+  int timeout_ms = lockd::lockctl::kDefaultTimeoutMs;
+  app.add_option("--addr", addr,
+                 "lockd client address(es), comma-separated, tried in order (default "
+                 "127.0.0.1:7070)")
+      ->envname("LOCKD_ADDR")
+      ->check(CLI::Validator(endpoints_check, "HOST:PORT[,...]"));
+  app.add_option("--admin", admin,
+                 "lockd admin API address(es), comma-separated, tried in order (default "
+                 "127.0.0.1:7071)")
+      ->envname("LOCKD_ADMIN")
+      ->check(CLI::Validator(endpoints_check, "HOST:PORT[,...]"));
+  app.add_option("--timeout", timeout_ms,
+                 "ms one node gets to connect and answer, beyond an acquire's --wait (default 2000)")
+      ->check(CLI::Range(1, 3'600'000));
   app.add_flag("--json", json, "print the admin API's JSON unchanged");
   // "lockctl 0.1.0 (git 9c497a1)": the same version as the lockd it ships with.
   std::string version = "lockctl " + std::string(lockd::version::number());
@@ -85,13 +134,25 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "hold a lock while a command runs: run KEY -- CMD ARGS...");
   lockd::lockctl::RunOptions run_opt;
   std::string run_owner;
-  run->add_option("KEY", run_opt.key, "the key")->required();
+  run->add_option("KEY", run_opt.key, "the key");
   run->add_option("--owner", run_owner, "owner label (default lockctl-run@HOST:PID)");
   run->add_option("--lease", run_opt.lease_ms, "lease in ms, kept alive while the command runs (default 30000)")
       ->check(CLI::PositiveNumber);
   run->add_option("--wait", run_opt.wait_ms, "wait up to MS for the lock (default 0)");
-  run->add_option("COMMAND", run_opt.command, "the command and its arguments, after --")
-      ->required();
+  run->add_option("COMMAND", run_opt.command, "the command and its arguments, after --");
+  // What follows `run`'s `--` is the command, never KEY: cut it off before
+  // CLI11 fills the positionals from it (`run -- true` lacks a KEY).
+  std::vector<std::string> after_dashes;
+  bool has_dashes = false;
+  if (command_in(argc, argv) == "run") {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--") continue;
+      has_dashes = true;
+      after_dashes.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
 
   auto* top = app.add_subcommand("top", "live view of the busiest keys (q to quit)");
   lockd::lockctl::TopOptions top_opt;
@@ -113,11 +174,23 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "lockctl: %s (see lockctl --help)\n", e.what());
+    const std::string cmd = command_in(argc, argv);
+    if (cmd.empty()) {
+      std::fprintf(stderr, "lockctl: %s (see lockctl --help)\n", e.what());
+    } else {
+      std::fprintf(stderr, "lockctl %s: %s; usage: %s\n", cmd.c_str(), e.what(),
+                   kUsage.at(cmd).c_str());
+    }
     return kExitUsage;
   }
 
-  lockd::lockctl::Globals g{to_endpoint(addr), to_endpoint(admin), json};
+  lockd::lockctl::Globals g;
+  g.addrs = to_endpoints(addr);
+  g.admins = to_endpoints(admin);
+  g.addr = g.addrs.front();
+  g.admin = g.admins.front();
+  g.json = json;
+  g.timeout_ms = timeout_ms;
   using namespace lockd::lockctl;
   if (*status) return cmd_status(g);
   if (*locks) return cmd_locks(g, prefix, after, limit);
@@ -127,6 +200,16 @@ int main(int argc, char** argv) {
   if (*release) return cmd_release(g, token, key);
   if (*keep) return cmd_keep(g, token, key, keep_lease_ms);
   if (*run) {
+    if (has_dashes) run_opt.command.insert(run_opt.command.end(), after_dashes.begin(), after_dashes.end());
+    if (run_opt.key.empty()) {
+      std::fprintf(stderr, "lockctl run: KEY is missing; usage: %s\n", kUsage.at("run").c_str());
+      return kExitUsage;
+    }
+    if (run_opt.command.empty()) {
+      std::fprintf(stderr, "lockctl run: COMMAND is missing after --; usage: %s\n",
+                   kUsage.at("run").c_str());
+      return kExitUsage;
+    }
     if (!run_owner.empty()) run_opt.owner = run_owner;
     return cmd_run(g, run_opt);
   }

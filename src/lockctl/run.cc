@@ -77,7 +77,10 @@ int cmd_run(const Globals& g, const RunOptions& opt) {
   const std::string owner = opt.owner.value_or(default_owner());
 
   lc::Options copt;
-  copt.addresses = {g.addr.to_string()};
+  copt.addresses.clear();
+  for (const net::Endpoint& ep : g.addrs) copt.addresses.push_back(ep.to_string());
+  copt.connect_timeout = std::chrono::milliseconds(g.timeout_ms);
+  copt.reply_timeout = std::chrono::milliseconds(g.timeout_ms);
   lc::Client client(copt);
   // Signals keep their default action during the acquire: Ctrl-C while
   // waiting just ends lockctl, and lockd cancels the waiting acquire when

@@ -108,7 +108,9 @@ int cmd_snapshot_save(const Globals& g, const std::string& file) {
   // A follower names the leader's admin address: follow it once.
   for (int hop = 0; hop < 2; ++hop) {
     std::string error;
-    resp = http_get(admin, "/v1/snapshot", error, cluster::kMaxBackupBytes, kSnapshotTimeoutMs);
+    Failure failure = Failure::kUnreachable;
+    resp = http_get(admin, "/v1/snapshot", kSnapshotTimeoutMs, error, failure,
+                    cluster::kMaxBackupBytes);
     if (!resp) {
       fail(fmt::format("cannot reach the lockd admin API at {}: {}", admin.to_string(), error));
       return kExitUnreachable;

@@ -217,24 +217,27 @@ int cmd_top(const Globals& g, const TopOptions& opt) {
       }
       const auto started = std::chrono::steady_clock::now();
       std::string error;
-      const auto resp = http_get(g.admin, fmt::format("/v1/top?limit={}", per_table), error);
+      Failure failure = Failure::kUnreachable;
+      net::Endpoint answered;
+      const auto resp =
+          admin_get(g, fmt::format("/v1/top?limit={}", per_table), answered, error, failure);
       std::string frame_text;
       json top;
       if (resp && resp->status == 200) {
         top = json::parse(resp->body, nullptr, false);
         if (top.is_discarded() || !top.contains("status")) {
-          error = "the admin API answered something that is not /v1/top JSON";
+          error = fmt::format("the admin API at {} answered something that is not /v1/top JSON",
+                              answered.to_string());
         }
       } else if (resp) {
-        error = fmt::format("HTTP {} from /v1/top", resp->status);
+        error = fmt::format("HTTP {} from /v1/top at {}", resp->status, answered.to_string());
       }
       if (!error.empty()) {
         if (!before) {  // never reached it: fail like every other command
           last_error = error;
           break;
         }
-        frame_text = fmt::format("lockctl top: cannot reach {}: {} (retrying)\n",
-                                 g.admin.to_string(), error);
+        frame_text = fmt::format("lockctl top: {} (retrying)\n", error);
       } else {
         Sample now{started, top["status"].value("requests", json::object()),
                    top["status"].value("replies", json::object())};
@@ -269,8 +272,7 @@ int cmd_top(const Globals& g, const TopOptions& opt) {
     }
   }  // terminal restored here
   if (!last_error.empty()) {
-    std::fprintf(stderr, "lockctl: cannot reach the lockd admin API at %s: %s\n",
-                 g.admin.to_string().c_str(), last_error.c_str());
+    std::fprintf(stderr, "lockctl: %s\n", last_error.c_str());
     return kExitUnreachable;
   }
   return kExitOk;

@@ -27,6 +27,7 @@
 
 #include "eventually.h"
 #include "http_get.h"
+#include "lockd_cluster.h"
 #include "lockd_process.h"
 
 namespace lockd::testing {
@@ -469,13 +470,13 @@ TEST(LockctlClusterTest, ClusterTableShowsRolesMatchAndLag) {
   Outcome c = ctl_at(admin.addr(), {"cluster"});
   EXPECT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.out.find("leader 1  term 4  commit index 120"), std::string::npos) << c.out;
-  EXPECT_NE(c.out.find("ID  ROLE      CLIENT          RAFT            MATCH  LAG  LAST CONTACT"),
+  EXPECT_NE(c.out.find("ID  ROLE      CLIENT          RAFT            LINK  MATCH  LAG  LAST CONTACT"),
             std::string::npos)
       << c.out;
-  EXPECT_NE(c.out.find("2   follower  127.0.0.1:7002  127.0.0.1:8002  117    3    12ms ago"),
+  EXPECT_NE(c.out.find("2   follower  127.0.0.1:7002  127.0.0.1:8002  -     117    3    12ms ago"),
             std::string::npos)
       << c.out;
-  EXPECT_NE(c.out.find("3   follower  127.0.0.1:7003  127.0.0.1:8003  -      -    -"),
+  EXPECT_NE(c.out.find("3   follower  127.0.0.1:7003  127.0.0.1:8003  -     -      -    -"),
             std::string::npos)
       << c.out;
   Outcome j = ctl_at(admin.addr(), {"--json", "cluster"});
@@ -525,6 +526,161 @@ TEST(LockctlTest, NoServerExitsThreeWithOneLine) {
     EXPECT_EQ(r.status, 3) << cmd[0] << ": " << r.err;
     EXPECT_NE(r.err.find("cannot reach"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// --- addresses, environment, timeouts, wrong ports (issue 25) -------------
+
+std::string loopback(std::uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
+
+// lockctl with extra environment variables (`NAME=value`) and no --addr.
+Outcome ctl_env(const std::vector<std::string>& env, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(lockctl_binary());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+TEST(LockctlTest, AddressListsAndEnvironmentAreTriedInOrder) {
+  Fixture f;
+  const std::string dead = dead_addr();
+  const std::string live = loopback(f.lockd.port());
+  const std::string admin = loopback(f.lockd.admin_port());
+  Outcome a = run({lockctl_binary(), "--addr", dead + "," + live, "acquire", "alice", "k1"});
+  EXPECT_EQ(a.status, 0) << a.err;
+  Outcome s = run({lockctl_binary(), "--admin", dead + "," + admin, "status"});
+  EXPECT_EQ(s.status, 0) << s.err;
+  Outcome e = ctl_env({"LOCKD_ADDR=" + dead + "," + live, "LOCKD_ADMIN=" + admin},
+                      {"acquire", "bob", "k2"});
+  EXPECT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(ctl_env({"LOCKD_ADMIN=" + dead + "," + admin}, {"lock", "k2"}).status, 0);
+  // The flag wins over the environment.
+  Outcome w = ctl_env({"LOCKD_ADDR=" + live}, {"--addr", dead, "release", "1", "k2"});
+  EXPECT_EQ(w.status, 3);
+  EXPECT_NE(w.err.find("cannot reach lockd at " + dead), std::string::npos) << w.err;
+  // Every address dead: one line naming each.
+  Outcome d = run({lockctl_binary(), "--addr", dead + "," + dead, "acquire", "a", "k"});
+  EXPECT_EQ(d.status, 3);
+  EXPECT_EQ(std::count(d.err.begin(), d.err.end(), '\n'), 1) << d.err;
+}
+
+TEST(LockctlTest, TheWrongKindOfPortIsNamedAtOnce) {
+  Fixture f;
+  const auto started = std::chrono::steady_clock::now();
+  Outcome a = run({lockctl_binary(), "--addr", loopback(f.lockd.admin_port()), "acquire", "a", "k"});
+  EXPECT_EQ(a.status, 2);
+  EXPECT_NE(a.err.find("this looks like lockd's admin (HTTP) port"), std::string::npos) << a.err;
+  Outcome s = run({lockctl_binary(), "--admin", loopback(f.lockd.port()), "status"});
+  EXPECT_EQ(s.status, 2);
+  EXPECT_NE(s.err.find("this looks like lockd's client (lock) port"), std::string::npos) << s.err;
+  // It used to wait out a 10 s read timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  // An HTTP server that is not the admin API (its own 404 page).
+  FakeNode web([](const std::string&) {
+    return std::string("HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot here\n");
+  });
+  Outcome n = run({lockctl_binary(), "--admin", web.addr(), "status"});
+  EXPECT_EQ(n.status, 2);
+  EXPECT_NE(n.err.find("does not look like lockd's admin API"), std::string::npos) << n.err;
+}
+
+TEST(LockctlTest, TimeoutIsShortAndSettable) {
+  // Accepts, reads, never answers.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);  // the kernel completes connects; nobody answers
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string silent = loopback(ntohs(a.sin_port));
+  const auto started = std::chrono::steady_clock::now();
+  Outcome r = run({lockctl_binary(), "--addr", silent, "--timeout", "300", "release", "1", "k"});
+  EXPECT_EQ(r.status, 3);
+  EXPECT_NE(r.err.find("no answer from " + silent), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("may or may not"), std::string::npos) << r.err;
+  Outcome s = run({lockctl_binary(), "--admin", silent, "status"});  // the 2 s default
+  EXPECT_EQ(s.status, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 8s);
+  ::close(fd);
+}
+
+TEST(LockctlTest, BadLeaseAndBadWaitSayTheServersMaximum) {
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--max-lease-ms", "5000", "--default-lease-ms",
+                      "1000", "--max-wait-ms", "700"});
+  const std::vector<std::string> at{lockctl_binary(), "--addr", loopback(lockd.port()), "--admin",
+                                    loopback(lockd.admin_port())};
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = at;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv);
+  };
+  Outcome l = ctl({"acquire", "a", "k", "--lease", "6000"});
+  EXPECT_EQ(l.status, 2);
+  EXPECT_EQ(l.out, "E bad_lease\n");
+  EXPECT_NE(l.err.find("the server's maximum lease is 5000 ms"), std::string::npos) << l.err;
+  Outcome w = ctl({"acquire", "a", "k", "--lease", "1000", "--wait", "701"});
+  EXPECT_EQ(w.status, 2);
+  EXPECT_NE(w.err.find("the server's maximum wait is 700 ms"), std::string::npos) << w.err;
+}
+
+TEST(LockctlTest, UsageErrorsNameWhatIsMissing) {
+  const Outcome r = run({lockctl_binary(), "run", "--", "true"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("lockctl run: KEY is missing"), std::string::npos) << r.err;
+  const Outcome c = run({lockctl_binary(), "run", "k", "--"});
+  EXPECT_EQ(c.status, 2);
+  EXPECT_NE(c.err.find("COMMAND is missing"), std::string::npos) << c.err;
+  const Outcome a = run({lockctl_binary(), "acquire", "onlyowner"});
+  EXPECT_EQ(a.status, 2);
+  EXPECT_NE(a.err.find("KEY is required; usage: lockctl acquire OWNER KEY"), std::string::npos)
+      << a.err;
+}
+
+// One real cluster: acquire and run survive a dead first address, and
+// `lockctl cluster` shows the dead member's link down instead of a healthy
+// follower.
+TEST(LockctlClusterTest, ADeadNodeIsSkippedAndShownDown) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int dead = leader == 1 ? 2 : 1;
+  c.kill9(dead);
+  std::string addrs = c.client_addr(dead);
+  for (int i = 1; i <= 3; ++i) {
+    if (i != dead) addrs += "," + c.client_addr(i);
+  }
+  Outcome a = run({lockctl_binary(), "--addr", addrs, "acquire", "alice", "k", "--lease", "60000"});
+  EXPECT_EQ(a.status, 0) << a.err;
+  Outcome r = run({lockctl_binary(), "--addr", addrs, "run", "k2", "--", "true"});
+  EXPECT_EQ(r.status, 0) << r.err;
+
+  const std::string admin = loopback(c.admin_port(leader));
+  const std::string dead_row_start = std::to_string(dead) + "   unreachable";
+  Outcome cl;
+  EXPECT_TRUE(eventually(
+      [&] {
+        cl = run({lockctl_binary(), "--admin", admin, "cluster"});
+        return cl.status == 0 && cl.out.find(dead_row_start) != std::string::npos;
+      },
+      10s))
+      << cl.out << cl.err;
+  EXPECT_EQ(cl.out.find(std::to_string(dead) + "   follower"), std::string::npos) << cl.out;
+  const int other = 6 - leader - dead;
+  EXPECT_NE(cl.out.find(std::to_string(other) + "   follower"), std::string::npos) << cl.out;
+  EXPECT_NE(cl.out.find("  down  "), std::string::npos) << cl.out;
+  EXPECT_NE(cl.out.find("  up    "), std::string::npos) << cl.out;
+  const json j = json::parse(run({lockctl_binary(), "--admin", admin, "--json", "cluster"}).out);
+  for (const json& m : j["members"]) {
+    if (m["id"] == dead) {
+      EXPECT_EQ(m["link"], "down") << m;
+    } else if (m["id"] == other) {
+      EXPECT_EQ(m["link"], "up") << m;
+    } else {
+      EXPECT_TRUE(m["link"].is_null()) << m;  // itself
+    }
   }
 }
 

@@ -51,6 +51,11 @@ struct ClusterMember {
   std::string role;                            // "leader" for the leader, else "follower"
   std::optional<std::uint64_t> match_index;    // known on the leader only
   std::optional<std::int64_t> last_contact_ms; // known on the leader only
+  // Beyond the spec's fields, known on every node for every other member:
+  // whether this node has a live peer connection to it, and how long ago
+  // it last heard from it (nullopt: itself, or never).
+  std::optional<bool> link_up;
+  std::optional<std::int64_t> last_heard_ms;
 };
 
 // A cluster node's Raft state, read fresh for every request (the seam

@@ -98,6 +98,10 @@ struct MemberView {
   bool leader = false;
   std::optional<raft::Index> match;          // leader only
   std::optional<std::int64_t> last_contact_ms;  // leader only, from the transport
+  // Every node, every other member: a handshaken connection either way,
+  // and the time since the last byte from it (nullopt: self, or never).
+  std::optional<bool> link_up;
+  std::optional<std::int64_t> last_heard_ms;
 };
 
 // What the admin API reads instead of hard-coded role and term.

@@ -88,6 +88,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // --- read-only views for the admin API and metrics ---
   const locks::LockTable& table() const { return service_ ? service_->table() : table_; }
   const ServerStats& stats() const { return stats_; }
+  const ServerConfig& config() const { return config_; }
   std::size_t connection_count() const { return clients_.size(); }
 
   // net::ConnectionHandler
