@@ -162,7 +162,42 @@ bool ClusterNode::listen(std::string& error) {
   return true;
 }
 
-void ClusterNode::on_tick() { raft_->tick(); }
+void ClusterNode::on_tick() {
+  raft_->tick();
+  watch_peers(net::monotonic_now_ns());
+}
+
+void ClusterNode::watch_peers(TimeNs now) {
+  for (const Member& m : config_.members) {
+    if (m.id == config_.self) continue;
+    const PeerStats* ps = transport_->peer_stats(m.id);
+    const bool up = ps != nullptr && (ps->link == LinkState::kConnected || ps->inbound_connected);
+    auto [it, fresh] = peer_watch_.try_emplace(m.id);
+    PeerWatch& w = it->second;
+    if (fresh) {  // at start: down until the first connection, reported only if that takes long
+      w.down_since_ns = now;
+      w.next_report_ns = now + kPeerFirstReportNs;
+    }
+    if (up && !w.up) {
+      if (w.reported) {
+        spdlog::warn("node {} is back after {}s", m.id, (now - w.down_since_ns) / (1000 * kNsPerMs));
+      }
+      w.up = true;
+      w.reported = false;
+    } else if (!up && w.up) {
+      w.up = false;
+      w.down_since_ns = now;
+      w.next_report_ns = now + kPeerFirstReportNs;
+      w.reported = true;
+      spdlog::warn("lost the link to node {} (raft {}); retrying", m.id, m.raft.to_string());
+    } else if (!up && now >= w.next_report_ns) {
+      w.reported = true;
+      w.next_report_ns = now + kPeerReportEveryNs;
+      spdlog::warn("node {} (raft {}) still down for {}s", m.id, m.raft.to_string(),
+                   (now - w.down_since_ns) / (1000 * kNsPerMs));
+    }
+  }
+}
 
 void ClusterNode::on_service_timer() {
   armed_service_ns_.reset();
@@ -187,6 +222,14 @@ void ClusterNode::after_turn() {
   if (raft_->leader() != last_leader_) {
     last_leader_ = raft_->leader();
     ++leader_changes_;
+    if (last_leader_ == raft::kNoNode) {
+      spdlog::warn("no leader in term {}: requests get E no_leader until an election ends",
+                   raft_->term());
+    } else if (last_leader_ == config_.self) {
+      spdlog::warn("following leader {} (this node) in term {}", last_leader_, raft_->term());
+    } else {
+      spdlog::warn("following leader {} in term {}", last_leader_, raft_->term());
+    }
   }
   maybe_snapshot();
   if (raft_->has_ready()) {

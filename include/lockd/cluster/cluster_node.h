@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,10 @@ constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many
 // clients while still bounding the leader's memory.
 constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
+// A peer that is down is first reported after this long (also one never
+// reached since start), then every kPeerReportEveryNs until it is back.
+constexpr TimeNs kPeerFirstReportNs = 5 * (1000 * kNsPerMs);
+constexpr TimeNs kPeerReportEveryNs = 30 * (1000 * kNsPerMs);
 // One warning per this interval for refused peer input decided here (a
 // snapshot that does not decode); the rest are counted only.
 constexpr TimeNs kRefusalWarnIntervalNs = 60'000 * kNsPerMs;
@@ -214,6 +219,17 @@ class ClusterNode final : private raft::ReadyHandler {
   std::optional<TimeNs> armed_service_ns_;
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
   std::map<raft::NodeId, PeerHello> peer_hellos_;
+  // A peer's link as the operator's log tells it (watch_peers()).
+  struct PeerWatch {
+    bool up = false;
+    bool reported = false;       // a warning about it went out; its return is logged too
+    TimeNs down_since_ns = 0;
+    TimeNs next_report_ns = 0;   // the next "still down" line
+  };
+  // Logs a lost link (warn), "still down for Ns" after kPeerFirstReportNs
+  // and then every kPeerReportEveryNs, and the return. Runs every tick.
+  void watch_peers(TimeNs now);
+  std::map<raft::NodeId, PeerWatch> peer_watch_;
   raft::NodeId last_leader_ = raft::kNoNode;
   std::uint64_t leader_changes_ = 0;
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note
