@@ -47,6 +47,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(line.size() < kMaxLineBytes);
       const ParseResult r = parse_line(line, limits);
       if (const auto* req = std::get_if<Request>(&r)) {
+        if (req->verb == Verb::kHello) {  // `H <credential>`: no key (§11)
+          require(visible(req->credential, 512));
+          continue;
+        }
         require(visible(req->key, kMaxKeyBytes));
         if (req->verb == Verb::kAcquire) {
           require(visible(req->owner, kMaxOwnerBytes));
