@@ -123,7 +123,9 @@ bool ClusterNode::open(std::string& error) {
         }
       });
   PeerLocal local;
-  local.cluster_id = identity_.cluster_id;
+  // The snapshot's id before IDENTITY records it (note_config): a restored
+  // node refuses the old group's members from its first handshake.
+  local.cluster_id = identity_.cluster_id != 0 ? identity_.cluster_id : service_->state_machine().cluster_id();
   local.entry_versions = {kEntryVersionMin, kEntryVersionMax};
   local.admin_addr = config_.admin_addr;
   const raft::Status rs = raft_->status();

@@ -13,9 +13,14 @@ namespace {
 
 // Header 1: lockd 1.1. Header 2 adds the replicated configuration; written
 // only once a kConfig applied (so every member already runs 1.2 and can
-// install it).
+// install it), or in a restored group (every member runs a binary that
+// restores). Header 3 is header 2 plus one flags byte, written only while
+// a restored group waits for its first LeaderStart (kRebasePending): in
+// practice only the snapshot a restore seeds.
 constexpr std::uint8_t kHeaderVersion1 = 1;
 constexpr std::uint8_t kHeaderVersion2 = 2;
+constexpr std::uint8_t kHeaderVersion3 = 3;
+constexpr std::uint8_t kRebasePending = 0x01;
 
 // A snapshot is restored with no caps at all: it is the leader's state,
 // which every replica must take as it is (a local limit never refuses it).
@@ -31,11 +36,12 @@ std::uint64_t cluster_id_of(std::uint64_t base) {
   return z == 0 ? 1 : z;
 }
 
-// The replicated configuration a header-2 snapshot carries.
+// The replicated configuration a header-2 (or 3) snapshot carries.
 struct SnapshotConfig {
   std::uint64_t cluster_id = 0;
   locks::Limits caps;
   std::uint64_t token_floor = 0;
+  bool rebase_pending = false;  // header 3
 };
 
 std::string encode_snapshot(const locks::LockTable& table, raft::Index applied, std::uint64_t base,
@@ -43,7 +49,7 @@ std::string encode_snapshot(const locks::LockTable& table, raft::Index applied, 
                             const SnapshotConfig* config = nullptr) {
   std::string header;
   ByteWriter w(header);
-  w.u8(config != nullptr ? kHeaderVersion2 : kHeaderVersion1);
+  w.u8(config == nullptr ? kHeaderVersion1 : config->rebase_pending ? kHeaderVersion3 : kHeaderVersion2);
   w.u64(applied);
   w.u64(base);
   w.u64(static_cast<std::uint64_t>(offset));
@@ -55,6 +61,7 @@ std::string encode_snapshot(const locks::LockTable& table, raft::Index applied, 
     w.u64(config->caps.max_waiters_per_key);
     w.u64(config->caps.max_waiters);
     w.u64(config->token_floor);
+    if (config->rebase_pending) w.u8(kRebasePending);
   }
   return locks::serialize(table, header);
 }
@@ -68,7 +75,7 @@ std::string LockStateMachine::snapshot() const {
   if (!config_applied_) {
     return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_);
   }
-  const SnapshotConfig config{cluster_id_, caps_, token_floor_};
+  const SnapshotConfig config{cluster_id_, caps_, token_floor_, rebase_pending_};
   return encode_snapshot(*table_, applied_, token_base_, offset_ns_, floor_ns_, clock_term_, &config);
 }
 
@@ -97,19 +104,23 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   std::uint64_t cluster_id = base == 0 ? 0 : cluster_id_of(base);
   std::uint64_t token_floor = 0;
   locks::Limits caps;
-  if (version == kHeaderVersion2) {
+  std::uint8_t flags = 0;
+  const bool has_config = version == kHeaderVersion2 || version == kHeaderVersion3;
+  if (has_config) {
     cluster_id = r.u64();
     caps.max_keys = r.u64();
     caps.max_waiters_per_key = r.u64();
     caps.max_waiters = r.u64();
     token_floor = r.u64();
   }
+  if (version == kHeaderVersion3) flags = r.u8();
   if (r.error() != E::kOk || r.remaining() != 0 ||
-      (version != kHeaderVersion1 && version != kHeaderVersion2)) {
+      (version != kHeaderVersion1 && !has_config) ||
+      (version == kHeaderVersion3 && flags != kRebasePending)) {
     error = "snapshot: bad state machine header";
     return false;
   }
-  if (version == kHeaderVersion2 &&
+  if (has_config &&
       (cluster_id == 0 || caps.max_keys < 1 || caps.max_keys > kMaxConfigCap ||
        caps.max_waiters_per_key < 1 || caps.max_waiters_per_key > kMaxConfigCap ||
        caps.max_waiters < 1 || caps.max_waiters > kMaxConfigCap)) {
@@ -121,7 +132,8 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
             std::to_string(index);
     return false;
   }
-  if (base != 0 && (base < kMinTokenBase || base > kMaxTokenBase)) {
+  if ((base != 0 && (base < kMinTokenBase || base > kMaxTokenBase)) ||
+      ((flags & kRebasePending) != 0 && base == 0)) {
     error = "snapshot: token base out of range";
     return false;
   }
@@ -150,7 +162,8 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   caps_ = caps;
   cluster_id_ = cluster_id;
   token_floor_ = token_floor;
-  config_applied_ = version == kHeaderVersion2;
+  config_applied_ = has_config;
+  rebase_pending_ = (flags & kRebasePending) != 0;
   undecodable_ = 0;
   applied_ = applied;
   token_base_ = base;
@@ -158,6 +171,16 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   floor_ns_ = floor;
   clock_term_ = clock_term;
   return true;
+}
+
+void LockStateMachine::start_restored_group(std::uint64_t seed) {
+  const std::uint64_t old = cluster_id_;
+  cluster_id_ = cluster_id_of(seed ^ old);
+  if (cluster_id_ == old) cluster_id_ = cluster_id_of(cluster_id_);
+  config_applied_ = true;  // the id is explicit from now on (header 2/3)
+  // No base yet (a file taken before its group's first leader, holding
+  // nothing): the first LeaderStart sets one as in any new group.
+  rebase_pending_ = token_base_ != 0;
 }
 
 bool LockStateMachine::check_snapshot(std::string_view bytes, raft::Index index,
@@ -203,7 +226,15 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
   if (c.type == LockCommandType::kLeaderStart) {
     if (token_base_ == 0) {
       token_base_ = std::max(c.token_base, token_floor_ + 1);
-      cluster_id_ = cluster_id_of(token_base_);
+      // (A restored group has its id already, start_restored_group().)
+      if (cluster_id_ == 0) cluster_id_ = cluster_id_of(token_base_);
+    } else if (rebase_pending_) {
+      // The first leader of a restored group: tokens restart above its
+      // wall clock, as a new group's do (the old group may have granted
+      // past the file). Every held token stays below: base only grows.
+      rebase_pending_ = false;
+      result_.rebased = true;
+      token_base_ = std::max(token_base_, c.token_base);
     }
     // The new leader's now maps to the latest table time seen: no lease
     // ends early, none gains more than the leader change took.

@@ -197,6 +197,11 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
   if (!r.command) return;
   for (const locks::Delivery& d : r.deliveries) deliver(d);
   if (r.cmd.type == LockCommandType::kLeaderStart) {
+    if (r.rebased) {
+      spdlog::info("restored group's first leader applied: new tokens start above {} (its wall clock), "
+                   "above every token the old group granted (docs/operations.md)",
+                   sm_.next_token_lower_bound() - 1);
+    }
     // Every waiter queued through an earlier leader is gone from the table;
     // ours were answered `E indeterminate` when we lost leadership.
     if (e.term == leader_term_ && e.index == leader_start_index_ && is_leader()) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "lockd/cluster/backup_file.h"
+#include "lockd/cluster/peer_handshake.h"
 #include "lockd/common/crc32c.h"
 
 namespace lockd::cluster {
@@ -91,8 +92,9 @@ std::string restore_from_backup(storage::FileStorage& storage, const std::string
   const BackupMeta& m = backup->meta;
   // The file's own checksum names its contents (a CRC over bytes that end
   // in their CRC is a constant, so not that).
-  const std::string marker = fmt::format("lockd restored from index {} term {} crc {:08x}\n", m.index, m.term,
-                                         crc32c(std::string_view(*bytes).substr(0, bytes->size() - 4)));
+  const std::uint32_t file_crc = crc32c(std::string_view(*bytes).substr(0, bytes->size() - 4));
+  const std::string marker =
+      fmt::format("lockd restored from index {} term {} crc {:08x}\n", m.index, m.term, file_crc);
   const bool empty = storage.snapshot().meta.index == 0 && storage.last_index() == 0 &&
                      storage.hard_state() == raft::HardState{};
   if (!empty) {
@@ -104,16 +106,22 @@ std::string restore_from_backup(storage::FileStorage& storage, const std::string
            " already holds a node's data (a restore only seeds an empty data dir; start without "
            "--restore-from, or empty it)";
   }
+  // A new group: a new cluster id, the same on every member seeded from
+  // this file (derived from its checksum, so an old member is refused),
+  // and its first leader raises the token base (lock_state_machine.h).
+  const std::uint64_t old_id = sm.cluster_id();
+  sm.start_restored_group((static_cast<std::uint64_t>(file_crc) << 32) ^ m.index ^ m.cluster_id);
   // The marker first: a crash after it and before the save leaves an empty
   // log, which the next start seeds again.
   if (std::string err = write_marker(dir, marker, sync); !err.empty()) return where + err;
-  const raft::Snapshot snap{raft::SnapshotMeta{m.index, m.term}, std::string(backup->data)};
+  const raft::Snapshot snap{raft::SnapshotMeta{m.index, m.term}, sm.snapshot()};
   const raft::StorageStatus st = storage.save(raft::HardState{m.term, raft::kNoNode, m.index}, {}, &snap);
   if (!st.ok()) return where + st.message;
   spdlog::info("restored from {}: {} snapshot at index {} term {} (cluster {}), {} keys, token floor {}; "
-               "new tokens are above it",
+               "this is a new group, cluster {}; its first leader starts tokens above its wall clock",
                file, m.source == BackupSource::kSingle ? "single-mode" : "cluster", m.index, m.term,
-               m.cluster_id, summary.keys, m.token_floor);
+               old_id == 0 ? std::string("none") : cluster_id_text(old_id), summary.keys, m.token_floor,
+               cluster_id_text(sm.cluster_id()));
   return {};
 }
 

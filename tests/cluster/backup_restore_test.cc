@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -112,6 +113,7 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   const std::string file = temp_path("drill.snap");
   std::map<int, std::uint64_t> held;  // held/i -> its token
   std::uint64_t floor = 0;
+  std::atomic<std::uint64_t> largest{0};  // the largest token the old group granted (load goes on after the backup)
   {
     LockdCluster old(3);
     const int leader = old.wait_leader();
@@ -130,6 +132,7 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
         const std::string key = "load/" + std::to_string(n % 50);
         const std::uint64_t t = token_of(cl.call("A loader " + key + " 5000"));
         if (t == 0) continue;
+        largest = std::max(largest.load(), t);
         ++grants;
         cl.call("R " + std::to_string(t) + " " + key);
       }
@@ -195,9 +198,12 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   EXPECT_EQ(call_leader(fresh, "K " + std::to_string(held[0]) + " " + key0 + " 600000"),
             "K " + std::to_string(held[0]) + " " + key0);
   EXPECT_EQ(call_leader(fresh, "A thief held/1 1000"), "T thief held/1");
-  // Every new token is above every token in the file.
+  // Every new token is above every token in the file, and above every
+  // token the old group granted after the backup (tokens never go back).
   const std::uint64_t next = token_of(call_leader(fresh, "A newcomer fresh/1 1000"));
   EXPECT_GT(next, floor);
+  EXPECT_GT(largest.load(), floor);
+  EXPECT_GT(next, largest.load());
   for (const auto& [i, t] : held) EXPECT_GT(next, t);
 
   // A member restarted with the flag still given starts from its data dir.
@@ -208,6 +214,72 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
       << fresh.process(other).stderr_text();
   ASSERT_NE(fresh.wait_leader(), 0);
   EXPECT_EQ(lock_view(fresh.admin_port(other), "held%2F3").value("token", std::uint64_t{0}), held[3]);
+}
+
+// The cluster id node `id` recorded in its IDENTITY ("" while none).
+std::string identity_cluster(LockdCluster& c, int id) {
+  const std::string text = slurp(c.data_dir(id) + "/IDENTITY");
+  const auto at = text.find(" cluster ");
+  return at == std::string::npos ? "" : text.substr(at + 9, 18);
+}
+
+// A restored group is a new one (docs/operations.md, "Restore"): the old
+// group granted past the backup, and the restored group's tokens still
+// never go back; it has a new cluster id, so a member of the old group
+// (same id, same addresses, its old data) is refused on both sides.
+TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
+  const std::string file = temp_path("newgroup.snap");
+  LockdCluster c(3);
+  int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t held = token_of(call_leader(c, "A keeper kept 600000"));
+  ASSERT_NE(held, 0u);
+  ASSERT_TRUE(eventually([&] { return !identity_cluster(c, 3).empty(); }));
+  const std::string old_id = identity_cluster(c, 3);
+  leader = c.wait_leader();
+  const Outcome saved = run(lockctl(c.admin_port(leader), {"snapshot", "save", file}));
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  // The old group goes on granting after the backup: these tokens are in
+  // no file, and a restored group must never grant them again.
+  std::uint64_t largest = held;
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "after/" + std::to_string(i % 4);
+    const std::uint64_t t = token_of(call_leader(c, "A late " + key + " 60000"));
+    ASSERT_GT(t, largest);
+    largest = t;
+    call_leader(c, "R " + std::to_string(t) + " " + key);
+  }
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  // Nodes 1 and 2 are restored from the file (empty data dirs); node 3
+  // keeps the old group's data, on the same address.
+  for (int i = 1; i <= 2; ++i) {
+    c.wipe(i);
+    c.set_node_flags(i, {"--restore-from", file});
+    c.start(i);
+  }
+  leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t next = token_of(call_leader(c, "A newcomer fresh 60000"));
+  EXPECT_GT(next, largest) << "a token the old group granted after the backup would be granted again";
+  EXPECT_EQ(lock_view(c.admin_port(leader), "kept").value("token", std::uint64_t{0}), held);
+  ASSERT_TRUE(eventually([&] {
+    return !identity_cluster(c, 1).empty() && identity_cluster(c, 1) == identity_cluster(c, 2);
+  }));
+  const std::string new_id = identity_cluster(c, 1);
+  EXPECT_NE(new_id, old_id);
+
+  c.start(3);
+  EXPECT_TRUE(c.process(3).wait_for_line("belongs to cluster " + new_id + ", we are cluster " + old_id,
+                                         std::chrono::seconds(10)))
+      << c.process(3).stderr_text();
+  EXPECT_TRUE(eventually([&] {
+    const HttpReply m = http(c.admin_port(leader), "/metrics");
+    return m.body.find("lockd_peer_refused_total{reason=\"wrong_cluster\"} ") != std::string::npos &&
+           m.body.find("lockd_peer_refused_total{reason=\"wrong_cluster\"} 0\n") == std::string::npos;
+  })) << http(c.admin_port(leader), "/metrics").body;
+  // The restored group serves on, untouched by the old member's log.
+  EXPECT_GT(token_of(call_leader(c, "A newcomer fresh2 60000")), next);
+  EXPECT_EQ(lock_view(c.admin_port(leader), "kept").value("token", std::uint64_t{0}), held);
 }
 
 // A single-mode lockd's backup seeds a cluster: its locks held with their

@@ -137,6 +137,59 @@ TEST(LockStateMachine, SnapshotRestoresEverythingTheNextEntryNeeds) {
   EXPECT_EQ(other.applied(), 0u);
 }
 
+// A restore (cluster/restore.h) makes a new group: a new cluster id at
+// once, kept through the seeded snapshot (header 3) and later ones; the
+// first LeaderStart raises the token base to its leader's wall clock; a
+// later leader's base is ignored again.
+TEST(LockStateMachine, RestoredGroupGetsANewIdAndItsFirstLeaderRaisesTheBase) {
+  LockStateMachine old({});
+  old.apply(entry(1, 1, leader_start(100 * kSec)));
+  const locks::Token t = old.apply(entry(1, 2, acquire(100 * kSec, "a", "k", 600'000))).granted;
+  LockStateMachine seeded({});
+  std::string error;
+  ASSERT_TRUE(seeded.restore(old.snapshot(), 2, error)) << error;
+  seeded.start_restored_group(0x1234);
+  EXPECT_NE(seeded.cluster_id(), old.cluster_id());
+  EXPECT_NE(seeded.cluster_id(), 0u);
+  EXPECT_TRUE(seeded.rebase_pending());
+  LockStateMachine node({});  // what a member starts from: the seeded snapshot
+  ASSERT_TRUE(node.restore(seeded.snapshot(), 2, error)) << error;
+  EXPECT_EQ(node.cluster_id(), seeded.cluster_id());
+  EXPECT_TRUE(node.rebase_pending());
+  // The first leader of the restored group, a year later by its wall clock.
+  constexpr std::uint64_t kYear = 365ull * 24 * 3600 * kSec;
+  LockCommand ls = leader_start(7 * kSec);
+  ls.token_base = kWall + kYear;
+  EXPECT_TRUE(node.apply(entry(2, 3, ls)).rebased);
+  EXPECT_FALSE(node.rebase_pending());
+  EXPECT_EQ(node.token_base(), kWall + kYear);
+  EXPECT_EQ(node.cluster_id(), seeded.cluster_id());
+  EXPECT_EQ(node.table().find("k")->token, t);  // held with its token
+  EXPECT_EQ(node.apply(entry(2, 4, acquire(7 * kSec, "b", "k2", 1000))).granted, kWall + kYear + 4);
+  // A later leader changes nothing; later snapshots keep the id, no rebase.
+  ls.token_base = kWall + 2 * kYear;
+  EXPECT_FALSE(node.apply(entry(3, 5, ls)).rebased);
+  EXPECT_EQ(node.token_base(), kWall + kYear);
+  LockStateMachine later({});
+  ASSERT_TRUE(later.restore(node.snapshot(), 5, error)) << error;
+  EXPECT_EQ(later.cluster_id(), seeded.cluster_id());
+  EXPECT_FALSE(later.rebase_pending());
+  // The same file seeds the same id on every member.
+  LockStateMachine again({});
+  ASSERT_TRUE(again.restore(old.snapshot(), 2, error)) << error;
+  again.start_restored_group(0x1234);
+  EXPECT_EQ(again.cluster_id(), seeded.cluster_id());
+  // A file from before any leader (no base, nothing held): the id is kept
+  // when the first LeaderStart sets the base.
+  LockStateMachine empty({});
+  empty.start_restored_group(0x99);
+  const std::uint64_t id = empty.cluster_id();
+  EXPECT_FALSE(empty.rebase_pending());
+  empty.apply(entry(1, 1, leader_start(kSec)));
+  EXPECT_EQ(empty.cluster_id(), id);
+  EXPECT_EQ(empty.token_base(), kWall);
+}
+
 // issue 21: a waiter id beyond the snapshot's index collides with the
 // acquire applied at that index later. Refused by restore() and by
 // check_snapshot(), which Raft asks before storing anything.

@@ -23,6 +23,8 @@
 //   token base, the first leader's wall clock in ns), so every replica of
 //   any version agrees on it without a new entry kind, and kept in
 //   snapshots. A data dir from before 1.2 gets it from its token base.
+//   A restored group (start_restored_group) gets a new one from its
+//   backup file, and its first LeaderStart raises the token base.
 // - Only the log decides (§10, v1.2): the caps entries apply with
 //   (max keys, waiters per key, waiters) are replicated configuration set
 //   by kConfig entries and kept in snapshots, never this node's flags;
@@ -62,6 +64,7 @@ struct EntryResult {
   locks::Token granted = 0;  // kAcquire: the token granted to the caller
   bool changed = false;  // kRelease released, kKeep kept, kExpire expired, kCancelWaiter cancelled
   std::size_t waiters_dropped = 0;  // kLeaderStart
+  bool rebased = false;  // kLeaderStart: the first of a restored group moved the token base
   std::vector<locks::Delivery> deliveries;  // replies owed to waiting clients
 };
 
@@ -94,6 +97,15 @@ class LockStateMachine {
   // later than `index`) into a scratch machine. Raft asks before it stores
   // a snapshot from a peer (raft::Config::check_snapshot).
   bool check_snapshot(std::string_view bytes, raft::Index index, std::string& error) const;
+  // Makes the restored state (restore() of a backup) a new group's
+  // (cluster/restore.h): a new cluster id derived from `seed` (the same on
+  // every member seeded from the same file, never the old id), kept in
+  // every later snapshot; and the first LeaderStart applied from now on
+  // raises the token base to its leader's wall clock (as a new group's
+  // first LeaderStart sets it), so tokens granted by the old group after
+  // the backup are never granted again.
+  void start_restored_group(std::uint64_t seed);
+  bool rebase_pending() const { return rebase_pending_; }
 
   // The leader's clock <-> table time, with the offset of the latest
   // LeaderStart applied (only meaningful on the node that proposed it).
@@ -122,7 +134,8 @@ class LockStateMachine {
   locks::Limits caps_;                       // the cluster's (kConfig), what entries apply with
   std::uint64_t cluster_id_ = 0;             // 0: no LeaderStart yet
   std::uint64_t token_floor_ = 0;            // the latest kConfig's
-  bool config_applied_ = false;              // a kConfig applied: snapshots use header 2
+  bool config_applied_ = false;              // a kConfig applied (or restored): snapshots use header 2
+  bool rebase_pending_ = false;              // restored: the next LeaderStart raises the token base
   std::unique_ptr<locks::LockTable> table_;  // replaced whole by restore()
   raft::Index applied_ = 0;
   std::uint64_t token_base_ = 0;  // 0: no leader has started the cluster yet

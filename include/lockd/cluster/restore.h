@@ -15,6 +15,13 @@
 // - Every new token is above the file's token floor: the file's token base
 //   is kept and tokens are base + entry index, and every new entry's index
 //   is above the file's index (backup_file.h: floor = base + index).
+// - It is a new group (LockStateMachine::start_restored_group): a new
+//   cluster id derived from the file's checksum, the same on every member
+//   seeded from it, so the old group's members are refused at the
+//   handshake; and the group's first LeaderStart raises the token base to
+//   its leader's wall clock, above every token the old group granted, also
+//   after the backup (its tokens are its first leader's clock + one per
+//   entry).
 // - Leases resume where the file left them: table time restarts at the
 //   file's latest applied table time (the new leader's first entry maps
 //   its clock there), so a lease never ends early because of a restore.
