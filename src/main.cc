@@ -12,12 +12,19 @@ namespace {
 
 void setup_logging(const lockd::daemon::Config& config) {
   auto logger = spdlog::stderr_logger_st("lockd");
+  // In cluster mode every line names its node, so the logs of three nodes
+  // in one terminal (or one journal) can be told apart.
+  const bool cluster = config.mode == lockd::daemon::Mode::kCluster && config.node_id;
+  const std::string node = cluster ? std::to_string(*config.node_id) : std::string();
   if (config.log_format == lockd::daemon::LogFormat::kJson) {
     // Messages are ours and contain no quotes or backslashes.
-    logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
+    logger->set_pattern(cluster ? R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","node":)" + node +
+                                      R"(,"msg":"%v"})"
+                                : R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
                         spdlog::pattern_time_type::utc);
   } else {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    logger->set_pattern(cluster ? "%Y-%m-%dT%H:%M:%S.%e %^%l%$ [node " + node + "] %v"
+                                : "%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   }
   logger->set_level(spdlog::level::from_str(config.log_level));
   logger->flush_on(spdlog::level::trace);  // a test reads the `listening` line

@@ -1,6 +1,7 @@
 // ClusterNode; see cluster_node.h.
 #include "lockd/cluster/cluster_node.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -183,7 +184,26 @@ bool ClusterNode::listen(std::string& error) {
   return true;
 }
 
-void ClusterNode::on_tick() { raft_->tick(); }
+void ClusterNode::on_tick() {
+  raft_->tick();
+  watch_peers(net::monotonic_now_ns());
+}
+
+void ClusterNode::watch_peers(TimeNs now) {
+  for (const Member& m : config_.members) {
+    if (m.id == config_.self) continue;
+    const PeerStats* ps = transport_->peer_stats(m.id);
+    const bool up = ps != nullptr && (ps->link == LinkState::kConnected || ps->inbound_connected);
+    auto it = link_watch_.find(m.id);
+    if (it == link_watch_.end()) {
+      it = link_watch_
+               .emplace(m.id, LinkWatch(fmt::format("node {} (raft {})", m.id, m.raft.to_string()),
+                                        fmt::format("node {}", m.id), now))
+               .first;
+    }
+    if (auto line = it->second.observe(up, now)) spdlog::warn("{}", *line);
+  }
+}
 
 void ClusterNode::on_service_timer() {
   armed_service_ns_.reset();
@@ -209,6 +229,14 @@ void ClusterNode::after_turn() {
   if (raft_->leader() != last_leader_) {
     last_leader_ = raft_->leader();
     ++leader_changes_;
+    if (last_leader_ == raft::kNoNode) {
+      spdlog::warn("no leader in term {}: requests get E no_leader until an election ends",
+                   raft_->term());
+    } else if (last_leader_ == config_.self) {
+      spdlog::warn("following leader {} (this node) in term {}", last_leader_, raft_->term());
+    } else {
+      spdlog::warn("following leader {} in term {}", last_leader_, raft_->term());
+    }
   }
   maybe_snapshot();
   if (raft_->has_ready()) {

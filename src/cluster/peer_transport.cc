@@ -618,7 +618,7 @@ void PeerTransport::on_dial_readable(Peer& p) {
 void PeerTransport::close_link(Peer& p) {
   if (p.link != nullptr) {
     if (p.stats.link == LinkState::kConnected) {
-      spdlog::info("peer transport: link to node {} lost", p.member.id);
+      spdlog::debug("peer transport: link to node {} lost", p.member.id);  // ClusterNode warns
     }
     discard(std::move(p.link));
   }

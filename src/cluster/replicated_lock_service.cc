@@ -207,8 +207,10 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
     if (e.term == leader_term_ && e.index == leader_start_index_ && is_leader()) {
       leader_ready_ = true;
       rebuild_lease_heap();
-      spdlog::info("leader of term {} serving: table time offset {} ns, {} waiters dropped",
-                   e.term, sm_.offset_ns(), r.waiters_dropped);
+      spdlog::info("leader of term {} serving requests ({} waiters queued through the previous "
+                   "leader dropped)",
+                   e.term, r.waiters_dropped);
+      spdlog::debug("leader of term {}: table time offset {} ns", e.term, sm_.offset_ns());
     }
     return;
   }
@@ -377,7 +379,7 @@ void ReplicatedLockService::compact_heaps() {
 }
 
 void ReplicatedLockService::lose_leadership() {
-  spdlog::info("leadership of term {} lost: {} requests and {} waiters answered indeterminate",
+  spdlog::warn("leadership of term {} lost: {} requests and {} waiters answered indeterminate",
                leader_term_, pending_.size(), waiters_.size());
   // Answer in index order, then waiters: every request not yet answered.
   for (auto& [index, p] : pending_) {
@@ -434,7 +436,7 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
   if (leader_term_ != 0 && (!raft_leads || raft_.term() != leader_term_)) lose_leadership();
   if (raft_leads && leader_term_ == 0) {
     leader_term_ = raft_.term();
-    spdlog::info("node {} became leader of term {}", raft_.id(), leader_term_);
+    spdlog::warn("node {} became leader of term {}", raft_.id(), leader_term_);
   }
   if (leader_term_ == 0) return;
   if (!leader_start_proposed_) {

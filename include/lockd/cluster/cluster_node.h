@@ -31,6 +31,7 @@
 
 #include "lockd/cluster/backup_file.h"
 #include "lockd/cluster/commit_latency.h"
+#include "lockd/cluster/link_watch.h"
 #include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/peer_transport.h"
@@ -224,6 +225,10 @@ class ClusterNode final : private raft::ReadyHandler {
   NodeIdentity identity_;           // as IDENTITY has it (cluster id included)
   locks::Limits caps_noted_;        // the cluster caps last compared with our flags
   bool caps_noted_once_ = false;
+  // Each peer's link as the operator's log tells it (link_watch.h); runs
+  // every tick.
+  void watch_peers(TimeNs now);
+  std::map<raft::NodeId, LinkWatch> link_watch_;
   raft::NodeId last_leader_ = raft::kNoNode;
   std::uint64_t leader_changes_ = 0;
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note

@@ -1,0 +1,33 @@
+// LinkWatch: the log lines about a peer's link, on a clock moved by hand.
+#include "lockd/cluster/link_watch.h"
+
+#include <gtest/gtest.h>
+
+namespace lockd::cluster {
+namespace {
+
+constexpr TimeNs kS = 1000 * kNsPerMs;
+
+TEST(LinkWatch, LostStillDownAndBack) {
+  LinkWatch w("node 2 (raft 127.0.0.1:7080)", "node 2", 0);
+  EXPECT_EQ(w.observe(false, 1 * kS), std::nullopt);  // not reached yet, start-up
+  EXPECT_EQ(w.observe(true, 2 * kS), std::nullopt);   // reached in time: nothing to say
+  EXPECT_EQ(w.observe(true, 3 * kS), std::nullopt);
+  EXPECT_EQ(w.observe(false, 10 * kS), "lost the link to node 2 (raft 127.0.0.1:7080); retrying");
+  EXPECT_EQ(w.observe(false, 14 * kS), std::nullopt);
+  EXPECT_EQ(w.observe(false, 15 * kS), "node 2 (raft 127.0.0.1:7080) still down for 5s");
+  EXPECT_EQ(w.observe(false, 44 * kS), std::nullopt);
+  EXPECT_EQ(w.observe(false, 45 * kS), "node 2 (raft 127.0.0.1:7080) still down for 35s");
+  EXPECT_EQ(w.observe(true, 50 * kS), "node 2 is back after 40s");
+  EXPECT_EQ(w.observe(true, 51 * kS), std::nullopt);
+}
+
+TEST(LinkWatch, APeerNeverReachedIsReportedAfterTheFirstInterval) {
+  LinkWatch w("node 3 (raft h:1)", "node 3", 100 * kS);
+  EXPECT_EQ(w.observe(false, 104 * kS), std::nullopt);
+  EXPECT_EQ(w.observe(false, 105 * kS), "node 3 (raft h:1) still down for 5s");
+  EXPECT_EQ(w.observe(true, 106 * kS), "node 3 is back after 6s");
+}
+
+}  // namespace
+}  // namespace lockd::cluster
