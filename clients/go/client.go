@@ -50,6 +50,12 @@ type Options struct {
 	BackoffInitial, BackoffMax time.Duration
 	// JitterSeed seeds the jitter; 0 seeds from the clock.
 	JitterSeed int64
+	// Credential authenticates every connection with H before its first
+	// request (protocol.md §11; a server run with --auth token or any).
+	// Made by `lockctl credential new IDENTITY`; read it from a file or
+	// the environment, never from source code. "" sends no H. A refused
+	// credential is ErrUnauthenticated, and is not tried on other nodes.
+	Credential string
 }
 
 // Client talks to one lockd node or a cluster. Safe for concurrent use.
@@ -62,6 +68,8 @@ type Client struct {
 	conn    *conn
 	rng     *rand.Rand
 	closed  bool
+	// identity is what the server named in its latest H reply.
+	identity string
 }
 
 // New checks the options and returns a Client; it connects on first use.
@@ -73,6 +81,9 @@ func New(opts Options) (*Client, error) {
 		if !validAddress(a) {
 			return nil, &invalidError{fmt.Sprintf("bad address %q (want host:port)", a)}
 		}
+	}
+	if opts.Credential != "" && !visible(opts.Credential, MaxCredentialBytes) {
+		return nil, &invalidError{fmt.Sprintf("bad credential (want 1..%d visible ASCII bytes, no spaces)", MaxCredentialBytes)}
 	}
 	if opts.Owner == "" {
 		host, _ := os.Hostname()
@@ -136,15 +147,27 @@ func (c *Client) connTo(ctx context.Context, target int) (*conn, error) {
 		return c.conn, nil
 	}
 	// Dialing under the lock: the other goroutines want the same connection.
-	nc, err := dial(ctx, addr, c.opts.ConnectTimeout)
+	nc, identity, err := dial(ctx, addr, c.opts.ConnectTimeout, c.opts.Credential)
 	if err != nil {
 		return nil, err
+	}
+	if identity != "" {
+		c.identity = identity
 	}
 	if c.conn != nil {
 		c.conn.close()
 	}
 	c.conn, c.current = nc, target
 	return nc, nil
+}
+
+// Identity is the identity the server authenticated the connection as
+// (its H reply to Options.Credential), or "" before the first connection
+// or without a Credential.
+func (c *Client) Identity() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity
 }
 
 func (c *Client) indexOf(addr string) int {
@@ -190,7 +213,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // cuts the retry budget and the reply wait short; a context that ends
 // while the request is out gives ErrIndeterminate (wrapping ctx.Err()).
 // Errors: ErrIndeterminate, ErrNoLeader, ErrUnreachable, ErrLimitMismatch,
-// *RejectedError, ErrInvalidArgument, ErrProtocol, ErrClosed.
+// *RejectedError (errors.Is ErrUnauthenticated or ErrForbidden for those
+// codes), ErrInvalidArgument, ErrProtocol, ErrClosed.
 func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 	if err := r.Validate(); err != nil {
 		return Reply{}, err
@@ -224,8 +248,8 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 		}
 		cn, err := c.connTo(ctx, target)
 		if err != nil {
-			if errors.Is(err, ErrClosed) {
-				return Reply{}, err
+			if errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrProtocol) {
+				return Reply{}, err // another node would not change it
 			}
 			target = c.next(target)
 			if redirected {

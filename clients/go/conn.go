@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,19 +43,58 @@ type conn struct {
 	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
 }
 
-func dial(ctx context.Context, addr string, timeout time.Duration) (*conn, error) {
+// dial connects to addr; with a credential, the connection is
+// authenticated (H, protocol.md §11) before anything else is sent on it,
+// and identity is what the server named.
+func dial(ctx context.Context, addr string, timeout time.Duration, credential string) (c *conn, identity string, err error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, failCause(ErrUnreachable, "cannot connect to "+addr, err)
+		return nil, "", failCause(ErrUnreachable, "cannot connect to "+addr, err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true) // small requests: latency over packet count
 	}
-	c := &conn{addr: addr, nc: nc, m: newMatcher(), waiters: map[uint64]chan result{},
+	br := bufio.NewReaderSize(nc, 16*1024)
+	if credential != "" {
+		if identity, err = authenticate(ctx, nc, br, addr, timeout, credential); err != nil {
+			_ = nc.Close()
+			return nil, "", err
+		}
+	}
+	c = &conn{addr: addr, nc: nc, m: newMatcher(), waiters: map[uint64]chan result{},
 		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{})}
-	go c.readLoop()
-	return c, nil
+	go c.readLoop(br)
+	return c, identity, nil
+}
+
+// authenticate sends H and reads its reply, nothing else in flight: H
+// <identity>, or E unauthenticated (the server then closes the connection).
+// Bounded by timeout and ctx; the credential never appears in an error.
+func authenticate(ctx context.Context, nc net.Conn, br *bufio.Reader, addr string, timeout time.Duration,
+	credential string) (string, error) {
+	by := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	_ = nc.SetDeadline(by)
+	defer func() { _ = nc.SetDeadline(time.Time{}) }()
+	if _, err := nc.Write([]byte("H " + credential + "\n")); err != nil {
+		return "", failCause(ErrUnreachable, "cannot authenticate to "+addr, err)
+	}
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return "", failCause(ErrUnreachable, "no reply to H from "+addr, err)
+	}
+	reply, perr := ParseReply(strings.TrimSuffix(string(line), "\n"))
+	switch {
+	case perr == nil && reply.Kind == 'H':
+		return reply.Identity, nil
+	case perr == nil && reply.Kind == 'E' && reply.Code == "unauthenticated":
+		return "", fail(ErrUnauthenticated, addr+" refused the credential")
+	default:
+		return "", fail(ErrProtocol, "unexpected reply to H from "+addr+": "+strings.TrimSpace(string(line)))
+	}
 }
 
 func (c *conn) isBroken() bool {
@@ -202,8 +242,7 @@ func (c *conn) failLocked(why error) {
 	c.changed = make(chan struct{})
 }
 
-func (c *conn) readLoop() {
-	br := bufio.NewReaderSize(c.nc, 16*1024)
+func (c *conn) readLoop(br *bufio.Reader) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull || len(line) > maxReplyLine {

@@ -37,6 +37,13 @@ var (
 	ErrLost = errors.New("lockd: lock lost")
 	// ErrClosed means the client was closed.
 	ErrClosed = errors.New("lockd: client closed")
+	// ErrUnauthenticated means the server requires authentication and this
+	// connection has none: E unauthenticated to a request (no Credential
+	// set), or the server refused the Credential (protocol.md §11).
+	ErrUnauthenticated = errors.New("lockd: unauthenticated")
+	// ErrForbidden is E forbidden: the connection's identity may not use
+	// this verb on this key (the server's ACL).
+	ErrForbidden = errors.New("lockd: forbidden")
 )
 
 // RejectedError is an E for a bad field (bad_lease, bad_wait ...): the
@@ -44,6 +51,13 @@ var (
 type RejectedError struct{ Code string }
 
 func (e *RejectedError) Error() string { return "lockd: rejected: E " + e.Code }
+
+// Is makes errors.Is(err, ErrUnauthenticated) and errors.Is(err,
+// ErrForbidden) hold for those codes.
+func (e *RejectedError) Is(target error) bool {
+	return (target == ErrUnauthenticated && e.Code == "unauthenticated") ||
+		(target == ErrForbidden && e.Code == "forbidden")
+}
 
 // outcome is a sentinel with a reason, and optionally a cause (a context
 // error, a network error) that errors.Is/As can reach.

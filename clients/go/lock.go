@@ -133,7 +133,7 @@ func (l *Lock) keep(onLost func(*Lock, error)) {
 		}
 		var rejected *RejectedError
 		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalidArgument) ||
-			errors.Is(err, ErrClosed) || errors.As(err, &rejected) {
+			errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthenticated) || errors.As(err, &rejected) {
 			lose(err) // the server says no, and asking again will not change it
 			return
 		}

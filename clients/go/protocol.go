@@ -17,6 +17,8 @@ const (
 	MaxKeyBytes   = 250
 	// MaxLimit is the largest limit of a shared acquire; 0 means no cap.
 	MaxLimit = 65535
+	// MaxCredentialBytes is the longest credential H carries (v1.2, §11).
+	MaxCredentialBytes = 512
 	// maxReplyLine is the longest reply line accepted (an M carries an
 	// address and the longest echo); longer is a protocol error.
 	maxReplyLine = 1024
@@ -143,6 +145,7 @@ type Reply struct {
 	EchoFirst string // M, E: the first echo field, "" if none
 	Leader    string // M: the leader's client host:port
 	Code      string // E: no_leader, indeterminate, bad_lease ...
+	Identity  string // H: the identity the connection is authenticated as
 }
 
 // isGrant is true for A and S: the server granted the key (and a token).
@@ -189,6 +192,11 @@ func ParseReply(line string) (Reply, error) {
 			return Reply{}, errBadReply
 		}
 		r.Key = f[2]
+	case 'H':
+		if len(f) != 2 {
+			return Reply{}, errBadReply
+		}
+		r.Identity = f[1]
 	case 'M':
 		if len(f) != 4 {
 			return Reply{}, errBadReply
