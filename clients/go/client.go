@@ -1,7 +1,7 @@
 // Package lockd is the Go client of lockd, the lock server (standard
 // library only).
 //
-//	c, err := lockd.New(lockd.Options{Addresses: []string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"}})
+//	c, err := lockd.New(lockd.Options{Addresses: []string{"10.0.0.1:7110", "10.0.0.2:7120", "10.0.0.3:7130"}})
 //	lock, err := c.Lock(ctx, "orders/42", lockd.LockOptions{Lease: 10 * time.Second, Wait: 5 * time.Second})
 //	if err != nil { ... }                 // errors.Is(err, lockd.ErrTimedOut), ErrIndeterminate ...
 //	defer lock.Release(context.Background())

@@ -23,7 +23,7 @@ class LinkWatch {
   static constexpr TimeNs kFirstReportNs = 5'000 * kNsPerMs;
   static constexpr TimeNs kReportEveryNs = 30'000 * kNsPerMs;
 
-  // `who`: how lines name the peer ("node 2 (raft 10.0.0.2:7080)").
+  // `who`: how lines name the peer ("node 2 (raft 10.0.0.2:7121)").
   // `now`: when watching starts (the link counts as down until it is up).
   LinkWatch(std::string who, std::string id_only, TimeNs now);
 
@@ -31,7 +31,7 @@ class LinkWatch {
   std::optional<std::string> observe(bool up, TimeNs now);
 
  private:
-  std::string who_;      // "node 2 (raft 10.0.0.2:7080)"
+  std::string who_;      // "node 2 (raft 10.0.0.2:7121)"
   std::string id_only_;  // "node 2"
   bool up_ = false;
   bool reported_ = false;  // a warning about this outage went out: its end is logged too
