@@ -6,8 +6,11 @@
     with Client().read_lock("config") as reader: ...          # many readers at once
     with Client().semaphore("workers", 8).acquire() as permit: ...  # at most 8 at once
 
-See docs/clients.md in the lockd tree for the rules it implements.
+See docs/clients.md in the lockd tree for the rules it implements. It logs
+redirects, retries, failovers and lost locks to the ``lockd_client`` logger.
 """
+
+import logging
 
 from .aio import AsyncClient, AsyncLock, AsyncSemaphore
 from .client import Client, Lock, Semaphore
@@ -27,6 +30,10 @@ from .errors import (
 from .protocol import Matcher, Reply, Request, parse_reply
 
 __version__ = "0.1.0"
+
+# A library adds no handler of its own: the application decides where
+# (and whether) lockd_client's lines go.
+logging.getLogger("lockd_client").addHandler(logging.NullHandler())
 
 __all__ = [
     "AsyncClient",

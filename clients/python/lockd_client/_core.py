@@ -14,11 +14,18 @@ do the I/O — sockets or streams, threads or tasks, ``time.sleep`` or
 - :class:`KeepPlan` — a keeper's schedule: when to send ``K``, when the
   lease's safe end has passed, which failures are final.
 - :class:`HeldBase` — what a held lock (exclusive or shared) knows.
+
+Both fronts log through ``logging.getLogger("lockd_client")`` (here, so
+each rule is logged once): redirects, ``no_leader`` retries and
+indeterminate outcomes at INFO; moving on from a node that cannot be
+reached or does not answer, a connection lost with requests in flight, and
+a lost lock at WARNING; the rest at DEBUG.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from typing import List, Optional, Tuple
 
@@ -37,6 +44,10 @@ from .errors import (
 from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
 
 Address = Tuple[str, int]
+
+#: The client's logger (the package adds only a NullHandler: configure
+#: logging, e.g. ``logging.basicConfig(level=logging.INFO)``, to see it).
+log = logging.getLogger("lockd_client")
 
 
 def address_name(address: Address) -> str:
@@ -154,7 +165,11 @@ class Wire:
                 return out, f"unexpected reply from {self.name}: {text!r}"
             abandoned = rid in self._abandoned
             self._abandoned.discard(rid)
-            out.append(Delivery(rid, reply, abandoned))
+            delivery = Delivery(rid, reply, abandoned)
+            if delivery.undo is not None:
+                log.info("%s granted %s to a caller that gave up: releasing token %d", self.name, reply.key,
+                         reply.token)
+            out.append(delivery)
         if len(self._buf) > MAX_REPLY_LINE_BYTES:
             return out, f"reply line from {self.name} too long"
         return out, None
@@ -164,6 +179,11 @@ class Wire:
         ``(id, abandoned)``; afterwards nothing is in flight."""
         out = [(rid, rid in self._abandoned) for rid in self._matcher.drain()]
         self._abandoned.clear()
+        if out:
+            log.warning("connection to %s lost with %d request(s) in flight: their outcome is unknown "
+                        "(indeterminate)", self.name, len(out))
+        else:
+            log.debug("connection to %s closed", self.name)
         return out
 
 
@@ -208,8 +228,17 @@ class CallPlan:
             raise error
         return pause
 
+    def _name(self, i: int) -> str:
+        return address_name(self.nodes.address(i))
+
+    def _naming(self, i: int, error: Exception) -> str:
+        """``error``'s text, naming node ``i`` if it does not already."""
+        name = self._name(i)
+        return str(error) if name in str(error) else f"{name}: {error}"
+
     def unreachable(self, error: Unreachable, now: float) -> float:
         """``target`` could not be connected to: the request was not sent."""
+        failed = self.target
         self.target = self.nodes.after(self.target)
         if self.redirected:
             # The leader an M named is down (killed a moment ago: its
@@ -218,11 +247,15 @@ class CallPlan:
             # ``E no_leader``, and ask another node, instead of a hop.
             self.redirected = False
             self.redirects = 0
-            return self._back_off(now, NoLeader(f"the leader named by M cannot be reached ({error})"))
+            pause = self._back_off(now, NoLeader(f"the leader named by M cannot be reached ({error})"))
+            log.warning("%s (the leader M named): a leader change? asking %s in %.2f s",
+                        self._naming(failed, error), self._name(self.target), pause)
+            return pause
         # Safe to try the next node, once around the list.
         self.failures += 1
         if self.failures >= len(self.nodes):
             raise error
+        log.warning("%s: trying %s", self._naming(failed, error), self._name(self.target))
         return 0.0
 
     def not_sent(self, why: str) -> float:
@@ -237,6 +270,8 @@ class CallPlan:
         """No reply in time: the outcome is unknown, so the request is not
         resent (the caller raises Indeterminate), but the next request goes
         to the next node."""
+        log.warning("no reply from %s to %s %s (silent, or the connection was lost): indeterminate; the next "
+                    "request goes to another node", self._name(self.target), self.request.verb, self.request.key)
         self.nodes.went_silent(self.target)
 
     def reply(self, reply: Reply, now: float) -> Optional[float]:
@@ -249,6 +284,7 @@ class CallPlan:
             self.redirects += 1
             if self.redirects > self.options.max_redirects:
                 raise NoLeader(f"more than {self.options.max_redirects} redirects (last to {reply.leader})")
+            log.info("%s is not the leader: following M to %s", self._name(self.target), reply.leader)
             self.target = self.nodes.index_of(leader)
             self.redirected = True
             return 0.0
@@ -256,10 +292,15 @@ class CallPlan:
             if reply.error_code == "no_leader":
                 pause = self._back_off(now, NoLeader(
                     f"no leader known (retried for {self.options.no_leader_budget_s} s)"))
+                asked = self.target
                 self.target = self.nodes.after(self.target)  # another node may know one
                 self.redirects = 0
+                log.info("%s knows no leader (an election?): asking %s in %.2f s", self._name(asked),
+                         self._name(self.target), pause)
                 return pause
             if reply.error_code == "indeterminate":
+                log.info("%s lost leadership before %s %s committed: indeterminate", self._name(self.target),
+                         self.request.verb, self.request.key)
                 raise Indeterminate(
                     "the leader lost leadership before the request committed; it may or may not have taken effect")
             if reply.error_code == "limit_mismatch":
@@ -336,6 +377,9 @@ class HeldBase:
     def __repr__(self) -> str:
         kind = f", shared limit={self.limit}" if self.shared else ""
         return f"{type(self).__name__}(key={self.key!r}, token={self.token}, owner={self.owner!r}{kind})"
+
+    def _log_lost(self, why: LockdError) -> None:
+        log.warning("lost the lock on %s (token %d, owner %s): %s", self.key, self.token, self.owner, why)
 
     def check(self) -> None:
         """Raises :class:`LockLost` if the keeper found the lock lost."""

@@ -209,6 +209,7 @@ class AsyncLock(HeldBase):
         self._exit_outcome(exc_type, error)
 
     async def _declare_lost(self, why: LockdError) -> None:
+        self._log_lost(why)
         self.lost_reason = why
         self.lost.set()
         if self._on_lost is not None:

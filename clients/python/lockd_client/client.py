@@ -244,6 +244,7 @@ class Lock(HeldBase):
             self._keeper.join()
 
     def _declare_lost(self, why: LockdError) -> None:
+        self._log_lost(why)
         self.lost_reason = why
         self.lost.set()
         if self._on_lost is not None:

@@ -199,9 +199,12 @@ class KeeperTest(WithLockd):
     def test_reports_loss_when_the_server_stays_down(self):
         lock = self.client.lock("k", lease_ms=400)
         start = time.monotonic()
-        self.lockd.stop()
-        self.assertTrue(lock.lost.wait(5))
+        with self.assertLogs("lockd_client", "WARNING") as logs:
+            self.lockd.stop()
+            self.assertTrue(lock.lost.wait(5))
         self.assertLess(time.monotonic() - start, 1.5)
+        # The application's log says so, with the key, token and why.
+        self.assertIn(f"WARNING:lockd_client:lost the lock on k (token {lock.token}, owner ", "\n".join(logs.output))
         self.lockd = Lockd()  # for tearDown
 
 
@@ -380,8 +383,12 @@ class RealClusterTest(unittest.TestCase):
         self.assertEqual(self.cluster.call_leader("A bob k1"), "T bob k1")
         lock.release()
         self.assertEqual(self.cluster.call_leader(f"R {lock.token} k1"), f"N {lock.token} k1")
-        # Given only a follower, the client reaches the leader by its M alone.
-        via_m = self.client(self.followers[1]).acquire("k2", owner="carol", lease_ms=30_000)
+        # Given only a follower, the client reaches the leader by its M alone,
+        # and logs the hop.
+        with self.assertLogs("lockd_client", "INFO") as logs:
+            via_m = self.client(self.followers[1]).acquire("k2", owner="carol", lease_ms=30_000)
+        self.assertIn(f"INFO:lockd_client:{self.cluster.address(self.followers[1])} is not the leader: "
+                      f"following M to {self.cluster.address(self.leader)}", logs.output)
         self.assertEqual(self.cluster.call_leader("A bob k2"), "T bob k2")
         via_m.release()
         self.assertEqual(self.cluster.call_leader(f"R {via_m.token} k2"), f"N {via_m.token} k2")
@@ -392,8 +399,13 @@ class RealClusterTest(unittest.TestCase):
         other = c.acquire("k2", owner="alice", lease_ms=60_000)
         self.cluster.kill9(self.leader)
         # At once, same Client: the followers name the dead leader for a
-        # moment, then none, then the new one, all within the budget.
-        lock.release()
+        # moment, then none, then the new one, all within the budget. The
+        # failover is in the log, naming the dead leader.
+        with self.assertLogs("lockd_client", "INFO") as logs:
+            lock.release()
+        dead = self.cluster.address(self.leader)
+        self.assertTrue(any(line.startswith("WARNING:lockd_client:") and dead in line for line in logs.output),
+                        logs.output)
         self.assertNotIn(self.cluster.wait_leader(), (0, self.leader))
         self.assertEqual(self.cluster.call_leader("A bob k2"), "T bob k2")  # k2 survived
         taken = c.acquire("k1", owner="bob", lease_ms=60_000)

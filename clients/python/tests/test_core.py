@@ -4,6 +4,7 @@ keeper's schedule and the connection's matching, with no socket and no
 clock — time is passed in."""
 
 import random
+import re
 import unittest
 
 from lockd_client import Indeterminate, LimitMismatch, NoLeader, NotHeld, Rejected, Request, Unreachable
@@ -93,6 +94,27 @@ class CallPlanTest(unittest.TestCase):
         p = plan(nodes)
         p.silent()
         self.assertEqual(nodes.current, 1)
+
+    def test_redirects_retries_and_failovers_are_logged(self):
+        with self.assertLogs("lockd_client", "INFO") as logs:
+            p = plan()
+            p.reply(parse_reply("M c:3 o k"), 0.0)             # a redirect: INFO
+            p.unreachable(Unreachable("refused"), 0.0)         # its leader is down: WARNING
+            p.reply(parse_reply("E no_leader o k"), 0.0)       # a retry: INFO
+            p.unreachable(Unreachable("refused"), 0.0)         # a failover: WARNING
+            p.silent()                                         # silence: WARNING
+            with self.assertRaises(Indeterminate):
+                p.reply(parse_reply("E indeterminate o k"), 0.0)
+        pauses = [re.sub(r"in \d+\.\d\d s", "in P s", line) for line in logs.output]  # jittered
+        self.assertEqual(pauses, [
+            "INFO:lockd_client:a:1 is not the leader: following M to c:3",
+            "WARNING:lockd_client:c:3: refused (the leader M named): a leader change? asking a:1 in P s",
+            "INFO:lockd_client:a:1 knows no leader (an election?): asking b:2 in P s",
+            "WARNING:lockd_client:b:2: refused: trying c:3",
+            "WARNING:lockd_client:no reply from c:3 to S k (silent, or the connection was lost): indeterminate; "
+            "the next request goes to another node",
+            "INFO:lockd_client:c:3 lost leadership before S k committed: indeterminate",
+        ])
 
     def test_invalid_requests_never_get_a_plan(self):
         with self.assertRaises(ValueError):
