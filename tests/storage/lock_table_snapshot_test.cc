@@ -122,8 +122,14 @@ class Runner {
 };
 
 TEST(LockTableSnapshot, RestoredTableBehavesExactlyLikeTheOriginal) {
+  // Sanitizer builds (about 10x slower) check the same paths on fewer seeds.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr std::uint64_t kSeeds = 30;
+#else
+  constexpr std::uint64_t kSeeds = 120;
+#endif
   std::size_t cuts_with_waiters = 0;
-  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     const std::vector<Command> history = random_history(seed, 400);
     for (std::size_t cut : {0ul, 1ul, 17ul, 100ul, 250ul}) {
       LockTable original(kLimits, 1);
@@ -148,7 +154,7 @@ TEST(LockTableSnapshot, RestoredTableBehavesExactlyLikeTheOriginal) {
     }
   }
   // The histories must reach the interesting states (queues at the cut).
-  EXPECT_GT(cuts_with_waiters, 100u);
+  EXPECT_GT(cuts_with_waiters, kSeeds * 5 / 6);  // of 5 cuts per seed
 }
 
 TEST(LockTableSnapshot, EmptyTableRoundTripsItsTokenCounter) {
