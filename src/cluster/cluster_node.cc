@@ -307,9 +307,14 @@ void ClusterNode::fail_undecodable(raft::Index index, std::uint16_t version) {
 }
 
 void ClusterNode::note_table_floor(TimeNs now_ns) {
-  const TimeNs floor = service_->state_machine().floor_ns();
-  if (floor == floor_seen_ns_) return;
-  floor_seen_ns_ = floor;
+  const LockStateMachine& sm = service_->state_machine();
+  // A LeaderStart leaves the floor where it was, yet restarts the table's
+  // clock from it: the time without a leader did not pass on the table,
+  // so the estimate restarts there too (or it would run ahead, and show
+  // leases shorter than they are).
+  if (sm.floor_ns() == floor_seen_ns_ && sm.clock_term() == clock_term_seen_) return;
+  floor_seen_ns_ = sm.floor_ns();
+  clock_term_seen_ = sm.clock_term();
   floor_seen_at_ns_ = now_ns;
 }
 
@@ -318,7 +323,12 @@ TimeNs ClusterNode::table_now_ns(TimeNs now_ns) const {
   if (service_->serving()) return std::max(sm.to_table_ns(now_ns), sm.floor_ns());
   // Applied entries not yet noted (mid-turn) only move the floor forward.
   if (sm.floor_ns() != floor_seen_ns_) return sm.floor_ns();
-  return floor_seen_ns_ + std::max<TimeNs>(now_ns - floor_seen_at_ns_, 0);
+  // A leader with locks stamps the table at least every clock interval;
+  // without an entry for longer, the table's clock may have stopped (no
+  // leader until the next LeaderStart restarts it from the floor). So the
+  // estimate stands still rather than run ahead: a lease can read longer
+  // than it is while this node hears no leader, never shorter.
+  return floor_seen_ns_ + std::clamp<TimeNs>(now_ns - floor_seen_at_ns_, 0, kEstimateRunMaxNs);
 }
 
 void ClusterNode::fail_storage(const std::string& message) {

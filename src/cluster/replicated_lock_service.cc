@@ -251,8 +251,12 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
       }
       if (r.acquire == locks::AcquireOutcome::kQueued) {
         const locks::WaiterId w = index;
-        if (p.client_gone || !leader_ready_) {
-          // Nobody to answer (or we no longer lead): take it out again.
+        // Client 0 means "nobody to answer" and nothing else: a pending
+        // acquire exists only while we lead, and our LeaderStart (an
+        // earlier index) is applied before it, so a live client's waiter
+        // is always registered with its client and answered at the end
+        // (A, T, or E indeterminate when leadership is lost).
+        if (p.client_gone) {
           waiters_.emplace(w, Waiter{0, p.owner, p.key, p.wait_deadline_ns, false});
           to_cancel_.push_back(w);
           return;
@@ -262,7 +266,11 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
         wait_heap_.push({p.wait_deadline_ns, w});
         return;
       }
-      if (p.client_gone || replies_ == nullptr) return;
+      if (p.client_gone) {
+        if (r.acquire == locks::AcquireOutcome::kGranted) release_orphan(r.granted, p.key);
+        return;
+      }
+      if (replies_ == nullptr) return;
       server::ReplyKind kind = server::ReplyKind::kHeld;
       if (r.acquire == locks::AcquireOutcome::kGranted) kind = server::ReplyKind::kAcquired;
       if (r.acquire == locks::AcquireOutcome::kBusy) kind = server::ReplyKind::kBusy;
@@ -340,10 +348,15 @@ void ReplicatedLockService::deliver(const locks::Delivery& d) {
   if (wit == waiters_.end()) return;  // queued through another leader (or already answered)
   Waiter w = std::move(wit->second);
   waiters_.erase(wit);
-  if (w.client == 0 || replies_ == nullptr) return;
+  const bool granted = d.kind == locks::DeliveryKind::kGranted;
+  if (w.client == 0) {
+    // Its client left and the cancel lost the race with this hand-off.
+    if (granted) release_orphan(d.token, d.key);
+    return;
+  }
+  if (replies_ == nullptr) return;
   auto cw = client_waiters_.find(w.client);
   if (cw != client_waiters_.end()) cw->second.erase(d.waiter);
-  const bool granted = d.kind == locks::DeliveryKind::kGranted;
   std::string* out = replies_->reply_buffer(
       w.client, granted ? server::ReplyKind::kAcquired : server::ReplyKind::kHeld);
   if (out == nullptr) return;
@@ -353,6 +366,12 @@ void ReplicatedLockService::deliver(const locks::Delivery& d) {
     proto::append_held(*out, d.owner, d.key);
   }
   replies_->reply_queued(w.client);
+}
+
+void ReplicatedLockService::release_orphan(locks::Token token, std::string_view key) {
+  if (!leader_ready_) return;  // a follower: the leader releases it
+  ++stats_.orphans_released;
+  to_release_.push_back(Orphan{token, std::string(key)});
 }
 
 void ReplicatedLockService::watch_lease(std::string_view key) {
@@ -396,6 +415,7 @@ void ReplicatedLockService::lose_leadership() {
   waiters_.clear();
   client_waiters_.clear();
   to_cancel_.clear();
+  to_release_.clear();  // the next leader's lease expiry frees them
   wait_heap_ = {};
   lease_heap_ = {};
   leader_term_ = 0;
@@ -474,6 +494,18 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     if (wit != waiters_.end()) wit->second.cancel_proposed = true;
   }
   to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
+  // Grants nobody heard of: release them (the token check makes a late or
+  // repeated release harmless).
+  done = 0;
+  for (; done < to_release_.size(); ++done) {
+    LockCommand c;
+    c.type = LockCommandType::kRelease;
+    c.now_ns = now_ns;
+    c.key = to_release_[done].key;
+    c.token = to_release_[done].token;
+    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;
+  }
+  to_release_.erase(to_release_.begin(), to_release_.begin() + static_cast<std::ptrdiff_t>(done));
   maybe_propose_config(now_ns);
   compact_heaps();
 }
@@ -533,11 +565,19 @@ void ReplicatedLockService::on_time(TimeNs now_ns) {
   // An idle leader with locks stamps its clock into the log, so that a
   // successor knows a recent reading (§8: a lease grows by about the
   // leader change, not by however long the leader was idle).
-  if (sm_.table().key_count() > 0 && now_ns - last_proposal_ns_ >= options_.clock_interval_ns) {
+  if (sm_.table().key_count() > 0 && now_ns - last_proposal_ns_ >= options_.clock_interval_ns &&
+      now_ns >= clock_retry_at_ns_) {
     LockCommand c;
     c.type = LockCommandType::kClock;
     c.now_ns = now_ns;
-    if (propose(std::move(c), Pending{}).error == raft::ProposeError::kOk) last_proposal_ns_ = now_ns;
+    if (propose(std::move(c), Pending{}).error == raft::ProposeError::kOk) {
+      last_proposal_ns_ = now_ns;
+    } else {
+      // Back-pressure (the log is full of uncommitted entries): try again
+      // a little later, not on the very next timer (it would spin).
+      ++stats_.clock_retries;
+      clock_retry_at_ns_ = now_ns + kRetryDelayNs;
+    }
   }
 }
 
@@ -549,7 +589,9 @@ std::optional<TimeNs> ReplicatedLockService::next_deadline(TimeNs now_ns) const 
   };
   if (!wait_heap_.empty()) consider(wait_heap_.top().at_ns);
   if (!lease_heap_.empty()) consider(sm_.to_leader_ns(lease_heap_.top().at_table_ns));
-  if (sm_.table().key_count() > 0) consider(last_proposal_ns_ + options_.clock_interval_ns);
+  if (sm_.table().key_count() > 0) {
+    consider(std::max(last_proposal_ns_ + options_.clock_interval_ns, clock_retry_at_ns_));
+  }
   if (next && *next < now_ns) next = now_ns;
   return next;
 }

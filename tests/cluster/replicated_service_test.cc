@@ -577,5 +577,77 @@ TEST(ReplicatedLockService, OverloadRefusesAcquireWithBusy) {
   EXPECT_EQ(n.request(7, "K 5 k1 100"), "E indeterminate 5 k1\n");
 }
 
+// A hand-off that commits before a disconnected waiter's cancel: the grant
+// reaches nobody, so it is released through the log at once instead of
+// holding the key for the whole lease (issue 19, "Why" 5).
+TEST(ReplicatedLockService, HandOffToAWaiterWhoseClientLeftIsReleased) {
+  Node n;
+  n.request(7, "A alice k1 60000");
+  n.settle();
+  const std::string a = n.replies_.take(7);
+  const std::string token = a.substr(2, a.find(' ', 2) - 2);
+  n.request(8, "A bob k1 60000 30000");
+  n.settle();
+  ASSERT_EQ(n.svc_.table().waiter_count(), 1u);
+  // alice's release is proposed first, then bob leaves: the release (and
+  // its hand-off to bob) commits before bob's cancel.
+  EXPECT_EQ(n.request(7, "R " + token + " k1"), "");
+  n.replies_.gone.insert(8);
+  n.svc_.client_closed(8);
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7), "R " + token + " k1\n");
+  EXPECT_EQ(n.replies_.to_gone[8], 0);
+  EXPECT_EQ(n.svc_.table().find("k1"), nullptr) << "the orphaned grant still holds the key";
+  EXPECT_EQ(n.svc_.stats().orphans_released, 1u);
+  // The next acquire gets the key at once.
+  n.request(9, "A carol k1 60000");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(9).substr(0, 2), "A ");
+}
+
+// An acquire whose client leaves while it is still being committed: if it
+// is granted, nobody hears of it, and it is released through the log.
+TEST(ReplicatedLockService, GrantToAClientThatLeftWhileCommittingIsReleased) {
+  Node n;
+  EXPECT_EQ(n.request(8, "A bob k1 60000"), "");
+  n.replies_.gone.insert(8);
+  n.svc_.client_closed(8);
+  n.settle();
+  EXPECT_EQ(n.replies_.to_gone[8], 0);
+  EXPECT_EQ(n.svc_.table().find("k1"), nullptr);
+  // Queued instead (someone holds the key): taken out of the queue.
+  n.request(7, "A alice k2 60000");
+  n.settle();
+  EXPECT_EQ(n.request(8, "A bob k2 60000 30000"), "");
+  n.svc_.client_closed(8);
+  n.settle();
+  EXPECT_EQ(n.svc_.table().waiter_count(), 0u);
+}
+
+// A clock entry refused by back-pressure is retried a little later: the
+// service's next deadline is not "now" (the timer would spin).
+TEST(ReplicatedLockService, RefusedClockEntryBacksOff) {
+  Node n;
+  n.request(7, "A alice k1 60000");
+  n.settle();
+  n.replies_.take(7);
+  // No settle: proposals pile up uncommitted until Raft refuses more.
+  for (std::size_t i = 0; i <= raft::kDefaultMaxUncommittedEntries + 1; ++i) {
+    if (!n.request(7, "A a x" + std::to_string(i) + " 1000").empty()) break;
+  }
+  n.now += ReplicatedServiceOptions{}.clock_interval_ns + 1;
+  n.svc_.on_time(n.now);
+  EXPECT_EQ(n.svc_.stats().clock_retries, 1u);
+  const std::optional<TimeNs> next = n.svc_.next_deadline(n.now);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_GT(*next, n.now) << "a refused clock entry is retried on the very next timer";
+  // Once the log drains, the clock entry goes in.
+  n.settle();
+  n.now = *next;
+  const std::uint64_t before = n.svc_.stats().proposals;
+  n.svc_.on_time(n.now);
+  EXPECT_EQ(n.svc_.stats().proposals, before + 1);
+}
+
 }  // namespace
 }  // namespace lockd::cluster

@@ -151,8 +151,11 @@ class ClusterNode final : private raft::ReadyHandler {
   // leader maps its own clock exactly. Any other node estimates: the latest
   // table time it applied, plus the time since it applied it. It lags the
   // leader by about the replication delay, so leases look slightly longer
-  // there, never shorter.
+  // there, never shorter: the estimate restarts at each LeaderStart and
+  // runs at most kEstimateRunMaxNs past the latest entry (the table's clock
+  // stands still while there is no leader).
   TimeNs table_now_ns(TimeNs now_ns) const;
+  static constexpr TimeNs kEstimateRunMaxNs = 2 * kDefaultClockIntervalNs;
   raft::Role role() const { return raft_->role(); }
   raft::NodeId leader() const { return raft_->leader(); }
 
@@ -233,6 +236,7 @@ class ClusterNode final : private raft::ReadyHandler {
   std::uint64_t leader_changes_ = 0;
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note
   TimeNs floor_seen_at_ns_ = 0;  // our monotonic clock then
+  raft::Term clock_term_seen_ = 0;  // the state machine's clock term then
 };
 
 }  // namespace lockd::cluster

@@ -71,6 +71,8 @@ struct ReplicatedServiceStats {
   std::uint64_t expiries_proposed = 0;
   std::uint64_t wait_timeouts_proposed = 0;
   std::uint64_t leaderships = 0;          // LeaderStart entries proposed
+  std::uint64_t orphans_released = 0;     // grants to a client that had left, released
+  std::uint64_t clock_retries = 0;        // clock entries refused by back-pressure
   std::uint16_t entry_version = 0;        // the encoding of this node's latest proposal (gauge)
 };
 
@@ -159,6 +161,8 @@ class ReplicatedLockService final : public server::LockService {
   void lose_leadership();
   void answer_pending(const Pending& p, const EntryResult& r, raft::Index index);
   void deliver(const locks::Delivery& d);
+  // A grant nobody will hear of (its client left): queue its release.
+  void release_orphan(locks::Token token, std::string_view key);
   void watch_lease(std::string_view key);
   void rebuild_lease_heap();
   void compact_heaps();
@@ -180,10 +184,19 @@ class ReplicatedLockService final : public server::LockService {
   bool leader_ready_ = false;       // our LeaderStart is applied: offset is ours
   raft::Index config_index_ = 0;    // our kConfig in flight; 0: none
   TimeNs last_proposal_ns_ = 0;     // for the idle clock entry
+  TimeNs clock_retry_at_ns_ = 0;    // a refused clock entry is retried no sooner
   std::map<raft::Index, Pending> pending_;  // bounded by Raft's max_uncommitted_entries
   std::unordered_map<locks::WaiterId, Waiter> waiters_;  // bounded by the table's waiter caps
   std::unordered_map<locks::ClientId, std::unordered_set<locks::WaiterId>> client_waiters_;
   std::vector<locks::WaiterId> to_cancel_;  // disconnects and gone clients, proposed in sync()
+  // Grants whose client left before it heard of them (a hand-off to a
+  // waiter, or an acquire still committing): released through the log in
+  // sync(), so that the key does not sit idle for the whole lease.
+  struct Orphan {
+    locks::Token token;
+    std::string key;
+  };
+  std::vector<Orphan> to_release_;
   std::priority_queue<TimedWaiter, std::vector<TimedWaiter>, std::greater<>> wait_heap_;
   std::priority_queue<TimedLease, std::vector<TimedLease>, std::greater<>> lease_heap_;
   ReplicatedServiceStats stats_;
