@@ -1,7 +1,7 @@
 #include "lockd/auth/acl.h"
 
 #include "lockd/auth/credentials.h"
-#include "toml_read.h"
+#include "lockd/common/toml_file.h"
 
 namespace lockd::auth {
 
@@ -12,53 +12,58 @@ bool identity_or_star(const std::string& s) { return s == "*" || valid_identity(
 }  // namespace
 
 std::optional<Acl> Acl::load(const std::string& path, std::string& error) {
-  auto text = detail::read_file(path, error);
-  if (!text) return std::nullopt;
-  return parse(*text, path, error);
+  auto table = read_toml_file(path, error);
+  if (!table) return std::nullopt;
+  return from_table(*table, path, error);
 }
 
 std::optional<Acl> Acl::parse(std::string_view toml_text, const std::string& path,
                               std::string& error) {
-  auto table = detail::parse_toml(toml_text, path, error);
+  auto table = parse_toml_text(toml_text, path, error);
   if (!table) return std::nullopt;
+  return from_table(*table, path, error);
+}
+
+std::optional<Acl> Acl::from_table(const toml::table& table, const std::string& path,
+                                      std::string& error) {
   Acl acl;
-  for (const auto& [key, node] : *table) {
+  for (const auto& [key, node] : table) {
     if (key.str() != "admins" && key.str() != "rule") {
-      error = detail::where(path, node) + "unknown key '" + std::string(key.str()) +
+      error = toml_where(path, node.source()) + "unknown key '" + std::string(key.str()) +
               "' (expected admins and [[rule]] tables)";
       return std::nullopt;
     }
   }
-  if (const toml::node* admins = table->get("admins")) {
+  if (const toml::node* admins = table.get("admins")) {
     const toml::array* arr = admins->as_array();
     if (arr == nullptr) {
-      error = detail::where(path, *admins) + "admins must be an array of identities";
+      error = toml_where(path, admins->source()) + "admins must be an array of identities";
       return std::nullopt;
     }
     for (const toml::node& n : *arr) {
       const auto id = n.value<std::string>();
       if (!id || !valid_identity(*id)) {
-        error = detail::where(path, n) + "admins: each entry must be an identity string";
+        error = toml_where(path, n.source()) + "admins: each entry must be an identity string";
         return std::nullopt;
       }
       acl.admins_.push_back(*id);
     }
   }
-  if (const toml::node* rules = table->get("rule")) {
+  if (const toml::node* rules = table.get("rule")) {
     const toml::array* arr = rules->as_array();
     if (arr == nullptr) {
-      error = detail::where(path, *rules) + "'rule' must be an array of tables ([[rule]])";
+      error = toml_where(path, rules->source()) + "'rule' must be an array of tables ([[rule]])";
       return std::nullopt;
     }
     for (const toml::node& n : *arr) {
       const toml::table* t = n.as_table();
       if (t == nullptr) {
-        error = detail::where(path, n) + "each rule must be a table ([[rule]])";
+        error = toml_where(path, n.source()) + "each rule must be a table ([[rule]])";
         return std::nullopt;
       }
       for (const auto& [key, v] : *t) {
         if (key.str() != "identity" && key.str() != "prefix" && key.str() != "verbs") {
-          error = detail::where(path, v) + "unknown key '" + std::string(key.str()) +
+          error = toml_where(path, v.source()) + "unknown key '" + std::string(key.str()) +
                   "' in [[rule]] (expected identity, prefix, verbs)";
           return std::nullopt;
         }
@@ -67,24 +72,24 @@ std::optional<Acl> Acl::parse(std::string_view toml_text, const std::string& pat
       const auto identity = (*t)["identity"].value<std::string>();
       const auto prefix = (*t)["prefix"].value<std::string>();
       if (!identity || !identity_or_star(*identity)) {
-        error = detail::where(path, n) + "[[rule]] needs identity = \"NAME\" or \"*\"";
+        error = toml_where(path, n.source()) + "[[rule]] needs identity = \"NAME\" or \"*\"";
         return std::nullopt;
       }
       if (!prefix) {
-        error = detail::where(path, n) + "[[rule]] needs prefix = \"...\" (\"\" for every key)";
+        error = toml_where(path, n.source()) + "[[rule]] needs prefix = \"...\" (\"\" for every key)";
         return std::nullopt;
       }
       r.identity = *identity;
       r.prefix = *prefix;
       const toml::array* verbs = (*t)["verbs"].as_array();
       if (verbs == nullptr) {
-        error = detail::where(path, n) + "[[rule]] needs verbs = [\"A\", \"S\", \"R\", \"K\"] (some of)";
+        error = toml_where(path, n.source()) + "[[rule]] needs verbs = [\"A\", \"S\", \"R\", \"K\"] (some of)";
         return std::nullopt;
       }
       for (const toml::node& v : *verbs) {
         const auto verb = v.value<std::string>();
         if (!verb || verb->size() != 1 || std::string_view("ASRK").find((*verb)[0]) == std::string_view::npos) {
-          error = detail::where(path, v) + "verbs: each must be one of \"A\", \"S\", \"R\", \"K\"";
+          error = toml_where(path, v.source()) + "verbs: each must be one of \"A\", \"S\", \"R\", \"K\"";
           return std::nullopt;
         }
         r.verbs.push_back((*verb)[0]);

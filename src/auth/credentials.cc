@@ -5,7 +5,7 @@
 #include <openssl/rand.h>
 
 #include "lockd/common/check.h"
-#include "toml_read.h"
+#include "lockd/common/toml_file.h"
 
 namespace lockd::auth {
 
@@ -69,39 +69,44 @@ bool valid_identity(std::string_view identity) {
 }
 
 std::optional<Credentials> Credentials::load(const std::string& path, std::string& error) {
-  auto text = detail::read_file(path, error);
-  if (!text) return std::nullopt;
-  return parse(*text, path, error);
+  auto table = read_toml_file(path, error);
+  if (!table) return std::nullopt;
+  return from_table(*table, path, error);
 }
 
 std::optional<Credentials> Credentials::parse(std::string_view toml_text, const std::string& path,
                                               std::string& error) {
-  auto table = detail::parse_toml(toml_text, path, error);
+  auto table = parse_toml_text(toml_text, path, error);
   if (!table) return std::nullopt;
+  return from_table(*table, path, error);
+}
+
+std::optional<Credentials> Credentials::from_table(const toml::table& table, const std::string& path,
+                                      std::string& error) {
   Credentials c;
-  for (const auto& [key, node] : *table) {
+  for (const auto& [key, node] : table) {
     if (key.str() != "credential") {
-      error = detail::where(path, node) + "unknown key '" + std::string(key.str()) +
+      error = toml_where(path, node.source()) + "unknown key '" + std::string(key.str()) +
               "' (expected [[credential]] tables)";
       return std::nullopt;
     }
   }
-  const toml::node* list = table->get("credential");
+  const toml::node* list = table.get("credential");
   if (list == nullptr) return c;  // no credentials: nobody can authenticate by token
   const toml::array* arr = list->as_array();
   if (arr == nullptr) {
-    error = detail::where(path, *list) + "'credential' must be an array of tables ([[credential]])";
+    error = toml_where(path, list->source()) + "'credential' must be an array of tables ([[credential]])";
     return std::nullopt;
   }
   for (const toml::node& n : *arr) {
     const toml::table* t = n.as_table();
     if (t == nullptr) {
-      error = detail::where(path, n) + "each credential must be a table ([[credential]])";
+      error = toml_where(path, n.source()) + "each credential must be a table ([[credential]])";
       return std::nullopt;
     }
     for (const auto& [key, v] : *t) {
       if (key.str() != "identity" && key.str() != "hash") {
-        error = detail::where(path, v) + "unknown key '" + std::string(key.str()) +
+        error = toml_where(path, v.source()) + "unknown key '" + std::string(key.str()) +
                 "' in [[credential]] (expected identity, hash)";
         return std::nullopt;
       }
@@ -109,7 +114,7 @@ std::optional<Credentials> Credentials::parse(std::string_view toml_text, const 
     const auto identity = (*t)["identity"].value<std::string>();
     const auto hash = (*t)["hash"].value<std::string>();
     if (!identity || !valid_identity(*identity)) {
-      error = detail::where(path, n) +
+      error = toml_where(path, n.source()) +
               "[[credential]] needs identity = \"...\" (1..128 visible ASCII characters, no spaces)";
       return std::nullopt;
     }
@@ -122,7 +127,7 @@ std::optional<Credentials> Credentials::parse(std::string_view toml_text, const 
         !from_hex(h.substr(kScheme.size(), dollar - kScheme.size()), e.salt) || e.salt.empty() ||
         e.salt.size() > kMaxSaltBytes || !from_hex(h.substr(dollar + 1), digest) ||
         digest.size() != e.digest.size()) {
-      error = detail::where(path, n) + "credential of '" + e.identity +
+      error = toml_where(path, n.source()) + "credential of '" + e.identity +
               "': hash must be \"sha256$<hex salt>$<64 hex digits>\"";
       return std::nullopt;
     }

@@ -38,13 +38,19 @@ std::optional<toml::table> read_toml_file(const std::string& path, std::string& 
     error = path + ": larger than " + std::to_string(kMaxTomlFileBytes) + " bytes; not a config file?";
     return std::nullopt;
   }
+  return parse_toml_text(content, path, error);
+}
+
+std::optional<toml::table> parse_toml_text(std::string_view text, const std::string& path,
+                                           std::string& error) {
   try {
-    return toml::parse(content, path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::string what(e.description());
     for (char& ch : what) {
-      if (ch == '\n') ch = ' ';
+      if (ch == '\n' || ch == '\r') ch = ' ';
     }
+    while (!what.empty() && what.back() == ' ') what.pop_back();
     error = toml_where(path, e.source()) + what;
     return std::nullopt;
   }

@@ -12,6 +12,8 @@
 // is. Immutable once loaded; a reload builds a new one.
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +33,10 @@ class Acl {
   std::size_t rules() const { return rules_.size(); }
 
  private:
+  // Checks a parsed file (both load() and parse() end here).
+  static std::optional<Acl> from_table(const toml::table& table, const std::string& path,
+                                         std::string& error);
+
   struct Rule {
     std::string identity;  // "*": any
     std::string prefix;

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <array>
+#include <toml++/toml.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +46,10 @@ class Credentials {
   std::size_t size() const { return entries_.size(); }
 
  private:
+  // Checks a parsed file (both load() and parse() end here).
+  static std::optional<Credentials> from_table(const toml::table& table, const std::string& path,
+                                         std::string& error);
+
   struct Entry {
     std::string identity;
     std::vector<unsigned char> salt;

@@ -11,12 +11,18 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace lockd {
 
 // Parses `path`. nullopt with `error` set to "FILE:LINE: what" for a file
 // that is not TOML, or "FILE: cannot read: why" for one that cannot be read.
 std::optional<toml::table> read_toml_file(const std::string& path, std::string& error);
+
+// Parses `text` as if read from `path` (for tests and callers that already
+// hold the bytes); nullopt with `error` set to "FILE:LINE: what".
+std::optional<toml::table> parse_toml_text(std::string_view text, const std::string& path,
+                                           std::string& error);
 
 // "FILE:LINE: " for a node (or key) of a table read from `path`; "FILE: "
 // when the parser kept no position.
