@@ -84,11 +84,12 @@ std::string https_status_line(std::uint16_t port, const TlsClientFiles& files, c
   return *line;
 }
 
-// DISABLED: it hangs now and then (seen in focused runs, cause not found;
-// the suspicion is a request arriving with the end of the TLS 1.3
-// handshake on libevent's OpenSSL bufferevent). Known issue of --admin-tls,
-// recorded in docs/security.md and the issue 21 notes; re-enable with the fix.
-TEST(AdminSecurityTest, DISABLED_HttpsWithClientCertificates) {
+// This test once "hung" now and then: the stranger's request below was
+// written (write(2), SIGPIPE not ignored) to a connection lockd had just
+// refused, SIGPIPE killed the test, and its orphaned lockd kept ctest's
+// pipe open until the timeout. TlsLineClient now ignores SIGPIPE and a
+// test's lockd dies with it (PR_SET_PDEATHSIG).
+TEST(AdminSecurityTest, HttpsWithClientCertificates) {
   Files f;
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--admin-tls", "--tls-cert", pki("server.pem"),
                       "--tls-key", pki("server.key"), "--tls-ca", pki("ca.pem"), "--auth", "any",
@@ -104,9 +105,13 @@ TEST(AdminSecurityTest, DISABLED_HttpsWithClientCertificates) {
   EXPECT_EQ(https_status_line(port, billing, "/v1/status"), "HTTP/1.1 200 OK");
   EXPECT_EQ(https_status_line(port, billing, "/v1/snapshot"), "HTTP/1.1 403 Forbidden");
   EXPECT_NE(https_status_line(port, ops, "/v1/snapshot").substr(0, 12), "HTTP/1.1 403");
-  // A certificate from another CA is no identity (and fails the handshake).
+  // A certificate from another CA is no identity: the handshake fails (with
+  // TLS 1.3 the client learns it only when it reads), no request is read.
   const TlsClientFiles stranger{pki("ca.pem"), pki("stranger.pem"), pki("stranger.key")};
-  EXPECT_NE(https_status_line(port, stranger, "/v1/status"), "HTTP/1.1 200 OK");
+  const std::string refused = https_status_line(port, stranger, "/v1/status");
+  EXPECT_TRUE(refused == "closed" || refused == "handshake failed") << refused;
+  // And lockd goes on serving.
+  EXPECT_EQ(https_status_line(port, ops, "/healthz"), "HTTP/1.1 200 OK");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,9 +35,16 @@ ChildProcess::~ChildProcess() {
 bool ChildProcess::start(const std::vector<std::string>& argv) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) return false;
   if (pid_ == 0) {
+    // Dies with the test: a test process that crashes (or is killed by a
+    // signal) runs no destructor, and an orphaned lockd would keep its
+    // ports, and ctest's output pipe open, so ctest waited until its
+    // timeout as if the test hung.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     ::dup2(fds[1], 2);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

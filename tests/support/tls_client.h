@@ -43,7 +43,9 @@ class TlsLineClient {
   std::string protocol() const;
   // The serial number (hex) of the certificate the server showed.
   std::string server_serial() const;
-  void send(const std::string& bytes);
+  // False when the server had already closed the connection (e.g. it
+  // refused the certificate after a TLS 1.3 client's Finished).
+  bool send(const std::string& bytes);
   std::optional<std::string> read_line(std::chrono::milliseconds timeout =
                                            std::chrono::milliseconds(20'000));
   std::string call(const std::string& line);
