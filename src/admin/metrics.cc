@@ -387,6 +387,10 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Client connections closed because the TLS handshake or a record failed "
            "(plaintext on a TLS port, a certificate refused).",
            st.tls_failures);
+  w.single("lockd_client_tls_handshake_timeouts_total", "counter",
+           "Client connections closed because their TLS handshake did not complete within "
+           "--tls-handshake-timeout-ms of the accept.",
+           st.tls_handshake_timeouts);
   w.single("lockd_auth_failures_total", "counter",
            "H requests whose credential was not accepted (answered E unauthenticated, then closed).",
            st.auth_failures);

@@ -219,6 +219,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   std::string admin = "127.0.0.1:7071";
   std::string log_format = "text";
   std::uint64_t sweep_ms = 5000;
+  std::uint64_t tls_handshake_timeout_ms = 10'000;
   std::uint64_t node_id = 0;
   std::vector<std::string> peers;
   std::string auth = "none";
@@ -275,6 +276,9 @@ ParseOutcome parse_config(int argc, char** argv) {
                "cluster: mutual TLS on the raft port (members' certificates name lockd-node-<ID>)");
   app.add_option("--peer-secret-file", sec.peer_secret_file,
                  "cluster: shared secret (>= 32 bytes) that members prove they know");
+  app.add_option("--tls-handshake-timeout-ms", tls_handshake_timeout_ms,
+                 "--client-tls: a client that has not finished its TLS handshake this long "
+                 "after connecting is disconnected");
   app.add_option("--auth", auth, "client authentication: none | cert | token | any")
       ->check(CLI::IsMember({"none", "cert", "token", "any"}));
   app.add_option("--credentials", sec.credentials_file,
@@ -328,6 +332,13 @@ ParseOutcome parse_config(int argc, char** argv) {
     return {std::nullopt, 2, "lockd: " + where("--sweep-interval-ms") + "--sweep-interval-ms too large", {}};
   }
   c.server.sweep_interval_ns = ms_to_ns(sweep_ms);
+  if (tls_handshake_timeout_ms == 0 || tls_handshake_timeout_ms > 3'600'000) {
+    return {std::nullopt, 2,
+            "lockd: " + where("--tls-handshake-timeout-ms") +
+                "--tls-handshake-timeout-ms must be 1..3600000",
+            {}};
+  }
+  c.server.tls_handshake_timeout_ns = ms_to_ns(tls_handshake_timeout_ms);
   if (app.get_option("--node-id")->count() > 0) c.node_id = node_id;
   if (std::string err = validate(c, listen, admin, peers); !err.empty()) {
     // Name the file line of the flag the message starts with, if it came

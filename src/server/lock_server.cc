@@ -19,6 +19,7 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       table_(config.locks, first_token),
       listener_(base, [this](int fd) { accept(fd); }),
       deadline_timer_(base, [this] { on_deadline_timer(); }),
+      handshake_timer_(base, [this] { on_handshake_timer(); }),
       sweep_timer_(base, [this] { on_sweep_timer(); }),
       sweep_continue_(base, [this] { run_sweep_slice(); }),
       next_conn_id_(config.first_client_id) {
@@ -47,6 +48,29 @@ void LockServer::accept(int fd) {
   c.conn = std::make_unique<net::Connection>(
       base_, fd, id, *this, config_.output,
       tls_ != nullptr ? tls::TlsSession::accept(*tls_) : nullptr);
+  if (tls_ != nullptr) {
+    handshake_deadlines_.emplace_back(net::monotonic_now_ns() + config_.tls_handshake_timeout_ns, id);
+    if (!handshake_timer_.armed()) handshake_timer_.arm_after(config_.tls_handshake_timeout_ns);
+  }
+}
+
+void LockServer::on_handshake_timer() {
+  const TimeNs now = net::monotonic_now_ns();
+  while (!handshake_deadlines_.empty() && handshake_deadlines_.front().first <= now) {
+    const std::uint64_t id = handshake_deadlines_.front().second;
+    handshake_deadlines_.pop_front();
+    auto it = clients_.find(id);
+    if (it == clients_.end() || it->second.conn->closed()) continue;
+    net::Connection& conn = *it->second.conn;
+    if (conn.tls() == nullptr || conn.tls()->handshake_done()) continue;
+    ++stats_.tls_handshake_timeouts;
+    spdlog::debug("client connection {}: TLS handshake not done in {} ms, closing", id,
+                  config_.tls_handshake_timeout_ns / kNsPerMs);
+    conn.close();
+  }
+  if (!handshake_deadlines_.empty()) {
+    handshake_timer_.arm_after(handshake_deadlines_.front().first - now);
+  }
 }
 
 void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
@@ -347,6 +371,8 @@ void LockServer::begin_shutdown() {
   shutting_down_ = true;
   listener_.close();
   deadline_timer_.cancel();
+  handshake_timer_.cancel();
+  handshake_deadlines_.clear();
   sweep_timer_.cancel();
   sweep_continue_.cancel();
   for (auto& [id, c] : clients_) c.conn->close_after_flush();

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "eventually.h"
+#include "http_get.h"
 #include "lockd_process.h"
 #include "tls_client.h"
 
@@ -51,6 +52,32 @@ TEST(ClientTlsTest, PlaintextClientIsDisconnectedAndNothingItSentIsProcessed) {
   ASSERT_TRUE(c.handshake_ok()) << c.error();
   // mallory's acquire never ran: the key is free.
   EXPECT_EQ(fields(c.call("A alice victim 60000"))[0], "A");
+}
+
+// --tls-handshake-timeout-ms: a client that connects to the TLS port and
+// never finishes its handshake (silent, or half a ClientHello) is closed at
+// the deadline; a client that finished is never touched, and lockd serves on.
+TEST(ClientTlsTest, UnfinishedHandshakeIsClosedAtTheDeadline) {
+  auto flags = tls_flags();
+  flags.insert(flags.end(), {"--tls-handshake-timeout-ms", "300", "--admin", "127.0.0.1:0"});
+  LockdProcess lockd(flags);
+  TlsLineClient early(lockd.port(), {});
+  ASSERT_TRUE(early.handshake_ok()) << early.error();
+  const auto start = std::chrono::steady_clock::now();
+  LineClient silent(lockd.port());
+  LineClient half(lockd.port());
+  // A handshake record header announcing 512 bytes, then 4 of them.
+  half.send(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc", 9));
+  EXPECT_TRUE(silent.wait_closed(20s));
+  EXPECT_TRUE(half.wait_closed(20s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);  // not before its deadline
+  // The client that finished its handshake outlived the deadline.
+  EXPECT_EQ(fields(early.call("A early k 60000"))[0], "A");
+  TlsLineClient late(lockd.port(), {});
+  ASSERT_TRUE(late.handshake_ok()) << late.error();
+  EXPECT_EQ(fields(late.call("A late k2 60000"))[0], "A");
+  EXPECT_NE(http(lockd.admin_port(), "/metrics").body.find("lockd_client_tls_handshake_timeouts_total 2\n"),
+            std::string::npos);
 }
 
 TEST(ClientTlsTest, ClientCertificatesWithAuthCert) {

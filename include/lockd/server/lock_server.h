@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -43,6 +44,11 @@ struct ServerConfig {
   std::size_t max_connections = 10'000;
   TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
   net::OutputLimits output;
+  // --client-tls: a connection whose TLS handshake has not completed this
+  // long after its accept is closed (a client that connects and sends
+  // nothing, or half a ClientHello, would otherwise hold its descriptor
+  // and a connection slot forever).
+  TimeNs tls_handshake_timeout_ns = 10'000 * kNsPerMs;
   // First client id. Cluster mode puts the node id in the high bits so a
   // client id names its node in every replica's table.
   std::uint64_t first_client_id = 1;
@@ -121,6 +127,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // `E forbidden <echo>` and returns false when it may not go on.
   bool admitted(Client& client, const proto::Request& req);
   void on_deadline_timer();
+  // Closes the connections whose TLS handshake deadline has passed.
+  void on_handshake_timer();
   void on_sweep_timer();
   void run_sweep_slice();
   // Appends each Delivery's reply to its client's output.
@@ -135,6 +143,11 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   locks::LockTable table_;
   net::Listener listener_;
   net::Timer deadline_timer_;
+  // TLS handshake deadlines in accept order (one timeout for all, so the
+  // queue is sorted); an entry whose connection finished its handshake or
+  // closed is skipped when it comes up.
+  std::deque<std::pair<TimeNs, std::uint64_t>> handshake_deadlines_;
+  net::Timer handshake_timer_;  // armed for the front of handshake_deadlines_
   net::Timer sweep_timer_;     // starts a sweep pass every sweep interval
   net::Timer sweep_continue_;  // runs the next slice of a pass, next turn
   std::unordered_map<std::uint64_t, Client> clients_;  // by connection id

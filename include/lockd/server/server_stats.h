@@ -39,6 +39,7 @@ struct ServerStats {
   std::uint64_t connections_rejected = 0;  // over --max-connections
   std::uint64_t output_overflows = 0;      // closed for unsent output over the cap
   std::uint64_t lines_too_long = 0;
+  std::uint64_t tls_handshake_timeouts = 0;  // closed: no completed handshake in time
   std::uint64_t tls_failures = 0;          // TLS handshakes or records that failed (v1.2)
   // Server-side latency of requests answered at once, from before parsing
   // to the reply queued; a waiting acquire is not observed (its wait is the
