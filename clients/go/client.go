@@ -19,6 +19,8 @@ package lockd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -56,6 +58,37 @@ type Options struct {
 	// the environment, never from source code. "" sends no H. A refused
 	// credential is ErrUnauthenticated, and is not tried on other nodes.
 	Credential string
+	// TLS, when set, wraps every connection in TLS (a lockd run with
+	// --client-tls). An empty ServerName is each address's host, so the
+	// node an M redirect names is checked under its own name. TLSFiles
+	// builds one from PEM files (a CA, and a client certificate for --auth
+	// cert or any). The credential, if any, is sent inside TLS.
+	TLS *tls.Config
+}
+
+// TLSFiles returns a TLS configuration (TLS 1.2 or later) that trusts the
+// CA certificates in caFile and, when certFile is not "", shows the client
+// certificate certFile with its key keyFile (the identity is its CN).
+// serverName, when not "", is the name the server's certificate must have
+// instead of each address's host.
+func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, &invalidError{"cannot read the CA file: " + err.Error()}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, &invalidError{"no PEM certificate in the CA file " + caFile}
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, &invalidError{"cannot load the client certificate: " + err.Error()}
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // Client talks to one lockd node or a cluster. Safe for concurrent use.
@@ -147,7 +180,7 @@ func (c *Client) connTo(ctx context.Context, target int) (*conn, error) {
 		return c.conn, nil
 	}
 	// Dialing under the lock: the other goroutines want the same connection.
-	nc, identity, err := dial(ctx, addr, c.opts.ConnectTimeout, c.opts.Credential)
+	nc, identity, err := dial(ctx, addr, c.opts.ConnectTimeout, c.opts.TLS, c.opts.Credential)
 	if err != nil {
 		return nil, err
 	}

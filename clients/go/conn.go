@@ -8,6 +8,7 @@ package lockd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
@@ -43,10 +44,11 @@ type conn struct {
 	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
 }
 
-// dial connects to addr; with a credential, the connection is
-// authenticated (H, protocol.md §11) before anything else is sent on it,
-// and identity is what the server named.
-func dial(ctx context.Context, addr string, timeout time.Duration, credential string) (c *conn, identity string, err error) {
+// dial connects to addr (over TLS when tlsConfig is set); with a
+// credential, the connection is authenticated (H, protocol.md §11) before
+// anything else is sent on it, and identity is what the server named.
+func dial(ctx context.Context, addr string, timeout time.Duration, tlsConfig *tls.Config,
+	credential string) (c *conn, identity string, err error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -54,6 +56,11 @@ func dial(ctx context.Context, addr string, timeout time.Duration, credential st
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true) // small requests: latency over packet count
+	}
+	if tlsConfig != nil {
+		if nc, err = handshake(ctx, nc, addr, timeout, tlsConfig); err != nil {
+			return nil, "", err
+		}
 	}
 	br := bufio.NewReaderSize(nc, 16*1024)
 	if credential != "" {
@@ -66,6 +73,29 @@ func dial(ctx context.Context, addr string, timeout time.Duration, credential st
 		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{})}
 	go c.readLoop(br)
 	return c, identity, nil
+}
+
+// handshake runs the TLS handshake on nc, bounded by timeout and ctx. The
+// server's certificate must name cfg.ServerName, or else addr's host.
+func handshake(ctx context.Context, nc net.Conn, addr string, timeout time.Duration, cfg *tls.Config) (net.Conn, error) {
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+	}
+	by := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	tc := tls.Client(nc, cfg)
+	_ = nc.SetDeadline(by)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = nc.Close()
+		return nil, failCause(ErrUnreachable, "TLS handshake with "+addr+" failed", err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return tc, nil
 }
 
 // authenticate sends H and reads its reply, nothing else in flight: H
@@ -109,7 +139,11 @@ func (c *conn) close() { _ = c.nc.Close() }
 // before it) and the reader has not noticed yet: a node killed or restarted
 // a moment ago. The request is not sent, so it can go over a new connection.
 func (c *conn) peerClosed() bool {
-	tc, ok := c.nc.(*net.TCPConn)
+	raw := c.nc
+	if t, ok := raw.(*tls.Conn); ok {
+		raw = t.NetConn() // a peek at the socket: EOF there is EOF inside TLS too
+	}
+	tc, ok := raw.(*net.TCPConn)
 	if !ok {
 		return false
 	}
