@@ -24,7 +24,9 @@ from .errors import (
     NoLeader,
     NotHeld,
     ProtocolError,
+    Forbidden,
     Rejected,
+    Unauthenticated,
     Unreachable,
 )
 from .protocol import Matcher, Reply, Request, parse_reply
@@ -52,6 +54,8 @@ __all__ = [
     "NotHeld",
     "ProtocolError",
     "Rejected",
+    "Forbidden",
+    "Unauthenticated",
     "Unreachable",
     "Matcher",
     "Reply",

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import ssl
 import threading
 from typing import List, Optional, Tuple
 
 from ._common import KEEP_RETRY_PAUSE_S, Backoff
 from .errors import (
+    Forbidden,
     Indeterminate,
     LimitMismatch,
     LockdError,
@@ -39,6 +41,7 @@ from .errors import (
     NotHeld,
     ProtocolError,
     Rejected,
+    Unauthenticated,
     Unreachable,
 )
 from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
@@ -305,6 +308,10 @@ class CallPlan:
                     "the leader lost leadership before the request committed; it may or may not have taken effect")
             if reply.error_code == "limit_mismatch":
                 raise LimitMismatch()
+            if reply.error_code == "unauthenticated":
+                raise Unauthenticated()
+            if reply.error_code == "forbidden":
+                raise Forbidden()
             raise Rejected(reply.error_code)
         return None
 
@@ -404,3 +411,120 @@ def permits(limit: int) -> int:
     if not isinstance(limit, int) or not 1 <= limit <= 65535:
         raise ValueError("a semaphore needs 1..65535 permits (0 would be a read lock)")
     return limit
+
+
+#: protocol.md §2: a credential is 1..512 bytes of 0x21..0x7E.
+MAX_CREDENTIAL_BYTES = 512
+
+
+class Security:
+    """What every connection of a client shows the server (protocol.md §11):
+    TLS (``ssl_context``, or one made from ``tls_ca``/``tls_cert``/``tls_key``)
+    and a credential sent as ``H`` right after connecting — on the first
+    connection and on each one a redirect or a reconnect opens. The
+    server's certificate must name ``tls_server_name``, or else the host of
+    the address dialled (so a redirect's node is checked under its name)."""
+
+    def __init__(self, credential: Optional[str] = None, ssl_context: Optional[ssl.SSLContext] = None,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None) -> None:
+        if credential is not None and not (
+                1 <= len(credential) <= MAX_CREDENTIAL_BYTES and credential.isascii()
+                and all(0x21 <= ord(c) <= 0x7E for c in credential)):
+            raise ValueError(f"bad credential (want 1..{MAX_CREDENTIAL_BYTES} visible ASCII bytes, no spaces)")
+        if ssl_context is None and (tls_ca or tls_cert or tls_key):
+            ssl_context = ssl.create_default_context(cafile=tls_ca)
+            ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+            if tls_cert or tls_key:
+                ssl_context.load_cert_chain(tls_cert, tls_key)
+        self.credential = credential
+        self.ssl_context = ssl_context
+        self.tls_server_name = tls_server_name
+
+    def server_hostname(self, address: Address) -> str:
+        return self.tls_server_name or address[0]
+
+    def hello(self) -> Optional[bytes]:
+        """The ``H`` line to send first, or None without a credential."""
+        return f"H {self.credential}\n".encode("ascii") if self.credential else None
+
+    @staticmethod
+    def identity(line: bytes, name: str) -> str:
+        """The identity an ``H`` reply names; raises :class:`Unauthenticated`
+        (the server refused the credential and closes the connection) or
+        :class:`ProtocolError`. The credential is never in the message."""
+        text = line.decode("ascii", "replace").rstrip("\r\n")
+        f = text.split()
+        if len(f) == 2 and f[0] == "H":
+            return f[1]
+        if f[:2] == ["E", "unauthenticated"]:
+            raise Unauthenticated(f"{name} refused the credential")
+        raise ProtocolError(f"unexpected reply to H from {name}: {text!r}")
+
+
+class TlsPipe:
+    """A client TLS session over memory buffers (``ssl.SSLObject``), sans
+    I/O: the front sends what :meth:`encrypt` returns and feeds what it
+    receives to :meth:`decrypt`. The threaded client's reader and writers
+    share one session; an internal lock keeps OpenSSL from being entered
+    twice at once. Records must leave in the order they were made: send
+    what :meth:`encrypt` and :meth:`pending` return under one writer lock."""
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
+        self._lock = threading.Lock()
+
+    def handshake(self, received: bytes = b"") -> Tuple[bool, bytes]:
+        """Feeds ``received``; returns (done, bytes to send). Raises
+        ``ssl.SSLError`` (a certificate refused, not TLS at all)."""
+        with self._lock:
+            if received:
+                self._in.write(received)
+            try:
+                self._ssl.do_handshake()
+                done = True
+            except ssl.SSLWantReadError:
+                done = False
+            return done, self._out.read()
+
+    def encrypt(self, plain: bytes) -> bytes:
+        """``plain`` as records, after anything made earlier and not yet sent."""
+        with self._lock:
+            self._ssl.write(plain)
+            return self._out.read()
+
+    def has_pending(self) -> bool:
+        return self._out.pending > 0
+
+    def pending(self) -> bytes:
+        """Records made while decrypting (e.g. a key update's answer)."""
+        with self._lock:
+            return self._out.read()
+
+    def decrypt(self, cipher: bytes) -> Tuple[bytes, bool]:
+        """Feeds received bytes (``b""``: the socket's EOF); returns the
+        plaintext they complete and whether the session has ended (a
+        close_notify or EOF). Raises ``ssl.SSLError`` on an alert or a bad
+        record."""
+        with self._lock:
+            if cipher:
+                self._in.write(cipher)
+            else:
+                self._in.write_eof()
+            chunks = []
+            ended = False
+            while True:
+                try:
+                    chunk = self._ssl.read(64 * 1024)
+                except ssl.SSLWantReadError:
+                    break
+                except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                    ended = True
+                    break
+                if not chunk:
+                    ended = True
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks), ended

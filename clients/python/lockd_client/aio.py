@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from typing import Awaitable, Callable, Dict, Optional, Tuple, Union
 
@@ -27,7 +28,7 @@ from ._common import (
     parse_addresses,
     token_outcome,
 )
-from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Wire, address_name, permits
+from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Security, Wire, address_name, permits
 from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
 from .protocol import Reply, Request
 
@@ -54,12 +55,37 @@ class _AsyncConnection:
         self._reader: Optional[asyncio.StreamReader] = None
         self._writer: Optional[asyncio.StreamWriter] = None
         self._task: Optional[asyncio.Task] = None
+        self.identity: Optional[str] = None
 
-    async def open(self, timeout_s: float) -> None:
+    async def open(self, timeout_s: float, security: Security) -> None:
+        """Connects; with TLS, handshakes (asyncio's own TLS); with a
+        credential, sends ``H`` and reads its reply before anything else."""
+        tls = {}
+        if security.ssl_context is not None:
+            tls = {"ssl": security.ssl_context, "server_hostname": security.server_hostname(self.address)}
         try:
-            self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(*self.address), timeout_s)
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(*self.address, **tls), timeout_s)
+        except ssl.SSLError as e:
+            raise Unreachable(f"TLS handshake with {self.name} failed: {e}") from None
         except (OSError, asyncio.TimeoutError) as e:
             raise Unreachable(f"cannot connect to {self.name}: {e or 'timed out'}") from None
+        hello = security.hello()
+        if hello is not None:
+            try:
+                self._writer.write(hello)
+                line = await asyncio.wait_for(self._reader.readline(), timeout_s)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                self._writer.close()
+                raise Unreachable(f"no reply to H from {self.name}: {e or 'timed out'}") from None
+            if not line.endswith(b"\n"):
+                self._writer.close()
+                raise Unreachable(f"no reply to H from {self.name}: connection closed")
+            try:
+                self.identity = Security.identity(line, self.name)
+            except LockdError:
+                self._writer.close()
+                raise
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     async def close(self) -> None:
@@ -303,8 +329,17 @@ class AsyncClient:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         rng: Optional[random.Random] = None,
+        credential: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_server_name: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         self._nodes = Nodes(parse_addresses(addresses))
+        self._security = Security(credential, ssl_context, tls_ca, tls_cert, tls_key, tls_server_name)
+        #: The identity the server named in its reply to ``credential`` (``H``), or None.
+        self.identity: Optional[str] = None
         self.owner = owner or default_owner()
         self.connect_timeout_s = connect_timeout_s
         self.reply_timeout_s = reply_timeout_s
@@ -334,7 +369,9 @@ class AsyncClient:
             if conn is not None and conn.broken is None and conn.address == address:
                 return conn
             new = _AsyncConnection(address)
-            await new.open(self.connect_timeout_s)
+            await new.open(self.connect_timeout_s, self._security)
+            if new.identity is not None:
+                self.identity = new.identity
             self._conn = new
             self._nodes.connected(target)
         if conn is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Dict, Optional, Tuple
@@ -34,7 +35,7 @@ from ._common import (
     parse_addresses,
     token_outcome,
 )
-from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Wire, address_name, permits
+from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Security, TlsPipe, Wire, address_name, permits
 from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
 from .protocol import Reply, Request
 
@@ -50,15 +51,28 @@ class _Connection:
     """One TCP connection to one node: pipelined requests, a reader thread.
     Matching and undo decisions are the shared :class:`~._core.Wire`'s."""
 
-    def __init__(self, address: Tuple[str, int], connect_timeout_s: float) -> None:
+    def __init__(self, address: Tuple[str, int], connect_timeout_s: float, security: Security) -> None:
         self.address = address
         self.name = address_name(address)
         try:
             self._sock = socket.create_connection(address, timeout=connect_timeout_s)
         except OSError as e:
             raise Unreachable(f"cannot connect to {self.name}: {e}") from None
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # TLS, then H, before anything else (bounded by the connect timeout).
+        self._tls: Optional[TlsPipe] = None
+        self.identity: Optional[str] = None
+        self._leftover = b""  # bytes read with the H reply: the reader's first
+        try:
+            if security.ssl_context is not None:
+                self._tls = self._handshake(security)
+            hello = security.hello()
+            if hello is not None:
+                self.identity = self._hello(hello)
+        except BaseException:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
         self._write_lock = threading.Lock()  # held across Wire.add + send: wire order
         self._cond = threading.Condition()  # guards _wire, _futures, broken
         self._wire = Wire(self.name)
@@ -66,6 +80,47 @@ class _Connection:
         self.broken: Optional[str] = None
         self._reader = threading.Thread(target=self._read_loop, name=f"lockd-reader-{self.name}", daemon=True)
         self._reader.start()
+
+    def _handshake(self, security: Security) -> TlsPipe:
+        assert security.ssl_context is not None
+        pipe = TlsPipe(security.ssl_context, security.server_hostname(self.address))
+        received = b""
+        try:
+            while True:
+                done, out = pipe.handshake(received)
+                if out:
+                    self._sock.sendall(out)
+                if done:
+                    return pipe
+                received = self._sock.recv(_READ_CHUNK)
+                if not received:
+                    raise Unreachable(f"TLS handshake with {self.name} failed: connection closed")
+        except OSError as e:  # ssl.SSLError too: another CA, another name, not TLS
+            raise Unreachable(f"TLS handshake with {self.name} failed: {e}") from None
+
+    def _hello(self, hello: bytes) -> str:
+        """Sends ``H`` and reads its reply, nothing else in flight."""
+        buf = b""
+        try:
+            self._sock.sendall(self._tls.encrypt(hello) if self._tls else hello)
+            while b"\n" not in buf:
+                chunk = self._sock.recv(_READ_CHUNK)
+                if self._tls is not None:
+                    chunk, ended = self._tls.decrypt(chunk)
+                    if ended and b"\n" not in buf + chunk:
+                        raise Unreachable(f"no reply to H from {self.name}: connection closed")
+                elif not chunk:
+                    raise Unreachable(f"no reply to H from {self.name}: connection closed")
+                buf += chunk
+        except OSError as e:
+            raise Unreachable(f"no reply to H from {self.name}: {e}") from None
+        line, _, self._leftover = buf.partition(b"\n")
+        return Security.identity(line, self.name)
+
+    def _send(self, data: bytes) -> None:
+        """Sends request bytes; the caller holds the write lock (TLS records
+        leave in the order they were made)."""
+        self._sock.sendall(self._tls.encrypt(data) if self._tls is not None else data)
 
     def close(self) -> None:
         try:
@@ -100,8 +155,8 @@ class _Connection:
                     future: concurrent.futures.Future = concurrent.futures.Future()
                     self._futures[rid] = future
                 try:
-                    self._sock.sendall(line)
-                except OSError as e:
+                    self._send(line)
+                except OSError as e:  # ssl.SSLError too
                     self._fail(f"sending to {self.name} failed: {e}")
                 return rid, future
 
@@ -167,16 +222,24 @@ class _Connection:
     def _read_loop(self) -> None:
         why = f"connection closed by {self.name}"
         try:
-            while True:
+            broken = self._receive(self._leftover) if self._leftover else None
+            self._leftover = b""
+            while broken is None:
                 chunk = self._sock.recv(_READ_CHUNK)
-                if not chunk:
+                ended = not chunk
+                if self._tls is not None:
+                    chunk, ended = self._tls.decrypt(chunk)
+                    if self._tls.has_pending():  # e.g. a key update's answer
+                        with self._write_lock:
+                            self._sock.sendall(self._tls.pending())
+                if chunk:
+                    broken = self._receive(chunk)
+                if ended:
                     break
-                broken = self._receive(chunk)
-                if broken is not None:
-                    # Nothing we sent drew that line: no reply on this connection can be trusted.
-                    why = broken
-                    break
-        except OSError as e:
+            if broken is not None:
+                # Nothing we sent drew that line: no reply on this connection can be trusted.
+                why = broken
+        except OSError as e:  # ssl.SSLError too: an alert, a bad record
             why = f"reading from {self.name} failed: {e}"
         self._fail(why)
         try:
@@ -306,6 +369,15 @@ class Client:
     ``wait_ms``; ``max_redirects`` the ``M`` hops per request;
     ``no_leader_budget_s`` how long ``E no_leader`` is retried, with a
     backoff doubling from ``backoff_initial_s`` to ``backoff_max_s``.
+
+    Security (protocol.md §11, docs/security.md): ``credential`` is sent as
+    ``H`` on every new connection (the first, and each one a redirect or
+    a reconnect opens) before its first request; ``tls_ca`` (and
+    ``tls_cert``/``tls_key`` for a client certificate), or a ready
+    ``ssl_context``, make every connection TLS. The server's certificate
+    must name ``tls_server_name``, or else the host of the address
+    dialled. A refused credential raises :class:`Unauthenticated` (not
+    tried on other nodes), an ACL refusal :class:`Forbidden`.
     """
 
     def __init__(
@@ -320,8 +392,17 @@ class Client:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         rng: Optional[random.Random] = None,
+        credential: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_server_name: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         self._nodes = Nodes(parse_addresses(addresses))
+        self._security = Security(credential, ssl_context, tls_ca, tls_cert, tls_key, tls_server_name)
+        #: The identity the server named in its reply to ``credential`` (``H``), or None.
+        self.identity: Optional[str] = None
         self.owner = owner or default_owner()
         self.connect_timeout_s = connect_timeout_s
         self.reply_timeout_s = reply_timeout_s
@@ -355,7 +436,9 @@ class Client:
             conn = self._conn
             if conn is not None and conn.broken is None and conn.address == address:
                 return conn
-            new = _Connection(address, self.connect_timeout_s)
+            new = _Connection(address, self.connect_timeout_s, self._security)
+            if new.identity is not None:
+                self.identity = new.identity
             self._conn = new
             self._nodes.connected(target)
         if conn is not None:

@@ -66,5 +66,22 @@ class LimitMismatch(Rejected):
         super().__init__("limit_mismatch", message or "the key is shared with another limit")
 
 
+class Unauthenticated(Rejected):
+    """``E unauthenticated`` (protocol.md §11): the server runs with
+    authentication and this connection has no identity, or the credential
+    was refused (then it is not tried on other nodes: they share the
+    credentials file). The credential never appears in the message."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__("unauthenticated", message or "the server wants a credential (or refused the one given)")
+
+
+class Forbidden(Rejected):
+    """``E forbidden``: the ACL does not grant this identity the verb on the key."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__("forbidden", message or "the ACL does not allow this request")
+
+
 class ProtocolError(LockdError):
     """The server sent a line this client does not understand."""

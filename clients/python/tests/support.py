@@ -318,3 +318,46 @@ def is_free(lockd: Lockd, key: str) -> bool:
         return False
     lockd.call(f"R {f[1]} {key}")
     return True
+
+
+_PKI_DIR: Optional[str] = None
+
+
+def pki_dir() -> str:
+    """A throw-away PKI made by the tree's one test PKI script
+    (tests/support/make-test-pki, openssl; file names in its header), once
+    per test process, removed at exit."""
+    global _PKI_DIR
+    if _PKI_DIR is None:
+        import atexit
+        d = tempfile.mkdtemp(prefix="lockd-pki-")
+        atexit.register(shutil.rmtree, d, True)
+        subprocess.run([os.path.join(ROOT, "tests", "support", "make-test-pki"), d], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _PKI_DIR = d
+    return _PKI_DIR
+
+
+def credential_hash(credential: str) -> str:
+    """The credentials file's form (interfaces.md "Security files"):
+    ``sha256$`` + hex(salt) + ``$`` + hex(sha256(salt ++ credential))."""
+    import hashlib
+    salt = os.urandom(16)
+    return f"sha256${salt.hex()}${hashlib.sha256(salt + credential.encode()).hexdigest()}"
+
+
+def secure_lockd_flags(credentials: Dict[str, str], rules: Dict[str, str]) -> List[str]:
+    """Flags for a lockd with ``--client-tls --auth any`` (test_pki()'s
+    server certificate), a credentials file of ``identity -> credential``
+    and an ACL granting each ``identity -> prefix`` A, S, R, K."""
+    pki = pki_dir()
+    d = tempfile.mkdtemp(prefix="lockd-auth-", dir=pki)
+    creds, acl = os.path.join(d, "credentials.toml"), os.path.join(d, "acl.toml")
+    with open(creds, "w") as f:
+        for identity, credential in credentials.items():
+            f.write(f'[[credential]]\nidentity = "{identity}"\nhash = "{credential_hash(credential)}"\n')
+    with open(acl, "w") as f:
+        for identity, prefix in rules.items():
+            f.write(f'[[rule]]\nidentity = "{identity}"\nprefix = "{prefix}"\nverbs = ["A", "S", "R", "K"]\n')
+    return ["--client-tls", "--tls-cert", os.path.join(pki, "server.pem"), "--tls-key", os.path.join(pki, "server.key"),
+            "--tls-ca", os.path.join(pki, "ca.pem"), "--auth", "any", "--credentials", creds, "--acl", acl]
