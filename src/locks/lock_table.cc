@@ -62,15 +62,19 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
   if (!state.waiters) {
     state.waiters = std::make_unique<std::list<Waiter>>();
   }
-  if (state.waiters->empty()) {
-    ++keys_with_waiters_;
-    // The holder's lease end now matters before the next sweep.
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, std::string(it->first.view())});
-  }
+  const bool first_waiter = state.waiters->empty();
+  if (first_waiter) ++keys_with_waiters_;
   const TimeNs wait_deadline = now + ms_to_ns(req.wait_ms);
   state.waiters->push_back(
       Waiter{req.waiter, req.client, std::string(req.owner), req.lease_ms, wait_deadline});
   waiter_index_.emplace(req.waiter, WaiterRef{&*it, std::prev(state.waiters->end())});
+  // Deadlines only once the waiter is in: a push may compact the heap, and
+  // a lease entry is live only while its key has waiters (pushed before,
+  // the compaction it set off dropped it and the hand-off never came).
+  if (first_waiter) {
+    // The holder's lease end now matters before the next sweep.
+    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, std::string(it->first.view())});
+  }
   push_deadline({wait_deadline, Deadline::Kind::kWait, req.waiter, {}});
   return {AcquireOutcome::kQueued};
 }

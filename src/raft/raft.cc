@@ -619,7 +619,8 @@ StepError Raft::step(const Message& m) {
     }
   } else if (m.term < term_ &&
              !(cfg_.faults.accept_stale_responses &&
-               (m.type == MessageType::kAppendResp || m.type == MessageType::kVoteResp))) {
+               (m.type == MessageType::kAppendResp || m.type == MessageType::kVoteResp)) &&
+             !(cfg_.faults.accept_stale_append_responses && m.type == MessageType::kAppendResp)) {
     if ((cfg_.check_quorum || cfg_.pre_vote) &&
         (m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat)) {
       // A stale leader (say, back from a partition) is told our term so it

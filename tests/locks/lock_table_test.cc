@@ -495,5 +495,34 @@ TEST_F(LockTableCapsTest, TotalWaitersCapGivesBusy) {
   EXPECT_EQ(table_.waiter_count(), 3u);
 }
 
+// A waiter that queues at the very push that compacts the deadline heap
+// (found by a 30,000-step simulator run): the holder's lease entry must
+// survive that compaction, or the hand-off at the lease's end never comes
+// and the queue starves. Each run puts the compaction at another push;
+// one of them is the queueing acquire's own.
+TEST(LockTableDeadlines, AWaiterQueuedAsTheHeapCompactsIsStillHandedTheKey) {
+  for (std::size_t stale = 500; stale < 560; ++stale) {
+    LockTable t({}, kFirst);
+    const TimeNs now = 1'000 * kMs;
+    WaiterId w = 1;
+    ASSERT_EQ(t.acquire(now, {"h", "a", 60'000, 0, 1, w++}).outcome, AcquireOutcome::kGranted);
+    ASSERT_EQ(t.acquire(now, {"h", "b", 1'000, 0, 1, w++}).outcome, AcquireOutcome::kGranted);
+    // Stale entries: a waiter on `a` that leaves again (its lease entry
+    // for `a` and its wait entry both turn stale).
+    for (std::size_t i = 0; i < stale; ++i, ++w) {
+      ASSERT_EQ(t.acquire(now, {"x", "a", 1'000, 60'000, 2, w}).outcome, AcquireOutcome::kQueued);
+      ASSERT_TRUE(t.cancel_waiter(w));
+    }
+    const WaiterId last = w;
+    ASSERT_EQ(t.acquire(now, {"y", "b", 1'000, 60'000, 3, last}).outcome, AcquireOutcome::kQueued);
+    std::vector<Delivery> out;
+    t.advance(now + 1'001 * kMs, out);
+    ASSERT_EQ(out.size(), 1u) << "with " << stale << " stale waiters before";
+    EXPECT_EQ(out[0].waiter, last);
+    EXPECT_EQ(out[0].kind, DeliveryKind::kGranted);
+    t.check_invariants();
+  }
+}
+
 }  // namespace
 }  // namespace lockd::locks

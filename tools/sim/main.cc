@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--bug", bug,
                  "plant a bug: none, commit-old-term, vote-before-persist, keep-vote-on-new-term, "
                  "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist, expire-ignores-lease, "
-                 "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, "
+                 "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, accept-stale-append-responses, "
                  "assume-followers-committed");
   app.add_flag("--membership", opts.membership,
                "membership changes under the faults (add, promote, remove, replace)");

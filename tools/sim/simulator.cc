@@ -336,6 +336,7 @@ class Simulation {
       case PlantedBug::kLeaderNeverStepsDown: c.faults.check_quorum_counts_sends = true; break;
       case PlantedBug::kNoLeaderStickiness: c.faults.ignore_leader_lease = true; break;
       case PlantedBug::kAcceptStaleResponses: c.faults.accept_stale_responses = true; break;
+      case PlantedBug::kAcceptStaleAppendResponses: c.faults.accept_stale_append_responses = true; break;
       case PlantedBug::kAssumeFollowersCommitted: c.faults.assume_followers_committed = true; break;
       case PlantedBug::kConfOnCommit: c.faults.conf_on_commit = true; break;
       case PlantedBug::kQuorumFromOldConfig: c.faults.quorum_from_old_config = true; break;
@@ -1631,6 +1632,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kHeartbeatFullCommit, PlantedBug::kAckBeforePersist,
                        PlantedBug::kExpireIgnoresLease, PlantedBug::kQuorumOfAll, PlantedBug::kLeaderNeverStepsDown,
                        PlantedBug::kNoLeaderStickiness, PlantedBug::kAcceptStaleResponses,
+                       PlantedBug::kAcceptStaleAppendResponses,
                        PlantedBug::kAssumeFollowersCommitted, PlantedBug::kConfOnCommit,
                        PlantedBug::kQuorumFromOldConfig, PlantedBug::kLearnerCountsAsVoter,
                        PlantedBug::kRemovedLeaderKeepsLeading, PlantedBug::kConcurrentChanges}) {
@@ -1656,6 +1658,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kLeaderNeverStepsDown: return "leader-never-steps-down";
     case PlantedBug::kNoLeaderStickiness: return "no-leader-stickiness";
     case PlantedBug::kAcceptStaleResponses: return "accept-stale-responses";
+    case PlantedBug::kAcceptStaleAppendResponses: return "accept-stale-append-responses";
     case PlantedBug::kAssumeFollowersCommitted: return "assume-followers-committed";
     case PlantedBug::kConfOnCommit: return "conf-on-commit";
     case PlantedBug::kQuorumFromOldConfig: return "quorum-from-old-config";

@@ -46,6 +46,7 @@ enum class PlantedBug {
   kLeaderNeverStepsDown,  // CheckQuorum counts heartbeats sent, so a deaf leader keeps leading
   kNoLeaderStickiness,  // voters answer vote requests while they hear a leader
   kAcceptStaleResponses,  // a node acts on append and vote answers from its earlier terms
+  kAcceptStaleAppendResponses,  // a leader acts on append answers from its earlier terms
   kAssumeFollowersCommitted,  // a new leader starts every follower's match at its own commit
   // Membership (issue 20; run with --membership):
   kConfOnCommit,              // a configuration takes effect when committed, not when appended

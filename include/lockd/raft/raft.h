@@ -103,6 +103,7 @@ struct FaultInjection {
   bool check_quorum_counts_sends = false;  // CheckQuorum counts heartbeats sent, not answers (never steps down)
   bool ignore_leader_lease = false;      // answer vote requests while a leader is heard (no stickiness)
   bool accept_stale_responses = false;   // act on append and vote answers from earlier terms
+  bool accept_stale_append_responses = false;  // act on append answers from earlier terms
   bool assume_followers_committed = false;  // a new leader starts every follower's match at its commit
   // Membership (issue 20).
   bool conf_on_commit = false;           // a configuration takes effect when committed, not when appended
