@@ -5,6 +5,16 @@
 
 namespace lockd::client {
 
+namespace {
+
+// protocol.md §2: 1..512 bytes of 0x21..0x7E.
+bool valid_credential(std::string_view c) {
+  return !c.empty() && c.size() <= 512 &&
+         std::all_of(c.begin(), c.end(), [](char ch) { return ch >= 0x21 && ch <= 0x7E; });
+}
+
+}  // namespace
+
 Client::Client(Options options) : options_(std::move(options)) {
   for (const std::string& text : options_.addresses) {
     if (auto a = parse_address(text)) {
@@ -13,6 +23,9 @@ Client::Client(Options options) : options_(std::move(options)) {
       config_error_ = {Code::kInvalidArgument, "bad address '" + text + "' (want host:port)"};
     }
   }
+  if (!options_.credential.empty() && !valid_credential(options_.credential)) {
+    config_error_ = {Code::kInvalidArgument, "bad credential (want 1..512 visible ASCII bytes, no spaces)"};
+  }
   if (addresses_.empty() && config_error_.ok()) {
     config_error_ = {Code::kInvalidArgument, "no address to connect to"};
   }
@@ -20,6 +33,11 @@ Client::Client(Options options) : options_(std::move(options)) {
 }
 
 Client::~Client() = default;
+
+std::string Client::identity() const {
+  const std::lock_guard lk(mu_);
+  return identity_;
+}
 
 std::size_t Client::index_of(const Address& address) {
   const auto it = std::find(addresses_.begin(), addresses_.end(), address);
@@ -41,9 +59,10 @@ Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   if (conn_ && !conn_->broken() && conn_->address() == address) return conn_;
   // Connecting under the lock: the other threads want the same
   // connection, and would otherwise race to open several.
-  auto opened = Connection::open(address, options_.connect_timeout);
+  auto opened = Connection::open(address, options_.connect_timeout, options_.credential);
   if (!opened.ok()) return opened.status();
   conn_ = std::shared_ptr<Connection>(std::move(opened.value()));
+  if (!conn_->identity().empty()) identity_ = conn_->identity();
   current_ = target;
   return conn_;
 }
@@ -75,6 +94,9 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
   };
   for (;;) {
     auto conn = connection_to(target);
+    if (!conn.ok() && (conn.code() == Code::kUnauthenticated || conn.code() == Code::kProtocol)) {
+      return conn.status();  // the credential refused: another node would refuse it too
+    }
     if (!conn.ok()) {
       // Not sent: safe to try the next node. A whole round of unreachable
       // nodes ends the call (the caller, or a Keeper, decides when to retry).
@@ -154,6 +176,12 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
         return Status{Code::kIndeterminate,
                       "the leader lost leadership before the request committed; it may or may "
                       "not have taken effect"};
+      }
+      if (r.error_code == "unauthenticated") {
+        return Status{Code::kUnauthenticated, "the server wants a credential (Options::credential)"};
+      }
+      if (r.error_code == "forbidden") {
+        return Status{Code::kForbidden, "the ACL does not allow this request on " + request.key};
       }
       return Status{Code::kRejected, "the server answered E " + r.error_code};
     }

@@ -48,7 +48,9 @@ std::optional<Address> parse_address(std::string_view text) {
 }
 
 Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
-                                                     std::chrono::milliseconds timeout) {
+                                                     std::chrono::milliseconds timeout,
+                                                     const std::string& credential) {
+  const auto deadline = Clock::now() + timeout;
   const auto fail = [&](const std::string& why) -> Result<std::unique_ptr<Connection>> {
     return Status{Code::kUnreachable, "cannot connect to " + address.to_string() + ": " + why};
   };
@@ -94,7 +96,42 @@ Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
   // Requests are small and latency matters more than packet count.
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return std::unique_ptr<Connection>(new Connection(fd, address));
+  std::unique_ptr<Connection> conn(new Connection(fd, address));
+  if (!credential.empty()) {
+    if (Status s = conn->authenticate(credential, deadline); !s.ok()) return s;
+  }
+  return conn;
+}
+
+Status Connection::authenticate(const std::string& credential, Clock::time_point deadline) {
+  const std::string name = address_.to_string();
+  if (!send_all("H " + credential + "\n")) {
+    return {Code::kUnreachable, "cannot authenticate to " + name + ": " + std::strerror(errno)};
+  }
+  std::size_t nl;
+  while ((nl = in_.find('\n')) == std::string::npos) {
+    if (Clock::now() >= deadline) return {Code::kUnreachable, "no reply to H from " + name + " in time"};
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_until(deadline)) <= 0) continue;
+    char buf[kReadChunkBytes];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return {Code::kUnreachable, "no reply to H from " + name + ": connection closed"};
+    in_.append(buf, static_cast<std::size_t>(n));
+    if (in_.size() > kMaxReplyLineBytes) return {Code::kProtocol, "reply to H from " + name + " too long"};
+  }
+  const std::string line = in_.substr(0, nl);
+  in_.erase(0, nl + 1);
+  // `H <identity>` (an identity is visible ASCII, no spaces), or
+  // `E unauthenticated` (the server then closes the connection).
+  std::string_view rest(line);
+  if (!rest.empty() && rest.back() == '\r') rest.remove_suffix(1);
+  if (rest.size() > 2 && rest.substr(0, 2) == "H " && rest.find(' ', 2) == std::string_view::npos) {
+    identity_ = std::string(rest.substr(2));
+    return Status::Ok();
+  }
+  if (rest == "E unauthenticated") return {Code::kUnauthenticated, name + " refused the credential"};
+  return {Code::kProtocol, "unexpected reply to H from " + name + ": " + line};
 }
 
 Connection::Connection(int fd, Address address) : fd_(fd), address_(std::move(address)) {}

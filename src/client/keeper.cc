@@ -87,7 +87,7 @@ void Keeper::run(Client& client, std::uint64_t token, std::string key, std::uint
       continue;
     }
     if (s.code == Code::kNotHeld || s.code == Code::kRejected || s.code == Code::kInvalidArgument ||
-        s.code == Code::kProtocol) {
+        s.code == Code::kProtocol || s.code == Code::kUnauthenticated || s.code == Code::kForbidden) {
       declare_lost(s);  // the server says no, and asking again will not change it
       return;
     }

@@ -16,6 +16,8 @@ const char* code_name(Code code) {
     case Code::kProtocol: return "protocol";
     case Code::kInFlight: return "in_flight";
     case Code::kLimitMismatch: return "limit_mismatch";
+    case Code::kUnauthenticated: return "unauthenticated";
+    case Code::kForbidden: return "forbidden";
   }
   return "unknown";
 }

@@ -54,6 +54,14 @@ struct Options {
   std::chrono::milliseconds backoff_max{1'000};
   // Seed of the jitter; 0 draws one from std::random_device.
   std::uint64_t jitter_seed = 0;
+  // Authenticates every connection (protocol.md §11; a server run with
+  // --auth token or any): sent as `H <credential>` right after connecting,
+  // before the first request — on the first connection and on each one a
+  // redirect or a reconnect opens. Made by `lockctl credential new`; read
+  // it from a file or the environment. "" sends no H. A refused credential
+  // is kUnauthenticated at once (the nodes share one credentials file, so
+  // others are not tried); the credential never appears in a message.
+  std::string credential{};
 };
 
 // A held lock: what the server granted. `token` is the fencing token to
@@ -135,6 +143,9 @@ class Client {
   Result<Reply> call(const Request& request, Clock::time_point deadline = Clock::time_point::max());
 
   const Options& options() const { return options_; }
+  // The identity the server named in its `H` reply to Options::credential
+  // ("" before the first connection, or without a credential).
+  std::string identity() const;
 
  private:
   // The connection to `addresses_[target]`, connecting if needed.
@@ -147,7 +158,8 @@ class Client {
   Result<LockGuard> guard(Result<Lock> acquired, LockOptions options);
 
   const Options options_;
-  std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // guards everything below
+  std::string identity_;   // the latest H reply's
   std::vector<Address> addresses_;
   std::size_t current_ = 0;  // the node requests go to (the leader, once known)
   std::shared_ptr<Connection> conn_;

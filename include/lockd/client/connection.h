@@ -45,8 +45,12 @@ class Connection {
   using Ticket = Matcher::Id;
 
   // Connects within `timeout`; kUnreachable with the reason otherwise.
+  // With a `credential`, sends `H <credential>` and reads its reply (within
+  // `timeout` too) before anything else: kUnauthenticated if refused,
+  // identity() otherwise.
   static Result<std::unique_ptr<Connection>> open(const Address& address,
-                                                  std::chrono::milliseconds timeout);
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& credential = "");
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -63,6 +67,8 @@ class Connection {
   // True once reading or writing failed; every later submit() fails.
   bool broken() const;
   const Address& address() const { return address_; }
+  // What the server named in its `H` reply ("" without a credential).
+  const std::string& identity() const { return identity_; }
 
  private:
   Connection(int fd, Address address);
@@ -74,6 +80,8 @@ class Connection {
   // Marks the connection broken and fails every request in flight; mu_ held.
   void fail_all(const std::string& why);
   bool send_all(std::string_view bytes);
+  // The `H` exchange of open(); nothing else is in flight.
+  Status authenticate(const std::string& credential, Clock::time_point deadline);
 
   const int fd_;
   const Address address_;
@@ -88,6 +96,7 @@ class Connection {
   std::unordered_set<Ticket> abandoned_;         // waiters gave up; drop (or undo) the reply
   std::vector<Request> undo_;  // releases of late grants nobody waits for, to send
   std::string in_;                               // bytes read, not yet a full line
+  std::string identity_;                         // set by open(), then constant
 };
 
 }  // namespace lockd::client

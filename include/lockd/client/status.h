@@ -31,6 +31,9 @@ enum class Code {
                      // the connection: its replies could not be told apart
   kLimitMismatch,    // `E limit_mismatch`: a shared acquire's limit differs from the
                      // one the key's shared holders and waiters carry (v1.2, §5b)
+  kUnauthenticated,  // `E unauthenticated` (v1.2, §11): no identity on the connection,
+                     // or Options::credential refused (not tried on other nodes)
+  kForbidden,        // `E forbidden`: the ACL does not grant the verb on the key
 };
 
 // The name of a code, for messages ("timed_out", "not_held" ...).
