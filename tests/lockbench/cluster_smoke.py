@@ -25,10 +25,9 @@ import time
 DEADLINE_S = 20  # generous: the machine may be busy
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Ports below the kernel's ephemeral range (tools/chaos/lockd_chaos/ports.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "chaos"))
+from lockd_chaos.ports import free_port  # noqa: E402
 
 
 def ask(port, line, timeout=1.0):

@@ -11,9 +11,9 @@ fails if the files name no metric at all (a broken extraction).
 usage: metrics_exist.py LOCKD RULES.yml DASHBOARD.json
 """
 import json
+import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,10 +24,9 @@ DEADLINE_S = 20
 NAME = re.compile(r"\b((?:lockd|process)_[a-z0-9_]+)\b")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Ports below the kernel's ephemeral range (tools/chaos/lockd_chaos/ports.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "chaos"))
+from lockd_chaos.ports import free_port  # noqa: E402
 
 
 def scrape(port):

@@ -10,10 +10,11 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
+
+from .ports import free_port
 
 NS_PER_MS = 1_000_000
 
@@ -21,15 +22,6 @@ NS_PER_MS = 1_000_000
 START_TIMEOUT_S = 20
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-
-
-def free_port(host):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((host, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def cluster_mode_available(lockd, extra_args=()):
