@@ -460,13 +460,20 @@ TEST(ClientCluster, KeeperReportsLossOnN) {
   });
   Client client(options_for(node.address()));
   std::atomic<bool> lost{false};
-  auto guard = client.lock("alice", "k", {.lease_ms = 300, .on_lost = [&](const Status& s) {
+  // A long lease: the first K goes out at a third of it (2 s), and its N
+  // is final. A keeper that took N for a passing error and kept retrying
+  // would report the loss only near the lease's safe end (~6 s), while
+  // someone else may already hold the key.
+  const auto start = Clock::now();
+  auto guard = client.lock("alice", "k", {.lease_ms = 6000, .on_lost = [&](const Status& s) {
                                             lost = s.code == Code::kNotHeld;
                                           }});
   ASSERT_TRUE(guard.ok());
-  ASSERT_TRUE(eventually([&] { return lost.load(); }, 5s));
+  ASSERT_TRUE(eventually([&] { return lost.load(); }, 10s));
+  EXPECT_LT(Clock::now() - start, 4'000ms) << "the loss was reported long after the first N";
   EXPECT_TRUE(guard->lost());
-  EXPECT_EQ(node.received()[1], "K 8 k 300");
+  EXPECT_EQ(node.received()[1], "K 8 k 6000");
+  EXPECT_EQ(node.received().size(), 2u) << "K retried after N";
 }
 
 TEST(ClientCluster, KeeperGivesUpAtTheLeasesEndNotAtTheRetryBudget) {

@@ -340,10 +340,16 @@ class ClusterTest(unittest.TestCase):
             return [{"A": f"A 8 {echo(f)}", "K": f"N {echo(f)}", "R": f"R {echo(f)}"}[f[0]]]
 
         n = self.node(handler)
-        lock = self.client(n.address).lock("k", lease_ms=300)
-        self.assertTrue(lock.lost.wait(5))
+        # A long lease: the first K goes out at a third of it (2 s) and its
+        # N is final; a keeper that retried it would report the loss only
+        # near the lease's safe end (~6 s), when another may hold the key.
+        start = time.monotonic()
+        lock = self.client(n.address).lock("k", lease_ms=6000)
+        self.assertTrue(lock.lost.wait(10))
+        self.assertLess(time.monotonic() - start, 4.0, "loss reported long after the first N")
         self.assertIsInstance(lock.lost_reason, NotHeld)
-        self.assertEqual(n.received[1], "K 8 k 300")
+        self.assertEqual(n.received[1], "K 8 k 6000")
+        self.assertEqual(len(n.received), 2, "K retried after N")
 
     def test_keeper_gives_up_at_the_leases_end_not_at_the_retry_budget(self):
         n = self.node(lambda l: [f"A 8 {echo(l.split())}"] if l[0] == "A" else [f"E no_leader {echo(l.split())}"])
