@@ -85,6 +85,9 @@ TEST(NodeIdentity, AnotherMemberListIsRefused) {
   const std::string err = claim_data_dir(d.path(), {1, {1, 2, 3, 4, 5}}, false);
   EXPECT_NE(err.find("{1,2,3}, but --peer names {1,2,3,4,5}"), std::string::npos) << err;
   EXPECT_NE(err.find("membership changes are not supported"), std::string::npos) << err;
+  // The same number of members, another one of them (a check on the count
+  // alone would let two halves of a rolling edit each elect a leader).
+  EXPECT_NE(claim_data_dir(d.path(), {1, {1, 2, 4}}, false), "");
 }
 
 TEST(NodeIdentity, AnUnreadableFileIsRefusedNotRewritten) {
