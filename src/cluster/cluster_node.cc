@@ -116,11 +116,15 @@ bool ClusterNode::open(std::string& error) {
       return false;
     }
   }
+  // The core and the state machine hold what they need now: the storage
+  // stops keeping a second copy of the log (issue 23).
+  storage_->release_read_side();
   transport_ = std::make_unique<PeerTransport>(
-      base_, config_.self, config_.members, [this](const raft::Message& m) {
-        const raft::StepError e = raft_->step(m);
+      base_, config_.self, config_.members, [this](raft::Message& m) {
+        const raft::NodeId from = m.from;
+        const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
-          spdlog::debug("peer message from {} refused: {}", m.from, raft::to_string(e));
+          spdlog::debug("peer message from {} refused: {}", from, raft::to_string(e));
         }
       });
   PeerLocal local;

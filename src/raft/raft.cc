@@ -592,6 +592,13 @@ StepError Raft::validate_message(const Message& m) const {
   return StepError::kOk;
 }
 
+StepError Raft::step(Message&& m) {
+  movable_msg_ = &m;
+  const StepError e = step(static_cast<const Message&>(m));
+  movable_msg_ = nullptr;
+  return e;
+}
+
 StepError Raft::step(const Message& m) {
   LOCKD_CHECK(!ready_outstanding_);
   if (StepError e = validate_message(m); e != StepError::kOk) {
@@ -747,7 +754,7 @@ void Raft::commit_to(Index index) {
   }
 }
 
-void Raft::truncate_and_append(std::span<const Entry> entries) {
+void Raft::truncate_and_append(std::span<const Entry> entries, bool take) {
   if (entries.empty()) return;
   Index first = entries.front().index;
   LOCKD_CHECK(first > snapshot_meta_.index && first <= last_index() + 1);
@@ -758,7 +765,15 @@ void Raft::truncate_and_append(std::span<const Entry> entries) {
     conf_changed = true;
   }
   const std::size_t pos = entries_.size();
-  entries_.insert(entries_.end(), entries.begin(), entries.end());
+  if (take) {
+    // The caller's message is an rvalue (step(Message&&)): casting away
+    // const on it is allowed, and its entries are not read again.
+    Entry* first_mut = const_cast<Entry*>(entries.data());
+    entries_.insert(entries_.end(), std::make_move_iterator(first_mut),
+                    std::make_move_iterator(first_mut + entries.size()));
+  } else {
+    entries_.insert(entries_.end(), entries.begin(), entries.end());
+  }
   const std::size_t confs_before = log_confs_.size();
   index_confs(pos);
   if (conf_changed || log_confs_.size() != confs_before) refresh_conf();
@@ -792,7 +807,7 @@ void Raft::handle_append(const Message& m) {
         ++stats_.committed_conflicts;
         return;
       }
-      truncate_and_append(std::span<const Entry>(m.entries).subspan(i));
+      truncate_and_append(std::span<const Entry>(m.entries).subspan(i), &m == movable_msg_);
     }
     Index last_new = m.index + m.entries.size();
     commit_to(std::min(m.commit, last_new));
@@ -1166,17 +1181,18 @@ Ready Raft::ready() {
     rd.snapshot = Snapshot{snapshot_meta_, *snapshot_data_};
     snapshot_to_install_ = false;
   }
-  for (Index i = unstable_from_; i <= last_index(); ++i) {
-    rd.entries.push_back(entries_[i - snapshot_meta_.index - 1]);
+  // Views, not copies: the log does not change until advance() (raft.h).
+  const std::span<const Entry> log(entries_);
+  if (unstable_from_ <= last_index()) {
+    rd.entries = log.subspan(unstable_from_ - snapshot_meta_.index - 1);
   }
   unstable_from_ = last_index() + 1;
 
   Index from = applied_;
   if (rd.snapshot) from = std::max(from, rd.snapshot->meta.index);
   Index to = std::min(commit_, stable_index_);
-  for (Index i = from + 1; i <= to && rd.committed.size() < cfg_.max_apply_entries; ++i) {
-    rd.committed.push_back(entries_[i - snapshot_meta_.index - 1]);
-  }
+  if (to > from + cfg_.max_apply_entries) to = from + cfg_.max_apply_entries;
+  if (to > from) rd.committed = log.subspan(from - snapshot_meta_.index, to - from);
   ready_applied_to_ = rd.committed.empty() ? from : rd.committed.back().index;
 
   rd.messages = std::move(msgs_);

@@ -313,7 +313,11 @@ raft::SnapshotMark FileStorage::apply_snapshot(const raft::SnapshotMeta& meta, s
     entries_.clear();
   }
   snapshot_.meta = meta;
-  snapshot_.data = std::move(data);
+  if (keep_payloads_) {
+    snapshot_.data = std::move(data);
+  } else {
+    snapshot_.data.clear();
+  }
   bytes_since_snapshot_ = 0;
   return raft::SnapshotMark{meta, last_index()};
 }
@@ -358,7 +362,13 @@ StorageStatus FileStorage::save(const std::optional<raft::HardState>& hard_state
     ++stats_.snapshots;
   }
   return append_records(hard_state, entries, snapshot ? &snapshot->meta : nullptr,
-                        snapshot ? snapshot->data : std::string());
+                        snapshot && keep_payloads_ ? snapshot->data : std::string());
+}
+
+void FileStorage::release_read_side() {
+  keep_payloads_ = false;
+  for (raft::Entry& e : entries_) std::string().swap(e.data);
+  std::string().swap(snapshot_.data);
 }
 
 std::string FileStorage::snapshot_path(raft::Index index) const { return path(snapshot_name(index)); }
@@ -403,7 +413,11 @@ StorageStatus FileStorage::append_records(const std::optional<raft::HardState>& 
     const std::size_t before = batch.size();
     for (const raft::Entry& e : entries) {
       LOCKD_CHECK(e.index == last_index() + 1);
-      entries_.push_back(e);
+      if (keep_payloads_) {
+        entries_.push_back(e);
+      } else {
+        entries_.push_back(raft::Entry{e.term, e.index, e.type, {}});
+      }
       raft::encode_entry(e, batch);
     }
     max_index = entries.back().index;

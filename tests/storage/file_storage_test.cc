@@ -72,6 +72,34 @@ TEST(FileStorage, FreshDirectoryOpensEmpty) {
   EXPECT_TRUE(st->entries().empty());
 }
 
+// Issue 23: once the core holds the log, the storage keeps indexes and
+// terms only; saves, overwrites and a snapshot's term check work the same,
+// and every payload is still on disk for the next start.
+TEST(FileStorage, ReleasedReadSideKeepsTermsOnlyAndWritesTheSame) {
+  TempDir dir;
+  {
+    auto st = open_ok(dir.path());
+    ASSERT_TRUE(st->save(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1), entry(2, 1)}, nullptr).ok());
+    st->release_read_side();
+    for (const Entry& e : st->entries()) EXPECT_TRUE(e.data.empty());
+    ASSERT_TRUE(st->save(std::nullopt, std::vector<Entry>{entry(3, 1), entry(4, 1)}, nullptr).ok());
+    // An overwrite of a suffix, then a snapshot whose term matches entry 3
+    // (the entries after it are kept) and one that does not match.
+    ASSERT_TRUE(st->save(HardState{2, 2, 3}, std::vector<Entry>{entry(4, 2), entry(5, 2)}, nullptr).ok());
+    ASSERT_EQ(st->last_index(), 5u);
+    for (const Entry& e : st->entries()) EXPECT_TRUE(e.data.empty());
+    Snapshot snap{{3, 1}, "state at 3"};
+    ASSERT_TRUE(st->save(std::nullopt, {}, &snap).ok());
+    EXPECT_EQ(st->last_index(), 5u);
+    EXPECT_TRUE(st->snapshot().data.empty());
+    EXPECT_EQ(st->snapshot().meta.index, 3u);
+  }
+  auto again = open_ok(dir.path());
+  EXPECT_EQ(again->snapshot().data, "state at 3");
+  EXPECT_EQ(entries_of(*again), (std::vector<Entry>{entry(4, 2), entry(5, 2)}));
+  EXPECT_EQ(again->hard_state(), (HardState{2, 2, 3}));
+}
+
 TEST(FileStorage, RoundTripsEveryRecordType) {
   TempDir dir;
   State want;

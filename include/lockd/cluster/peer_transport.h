@@ -162,7 +162,9 @@ struct PeerLocal {
 
 class PeerTransport {
  public:
-  using MessageFn = std::function<void(const raft::Message&)>;
+  // May move out of the message (Raft::step(Message&&) takes an append's
+  // entries instead of copying them).
+  using MessageFn = std::function<void(raft::Message&)>;
   using RandomFn = std::function<std::uint64_t()>;
   // A member's handshake passed (its hello on a connection it dialed, or
   // its reply on ours): what it says about itself.

@@ -174,12 +174,18 @@ std::string_view to_string(ConfigError e);
 // snapshot; apply committed. `committed` only holds entries that earlier
 // Readies already made durable (up to min(commit, stable index)), so
 // without a snapshot they may be applied before this Ready's persist.
+//
+// `entries` and `committed` are views into the core's own log, not copies
+// (issue 23: the payloads were copied into every Ready): they stay valid
+// until advance(), and nothing may change the log before that (every input
+// is refused between ready() and advance()). A driver that needs an entry
+// after advance() copies it.
 struct Ready {
   std::optional<HardState> hard_state;  // write when set
   std::optional<Snapshot> snapshot;     // received from the leader: persist, then restore the state machine from it
-  std::vector<Entry> entries;           // append; the first may overwrite a stored suffix
+  std::span<const Entry> entries;       // append; the first may overwrite a stored suffix
   std::vector<Message> messages;        // send, in any order, over any transport
-  std::vector<Entry> committed;         // apply in order (after `snapshot`); all already durable
+  std::span<const Entry> committed;     // apply in order (after `snapshot`); all already durable
 
   bool empty() const {
     return !hard_state && !snapshot && entries.empty() && messages.empty() && committed.empty();
@@ -276,6 +282,9 @@ class Raft {
   void tick();
   // Handles one message from a peer.
   StepError step(const Message& m);
+  // The same, taking the entries of an append instead of copying them (the
+  // transport's decoded message; issue 23). `m` is left valid but unspecified.
+  StepError step(Message&& m);
   // Appends a command if this node is the leader.
   ProposeResult propose(std::string data);
   // Leader: appends a configuration change (confchange.h). Refused while a
@@ -386,7 +395,8 @@ class Raft {
   bool maybe_commit();
   bool quorum_active() const;
   void append_entry(EntryType type, std::string data);
-  void truncate_and_append(std::span<const Entry> entries);
+  // Appends `entries` (moving them out of the message when `take`).
+  void truncate_and_append(std::span<const Entry> entries, bool take = false);
   void install_snapshot(const SnapshotMeta& meta, std::string data);
   void commit_to(Index index);
   // Leader: its own durable match index.
@@ -435,6 +445,7 @@ class Raft {
   bool ready_outstanding_ = false;    // between ready() and advance()
   Index ready_applied_to_ = 0;        // what advance() makes `applied_`
 
+  const Message* movable_msg_ = nullptr;    // step(Message&&): its entries may be moved out
   std::vector<Message> msgs_;               // sendable now
   std::vector<Message> msgs_after_persist_; // waiting for the next Ready's persistence
   std::vector<Message> msgs_in_ready_;      // waiting for advance() of the current Ready

@@ -115,6 +115,13 @@ class FileStorage final : public raft::Storage {
   raft::StorageStatus adopt_snapshot_file(const raft::SnapshotMeta& meta, std::string data);
   std::string snapshot_path(raft::Index index) const;
 
+  // Ends the read side (issue 23): the Raft core built from it holds the
+  // log itself, so from now on this keeps only what save() needs of each
+  // entry (index and term, for a snapshot's term check) and drops every
+  // payload and the snapshot's bytes, instead of a second copy of the log.
+  // entries() then returns entries with empty data; snapshot() its meta only.
+  void release_read_side();
+
   const StorageStats& stats() const { return stats_; }
   const RecoveryInfo& recovery() const { return recovery_; }
   const FileStorageOptions& options() const { return options_; }
@@ -161,6 +168,7 @@ class FileStorage final : public raft::Storage {
   raft::HardState hard_state_;
   raft::Snapshot snapshot_;
   std::vector<raft::Entry> entries_;  // entries_[i].index == snapshot_.meta.index + 1 + i
+  bool keep_payloads_ = true;         // false after release_read_side(): entries_ hold no data
   std::uint64_t bytes_since_snapshot_ = 0;
   StorageStats stats_;
   RecoveryInfo recovery_;
