@@ -102,7 +102,17 @@ class Backend {
 enum class BackendKind : std::uint8_t {
   kLockd,  // lockd's text protocol
   kRedis,  // RESP2: SET NX PX + Lua compare-and-delete
+  kZooKeeper,  // the ZooKeeper C client, lock recipe (zk_runner.h); not a Backend codec
 };
+
+inline const char* backend_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kRedis: return "redis";
+    case BackendKind::kZooKeeper: return "zookeeper";
+    case BackendKind::kLockd: break;
+  }
+  return "lockd";
+}
 
 std::unique_ptr<Backend> make_backend(BackendKind kind);
 

@@ -13,6 +13,9 @@
 #include "lockd/version/version.h"
 #include "report.h"
 #include "runner.h"
+#ifdef LOCKBENCH_HAVE_ZOOKEEPER
+#include "zk_runner.h"
+#endif
 
 namespace {
 
@@ -42,9 +45,13 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cluster,
                  "lockd cluster members HOST:PORT,HOST:PORT,...: find the leader, follow M")
       ->delimiter(',');
-  const std::map<std::string, BackendKind> backends{{"lockd", BackendKind::kLockd},
-                                                    {"redis", BackendKind::kRedis}};
-  app.add_option("--backend", cfg.backend, "lockd or redis")
+  std::map<std::string, BackendKind> backends{{"lockd", BackendKind::kLockd},
+                                              {"redis", BackendKind::kRedis}};
+#ifdef LOCKBENCH_HAVE_ZOOKEEPER
+  backends.emplace("zookeeper", BackendKind::kZooKeeper);
+#endif
+  app.add_option("--backend", cfg.backend,
+                 "lockd or redis (or zookeeper, when built with libzookeeper-mt-dev)")
       ->transform(CLI::CheckedTransformer(backends, CLI::ignore_case));
   const std::map<std::string, Workload> workloads{{"uncontended", Workload::kUncontended},
                                                   {"contended", Workload::kContended},
@@ -144,7 +151,7 @@ int main(int argc, char** argv) {
       cfg.cluster.push_back(*ep);
     }
   }
-  if (!cfg.cluster.empty() &&
+  if (!cfg.cluster.empty() && cfg.backend != BackendKind::kZooKeeper &&
       (cfg.backend != BackendKind::kLockd || cfg.workload == Workload::kWaiters)) {
     std::fprintf(stderr, "lockbench: a cluster target takes the lockd backend and the "
                          "uncontended, contended, hold or hold-keep workload\n");
@@ -156,7 +163,11 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGPIPE, SIG_IGN);
 
+#ifdef LOCKBENCH_HAVE_ZOOKEEPER
+  const Results res = cfg.backend == BackendKind::kZooKeeper ? run_zookeeper(cfg) : run_benchmark(cfg);
+#else
   const Results res = run_benchmark(cfg);
+#endif
   if (res.exit_code == kExitNoServer || res.exit_code == kExitBadServer ||
       res.exit_code == kExitUsage || res.counters.ops == 0) {
     // Nothing worth reporting: one line and the status.

@@ -41,7 +41,7 @@ double jain_index(const std::vector<std::uint64_t>& counts) {
 nlohmann::json report_json(const Config& cfg, const Results& res) {
   const Counters& k = res.counters;
   nlohmann::json j = {
-      {"backend", cfg.backend == BackendKind::kRedis ? "redis" : "lockd"},
+      {"backend", backend_name(cfg.backend)},
       {"workload", workload_name(cfg.workload)},
       {"connections", cfg.workload == Workload::kWaiters ? cfg.waiters + 2 : cfg.connections},
       {"pipeline", cfg.pipeline},
@@ -103,7 +103,7 @@ std::string report_text(const Config& cfg, const Results& res) {
   const Counters& k = res.counters;
   std::string s = fmt::format(
       "{} {}: {} connections, pipeline {}, {:.2f} s\n  {:.0f} ops/s ({} ops)\n",
-      cfg.backend == BackendKind::kRedis ? "redis" : "lockd", workload_name(cfg.workload),
+      backend_name(cfg.backend), workload_name(cfg.workload),
       cfg.workload == Workload::kWaiters ? cfg.waiters + 2 : cfg.connections, cfg.pipeline,
       res.elapsed_s, res.ops_per_s, k.ops);
   s += latency_line("latency", res.latency_ns);
