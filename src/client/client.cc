@@ -59,7 +59,7 @@ Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   if (conn_ && !conn_->broken() && conn_->address() == address) return conn_;
   // Connecting under the lock: the other threads want the same
   // connection, and would otherwise race to open several.
-  auto opened = Connection::open(address, options_.connect_timeout, options_.credential);
+  auto opened = Connection::open(address, options_.connect_timeout, options_.credential, options_.tls);
   if (!opened.ok()) return opened.status();
   conn_ = std::shared_ptr<Connection>(std::move(opened.value()));
   if (!conn_->identity().empty()) identity_ = conn_->identity();
@@ -94,8 +94,9 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
   };
   for (;;) {
     auto conn = connection_to(target);
-    if (!conn.ok() && (conn.code() == Code::kUnauthenticated || conn.code() == Code::kProtocol)) {
-      return conn.status();  // the credential refused: another node would refuse it too
+    if (!conn.ok() && (conn.code() == Code::kUnauthenticated || conn.code() == Code::kProtocol ||
+                       conn.code() == Code::kInvalidArgument)) {
+      return conn.status();  // the credential refused, or a TLS file: another node changes nothing
     }
     if (!conn.ok()) {
       // Not sent: safe to try the next node. A whole round of unreachable

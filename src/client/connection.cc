@@ -8,6 +8,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include "tls_stream.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -49,7 +51,8 @@ std::optional<Address> parse_address(std::string_view text) {
 
 Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
                                                      std::chrono::milliseconds timeout,
-                                                     const std::string& credential) {
+                                                     const std::string& credential,
+                                                     const TlsFiles& tls) {
   const auto deadline = Clock::now() + timeout;
   const auto fail = [&](const std::string& why) -> Result<std::unique_ptr<Connection>> {
     return Status{Code::kUnreachable, "cannot connect to " + address.to_string() + ": " + why};
@@ -97,6 +100,12 @@ Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   std::unique_ptr<Connection> conn(new Connection(fd, address));
+  if (tls.enabled()) {
+    auto stream = TlsStream::client(tls, address.host);
+    if (!stream.ok()) return stream.status();
+    conn->tls_ = std::move(stream.value());
+    if (Status s = conn->handshake(deadline); !s.ok()) return s;
+  }
   if (!credential.empty()) {
     if (Status s = conn->authenticate(credential, deadline); !s.ok()) return s;
   }
@@ -113,11 +122,8 @@ Status Connection::authenticate(const std::string& credential, Clock::time_point
     if (Clock::now() >= deadline) return {Code::kUnreachable, "no reply to H from " + name + " in time"};
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, ms_until(deadline)) <= 0) continue;
-    char buf[kReadChunkBytes];
-    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) return {Code::kUnreachable, "no reply to H from " + name + ": connection closed"};
-    in_.append(buf, static_cast<std::size_t>(n));
+    std::string why;
+    if (!receive(in_, why)) return {Code::kUnreachable, "no reply to H from " + name + ": " + why};
     if (in_.size() > kMaxReplyLineBytes) return {Code::kProtocol, "reply to H from " + name + " too long"};
   }
   const std::string line = in_.substr(0, nl);
@@ -138,12 +144,77 @@ Connection::Connection(int fd, Address address) : fd_(fd), address_(std::move(ad
 
 Connection::~Connection() { ::close(fd_); }
 
+Status Connection::handshake(Clock::time_point deadline) {
+  const std::string name = address_.to_string();
+  std::string received;
+  for (;;) {
+    std::string out;
+    auto done = tls_->handshake(received, out);
+    received.clear();
+    if (!out.empty() && !send_raw(out)) {
+      return {Code::kUnreachable, "TLS handshake with " + name + " failed: " + std::strerror(errno)};
+    }
+    if (!done.ok()) return {Code::kUnreachable, done.status().message + " (" + name + ")"};
+    if (done.value()) return Status::Ok();
+    if (Clock::now() >= deadline) return {Code::kUnreachable, "TLS handshake with " + name + " timed out"};
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_until(deadline)) <= 0) continue;
+    char buf[kReadChunkBytes];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return {Code::kUnreachable, "TLS handshake with " + name + " failed: connection closed"};
+    received.assign(buf, static_cast<std::size_t>(n));
+  }
+}
+
+bool Connection::receive(std::string& plain, std::string& why) {
+  char buf[kReadChunkBytes];
+  const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (n <= 0) {
+    why = n == 0 ? "connection closed by " + address_.to_string()
+                 : "reading from " + address_.to_string() + " failed: " + std::strerror(errno);
+    return false;
+  }
+  if (tls_ == nullptr) {
+    plain.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+  bool closed = false;
+  std::string error;
+  if (!tls_->decrypt(std::string_view(buf, static_cast<std::size_t>(n)), plain, closed, error)) {
+    why = error + " (" + address_.to_string() + ")";
+    return false;
+  }
+  if (tls_->has_pending()) {  // e.g. a key update's answer: after every record made before it
+    const std::lock_guard wlk(write_mu_);
+    std::string out;
+    tls_->take_pending(out);
+    send_raw(out);
+  }
+  if (closed && plain.empty()) {
+    why = "connection closed by " + address_.to_string();
+    return false;
+  }
+  return true;
+}
+
 bool Connection::broken() const {
   const std::lock_guard lk(mu_);
   return broken_.has_value();
 }
 
 bool Connection::send_all(std::string_view bytes) {
+  if (tls_ == nullptr) return send_raw(bytes);
+  std::string records;
+  if (!tls_->encrypt(bytes, records)) {
+    errno = EPROTO;
+    return false;
+  }
+  return send_raw(records);
+}
+
+bool Connection::send_raw(std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -224,19 +295,19 @@ void Connection::read_once(Clock::time_point deadline) {
   pollfd p{fd_, POLLIN, 0};
   const int r = ::poll(&p, 1, ms_until(deadline));
   if (r == 0 || (r < 0 && errno == EINTR)) return;
-  char buf[kReadChunkBytes];
-  ssize_t n = r > 0 ? ::recv(fd_, buf, sizeof buf, 0) : -1;
-  const int err = errno;
+  if (r < 0) return;
+  std::string plain;
+  std::string why;
+  const bool alive = receive(plain, why);
   std::vector<Request> undo;
   {
     const std::lock_guard lk(mu_);
-    if (n < 0 && (err == EAGAIN || err == EINTR)) return;
-    if (n <= 0) {
-      fail_all(n == 0 ? "connection closed by " + address_.to_string()
-                      : "reading from " + address_.to_string() + " failed: " + std::strerror(err));
+    if (!alive) {
+      fail_all(why);
       return;
     }
-    in_.append(buf, static_cast<std::size_t>(n));
+    if (plain.empty()) return;
+    in_.append(plain);
     std::size_t start = 0;
     for (std::size_t nl; !broken_ && (nl = in_.find('\n', start)) != std::string::npos;
          start = nl + 1) {

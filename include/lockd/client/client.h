@@ -62,6 +62,12 @@ struct Options {
   // is kUnauthenticated at once (the nodes share one credentials file, so
   // others are not tried); the credential never appears in a message.
   std::string credential{};
+  // TLS on every connection (a server run with --client-tls), the
+  // credential inside it: `tls.ca_file` switches it on. The server's
+  // certificate must name `tls.server_name`, or else the host dialled (a
+  // redirect's node is checked under its own name). A failed handshake is
+  // kUnreachable; a file that does not load kInvalidArgument.
+  TlsFiles tls{};
 };
 
 // A held lock: what the server granted. `token` is the fencing token to

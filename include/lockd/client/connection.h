@@ -36,6 +36,17 @@ struct Address {
 // nullopt when `text` is not host:port with a port in 1..65535.
 std::optional<Address> parse_address(std::string_view text);
 
+// TLS to a server run with --client-tls (docs/security.md).
+struct TlsFiles {
+  std::string ca_file{};      // PEM CA(s) the server's certificate must chain to; "" = no TLS
+  std::string cert_file{};    // client certificate (--auth cert or any): its CN is the identity
+  std::string key_file{};     // the key of cert_file
+  std::string server_name{};  // the name the server's certificate must carry; "" = the host dialled
+  bool enabled() const { return !ca_file.empty(); }
+};
+
+class TlsStream;
+
 // Most requests one connection keeps in flight; submit() refuses more
 // (kBusy) instead of buffering without bound.
 constexpr std::size_t kMaxInFlight = 100'000;
@@ -45,12 +56,14 @@ class Connection {
   using Ticket = Matcher::Id;
 
   // Connects within `timeout`; kUnreachable with the reason otherwise.
-  // With a `credential`, sends `H <credential>` and reads its reply (within
-  // `timeout` too) before anything else: kUnauthenticated if refused,
-  // identity() otherwise.
+  // With `tls` enabled, runs the TLS handshake (kUnreachable if it fails,
+  // kInvalidArgument if a file does not load). With a `credential`, sends
+  // `H <credential>` and reads its reply (all within `timeout`) before
+  // anything else: kUnauthenticated if refused, identity() otherwise.
   static Result<std::unique_ptr<Connection>> open(const Address& address,
                                                   std::chrono::milliseconds timeout,
-                                                  const std::string& credential = "");
+                                                  const std::string& credential = "",
+                                                  const TlsFiles& tls = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -79,7 +92,15 @@ class Connection {
   void dispatch(std::string_view line);
   // Marks the connection broken and fails every request in flight; mu_ held.
   void fail_all(const std::string& why);
+  // Sends request bytes (as records with TLS); write_mu_ held, or nothing
+  // else running yet.
   bool send_all(std::string_view bytes);
+  bool send_raw(std::string_view bytes);
+  // The TLS handshake of open().
+  Status handshake(Clock::time_point deadline);
+  // One recv of whatever is there (plaintext after TLS) into `plain`;
+  // false with `why` when the connection ended or failed.
+  bool receive(std::string& plain, std::string& why);
   // The `H` exchange of open(); nothing else is in flight.
   Status authenticate(const std::string& credential, Clock::time_point deadline);
 
@@ -97,6 +118,7 @@ class Connection {
   std::vector<Request> undo_;  // releases of late grants nobody waits for, to send
   std::string in_;                               // bytes read, not yet a full line
   std::string identity_;                         // set by open(), then constant
+  std::unique_ptr<TlsStream> tls_;               // null: plaintext
 };
 
 }  // namespace lockd::client
