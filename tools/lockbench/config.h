@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "tls.h"
 
 namespace lockbench {
 
@@ -56,6 +57,7 @@ struct Config {
   std::string key_prefix = "lb";
   bool progress = true;  // one line per second on stderr
   bool json = false;     // the report as JSON on stdout
+  TlsOptions tls;        // --tls-ca ...: every connection over TLS
 };
 
 const char* workload_name(Workload w);

@@ -114,6 +114,18 @@ int main(int argc, char** argv) {
                                                                : std::string();
       })
       ->capture_default_str();
+  app.add_option("--tls-ca", cfg.tls.ca,
+                 "TLS on every connection (lockd --client-tls, redis --tls-port): the CA the "
+                 "server's certificate must chain to")
+      ->check(CLI::ExistingFile);
+  auto* tls_cert = app.add_option("--tls-cert", cfg.tls.cert, "TLS: client certificate (PEM)")
+                       ->check(CLI::ExistingFile);
+  auto* tls_key = app.add_option("--tls-key", cfg.tls.key, "TLS: the client certificate's key (PEM)")
+                      ->check(CLI::ExistingFile);
+  tls_cert->needs(tls_key);
+  tls_key->needs(tls_cert);
+  app.add_option("--tls-server-name", cfg.tls.server_name,
+                 "TLS: the name the server's certificate must show (default: the host dialed)");
   app.add_flag("--json", cfg.json, "print the report as JSON on stdout");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
@@ -155,6 +167,14 @@ int main(int argc, char** argv) {
       (cfg.backend != BackendKind::kLockd || cfg.workload == Workload::kWaiters)) {
     std::fprintf(stderr, "lockbench: a cluster target takes the lockd backend and the "
                          "uncontended, contended, hold or hold-keep workload\n");
+    return kExitUsage;
+  }
+  if (!cfg.tls.enabled() && (!cfg.tls.cert.empty() || !cfg.tls.server_name.empty())) {
+    std::fprintf(stderr, "lockbench: --tls-cert and --tls-server-name need --tls-ca\n");
+    return kExitUsage;
+  }
+  if (cfg.tls.enabled() && cfg.backend == BackendKind::kZooKeeper) {
+    std::fprintf(stderr, "lockbench: --tls-ca is for the lockd and redis backends\n");
     return kExitUsage;
   }
   if (dur->count() == 0 &&

@@ -45,6 +45,7 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
       {"workload", workload_name(cfg.workload)},
       {"connections", cfg.workload == Workload::kWaiters ? cfg.waiters + 2 : cfg.connections},
       {"pipeline", cfg.pipeline},
+      {"tls", cfg.tls.enabled()},
       {"elapsed_s", res.elapsed_s},
       {"ops", k.ops},
       {"ops_per_s", res.ops_per_s},
@@ -102,10 +103,10 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
 std::string report_text(const Config& cfg, const Results& res) {
   const Counters& k = res.counters;
   std::string s = fmt::format(
-      "{} {}: {} connections, pipeline {}, {:.2f} s\n  {:.0f} ops/s ({} ops)\n",
+      "{} {}: {} connections, pipeline {}{}, {:.2f} s\n  {:.0f} ops/s ({} ops)\n",
       backend_name(cfg.backend), workload_name(cfg.workload),
       cfg.workload == Workload::kWaiters ? cfg.waiters + 2 : cfg.connections, cfg.pipeline,
-      res.elapsed_s, res.ops_per_s, k.ops);
+      cfg.tls.enabled() ? ", TLS" : "", res.elapsed_s, res.ops_per_s, k.ops);
   s += latency_line("latency", res.latency_ns);
   s += fmt::format(
       "  granted {}  not granted {}  busy {}  released {}  not released {}  wait timeouts {}  "

@@ -1,6 +1,8 @@
 #include "runner.h"
 
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +29,7 @@
 
 #include "keygen.h"
 #include "lockd_codec.h"
+#include "tls.h"
 
 namespace lockbench {
 namespace {
@@ -129,6 +133,7 @@ struct Conn {
   Runner* runner = nullptr;
   std::uint32_t id = 0;
   int fd = -1;
+  SSL* ssl = nullptr;  // --tls-ca: the session on fd (nullptr: plaintext)
   event* read_ev = nullptr;
   event* write_ev = nullptr;
   std::string out;  // encoded, not yet written
@@ -182,6 +187,12 @@ class Runner {
   void after_callback();
 
   void readable(Conn& c);
+  void readable_tls(Conn& c);
+  // After a read of `n` bytes (errno set when n < 0): false when the
+  // connection ended or failed (handled here).
+  bool read_ok(Conn& c, ssize_t n, bool retry);
+  void decode_input(Conn& c);
+  void close_conn(Conn& c);
   void dispatch(Conn& c, const Reply& r, std::int64_t now);
   bool matches(const Pending& p, const Reply& r) const;
   void protocol_error(const Conn& c, std::string_view what);
@@ -217,6 +228,7 @@ class Runner {
 
   const Config& cfg_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<TlsClient> tls_;  // --tls-ca given
   event_base* base_ = nullptr;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Slot>> slots_;
@@ -269,11 +281,18 @@ Runner::~Runner() {
   for (auto& c : conns_) {
     if (c->read_ev != nullptr) event_free(c->read_ev);
     if (c->write_ev != nullptr) event_free(c->write_ev);
-    if (c->fd >= 0) close(c->fd);
+    close_conn(*c);
   }
   for (event* t : timers_) event_free(t);
   if (reconnect_ev_ != nullptr) event_free(reconnect_ev_);
   if (base_ != nullptr) event_base_free(base_);
+}
+
+void Runner::close_conn(Conn& c) {
+  if (c.ssl != nullptr) SSL_free(c.ssl);
+  c.ssl = nullptr;
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
 }
 
 bool Runner::raise_fd_limit(std::uint64_t conns) {
@@ -325,6 +344,19 @@ bool Runner::open_conn(Conn& c, std::size_t index, std::string& error) {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (tls_ != nullptr) {
+    // The handshake, blocking like the connect, bounded like it should be.
+    timeval tv{kHandshakeTimeoutMs / 1000, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    std::string why;
+    c.ssl = tls_->handshake(fd, ep.host, why);
+    if (c.ssl == nullptr) {
+      error = ep.to_string() + " (connection " + std::to_string(c.id) + "): " + why;
+      close(fd);
+      return false;
+    }
+  }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   c.fd = fd;
   c.target = index;
@@ -363,6 +395,14 @@ Results Runner::run() {
   const std::uint32_t nconns =
       waiters ? cfg_.waiters + kWaitersExtraConnections : cfg_.connections;
   if (!raise_fd_limit(nconns)) return res_;
+  if (cfg_.tls.enabled()) {
+    std::string error;
+    tls_ = TlsClient::make(cfg_.tls, error);
+    if (tls_ == nullptr) {
+      fail(kExitUsage, error);
+      return res_;
+    }
+  }
   base_ = event_base_new();
   if (base_ == nullptr) {
     fail(kExitFailed, "event_base_new failed");
@@ -562,8 +602,28 @@ void Runner::flush(Conn& c) {
     }
     c.unstamped = 0;
   }
-  const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
-  if (n < 0) {
+  if (c.ssl != nullptr) {
+    // Partial writes are on: each SSL_write sends at least one record.
+    while (c.out_off < c.out.size()) {
+      ERR_clear_error();
+      const int n = SSL_write(c.ssl, c.out.data() + c.out_off,
+                              static_cast<int>(std::min<std::size_t>(c.out.size() - c.out_off, INT_MAX)));
+      if (n > 0) {
+        c.out_off += static_cast<std::size_t>(n);
+        continue;
+      }
+      const int e = SSL_get_error(c.ssl, n);
+      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) break;  // retried on EV_WRITE
+      if (cluster_) {
+        conn_lost(c);
+        return;
+      }
+      fail(kExitNoServer, tls_error("connection " + std::to_string(c.id) + " lost: TLS write failed"));
+      return;
+    }
+  } else if (const ssize_t n =
+                 send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+             n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       if (cluster_) {
         conn_lost(c);
@@ -586,22 +646,62 @@ void Runner::flush(Conn& c) {
 
 void Runner::readable(Conn& c) {
   if (c.lost) return;
-  const ssize_t n = read(c.fd, c.in.data() + c.in_len, c.in.size() - c.in_len);
-  if (cluster_ && n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
-    conn_lost(c);  // a member went away: find the leader again
+  if (c.ssl != nullptr) {
+    readable_tls(c);
     return;
+  }
+  const ssize_t n = read(c.fd, c.in.data() + c.in_len, c.in.size() - c.in_len);
+  if (!read_ok(c, n, n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
+  c.in_len += static_cast<std::size_t>(n);
+  decode_input(c);
+}
+
+// Read-ahead is on, so one SSL_read takes what the socket holds (one
+// read()); it is called again only while OpenSSL still holds bytes of it,
+// which the socket's readiness would not announce.
+void Runner::readable_tls(Conn& c) {
+  do {
+    ERR_clear_error();
+    const int n = SSL_read(c.ssl, c.in.data() + c.in_len, static_cast<int>(c.in.size() - c.in_len));
+    if (n <= 0) {
+      const int e = SSL_get_error(c.ssl, n);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+      if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0)) {
+        read_ok(c, 0, false);  // close_notify or EOF
+        return;
+      }
+      const std::string why = tls_error("TLS read failed");
+      if (cluster_) {
+        conn_lost(c);
+        return;
+      }
+      fail(kExitNoServer, "connection " + std::to_string(c.id) + " lost: " + why);
+      return;
+    }
+    c.in_len += static_cast<std::size_t>(n);
+    decode_input(c);
+  } while (!c.lost && res_.failure.empty() && SSL_has_pending(c.ssl) == 1);
+}
+
+bool Runner::read_ok(Conn& c, ssize_t n, bool retry) {
+  if (cluster_ && n <= 0 && !retry) {
+    conn_lost(c);  // a member went away: find the leader again
+    return false;
   }
   if (n == 0) {
     fail(kExitNoServer, "the server closed connection " + std::to_string(c.id) +
                             (c.pending.empty() ? "" : " with requests outstanding"));
-    return;
+    return false;
   }
   if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    if (retry) return false;
     fail(kExitNoServer, "connection " + std::to_string(c.id) + " lost: " + std::strerror(errno));
-    return;
+    return false;
   }
-  c.in_len += static_cast<std::size_t>(n);
+  return true;
+}
+
+void Runner::decode_input(Conn& c) {
   const std::int64_t now = now_ns();
   std::size_t off = 0;
   while (off < c.in_len && res_.failure.empty()) {
@@ -833,17 +933,32 @@ bool Runner::find_leader() {
         timeval tv{0, kProbeTimeoutMs * 1000};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
-             send(fd, probe.data(), probe.size(), MSG_NOSIGNAL) ==
-                 static_cast<ssize_t>(probe.size());
+        ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+      }
+      SSL* ssl = nullptr;
+      std::string tls_why;
+      if (ok && tls_ != nullptr) {
+        ssl = tls_->handshake(fd, ep.host, tls_why);
+        ok = ssl != nullptr;
+      }
+      if (ok) {
+        ok = ssl != nullptr ? SSL_write(ssl, probe.data(), static_cast<int>(probe.size())) ==
+                                  static_cast<int>(probe.size())
+                            : send(fd, probe.data(), probe.size(), MSG_NOSIGNAL) ==
+                                  static_cast<ssize_t>(probe.size());
       }
       char buf[kMaxLockdReplyBytes];
       while (ok && line.find('\n') == std::string::npos && line.size() < sizeof buf) {
-        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        const ssize_t n = ssl != nullptr ? SSL_read(ssl, buf, sizeof buf) : recv(fd, buf, sizeof buf, 0);
         if (n <= 0) ok = false;
         if (n > 0) line.append(buf, static_cast<std::size_t>(n));
       }
+      if (ssl != nullptr) SSL_free(ssl);
       if (fd >= 0) close(fd);
+      if (!tls_why.empty()) {
+        last_error = ep.to_string() + ": " + tls_why;
+        break;
+      }
       LockdReply r;
       if (!ok || line.find('\n') == std::string::npos ||
           !parse_lockd_reply_line(std::string_view(line).substr(0, line.find('\n')), r)) {
@@ -965,8 +1080,7 @@ void Runner::reconnect(Conn& c) {
   if (c.read_ev != nullptr) event_free(c.read_ev);
   if (c.write_ev != nullptr) event_free(c.write_ev);
   c.read_ev = c.write_ev = nullptr;
-  if (c.fd >= 0) close(c.fd);
-  c.fd = -1;
+  close_conn(c);
   const std::size_t sent = c.pending.size() - c.unstamped;
   for (std::size_t i = 0; i < c.pending.size(); ++i) {
     const Pending& p = c.pending[i];
