@@ -221,6 +221,11 @@ void AdminServer::handle(evhttp_request* req) {
                        admin_access_for(evhttp_request_get_command(req), path))) {
     return;
   }
+  if (path == "/v1/cluster/leader" || path == "/v1/cluster/members" ||
+      path.starts_with("/v1/cluster/members/")) {
+    handle_member_change(req, path);
+    return;
+  }
   if (route == Route::kNone) {
     send_error(req, 404, "not_found", "no such endpoint");
     return;
@@ -335,6 +340,105 @@ void AdminServer::handle(evhttp_request* req) {
       break;
   }
   LOCKD_CHECK(false);
+}
+
+void AdminServer::handle_member_change(evhttp_request* req, std::string_view path) {
+  const evhttp_cmd_type method = evhttp_request_get_command(req);
+  if (!node_.change_members) {
+    send_error(req, 404, "not_found", "single mode: there is no cluster");
+    return;
+  }
+  MemberChangeRequest c;
+  const char* allow = "POST";
+  bool ok_method = method == EVHTTP_REQ_POST;
+  bool needs_body = false;
+  if (path == "/v1/cluster/leader") {
+    c.op = MemberChangeOp::kTransfer;
+  } else if (path == "/v1/cluster/members") {
+    c.op = MemberChangeOp::kAdd;
+    needs_body = true;
+  } else {
+    // /v1/cluster/members/ID or /v1/cluster/members/ID/promote
+    std::string_view rest = path.substr(std::string_view("/v1/cluster/members/").size());
+    bool promote = false;
+    if (rest.ends_with("/promote")) {
+      promote = true;
+      rest.remove_suffix(std::string_view("/promote").size());
+    }
+    std::uint64_t id = 0;
+    const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), id);
+    if (ec != std::errc() || p != rest.data() + rest.size() || id == 0 || rest.starts_with('+')) {
+      send_error(req, 404, "not_found", "no such endpoint (a member id is a positive number)");
+      return;
+    }
+    c.id = id;
+    if (promote) {
+      c.op = MemberChangeOp::kPromote;
+    } else {
+      c.op = MemberChangeOp::kRemove;
+      allow = "DELETE";
+      ok_method = method == EVHTTP_REQ_DELETE;
+    }
+  }
+  if (!ok_method) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    send_error(req, 405, "method_not_allowed", std::string("only ") + allow + " is allowed here");
+    return;
+  }
+  if (c.op == MemberChangeOp::kAdd || c.op == MemberChangeOp::kTransfer) {
+    evbuffer* in = evhttp_request_get_input_buffer(req);
+    std::string body(evbuffer_get_length(in), '\0');
+    if (!body.empty()) evbuffer_copyout(in, body.data(), body.size());
+    const bool blank = body.find_first_not_of(" \t\r\n") == std::string::npos;
+    json j = blank ? json::object() : json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || (needs_body && blank)) {
+      send_error(req, 400, "bad_request",
+                 needs_body ? "the body must be a JSON object {\"id\",\"client_addr\",\"raft_addr\"}"
+                            : "the body must be empty or a JSON object {\"id\"}");
+      return;
+    }
+    const auto id_of = [](const json& v) -> std::optional<std::uint64_t> {
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() > 0) return v.get<std::uint64_t>();
+      if (v.is_number_integer() && v.get<std::int64_t>() > 0) {
+        return static_cast<std::uint64_t>(v.get<std::int64_t>());
+      }
+      return std::nullopt;
+    };
+    if (c.op == MemberChangeOp::kAdd) {
+      const auto id = j.contains("id") ? id_of(j["id"]) : std::nullopt;
+      if (!id || !j.contains("client_addr") || !j["client_addr"].is_string() ||
+          !j.contains("raft_addr") || !j["raft_addr"].is_string()) {
+        send_error(req, 400, "bad_request",
+                   "expected {\"id\": a positive number, \"client_addr\": \"host:port\", "
+                   "\"raft_addr\": \"host:port\"}");
+        return;
+      }
+      c.id = *id;
+      c.client_addr = j["client_addr"].get<std::string>();
+      c.raft_addr = j["raft_addr"].get<std::string>();
+    } else if (j.contains("id") && !j["id"].is_null()) {
+      const auto id = id_of(j["id"]);
+      if (!id) {
+        send_error(req, 400, "bad_request", "\"id\" must be a positive number (or absent)");
+        return;
+      }
+      c.id = *id;
+    }
+  }
+  // Answered when the change commits (or fails): maybe right now. If the
+  // client leaves meanwhile, evhttp keeps the request for our reply.
+  node_.change_members(c, [this, req](const MemberChangeReply& r) {
+    if (r.status == 200) {
+      send_json(req, 200, cluster_json(node_.cluster(net::monotonic_now_ns())));
+      return;
+    }
+    json body{{"error", r.error}};
+    if (r.error == "not_leader") {
+      body["leader_admin"] = r.leader_admin ? json(*r.leader_admin) : json(nullptr);
+    }
+    if (!r.message.empty()) body["message"] = r.message;
+    send_json(req, r.status, body);
+  });
 }
 
 }  // namespace lockd::admin

@@ -153,7 +153,7 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
   w.family("lockd_raft_role", "gauge",
            "1 for the role this node has now (leader, follower or candidate; a "
            "pre-candidate shows as candidate), 0 for the others.");
-  for (const char* role : {"leader", "follower", "candidate"}) {
+  for (const char* role : {"leader", "follower", "candidate", "learner"}) {
     w.sample("lockd_raft_role", {{"role", role}}, std::uint64_t{c.role == role ? 1u : 0u});
   }
   w.single("lockd_raft_leader_id", "gauge", "The leader's node id as this node knows it; 0: none.",
@@ -175,6 +175,26 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
       if (mb.id == c.node_id || !mb.match_index) continue;
       w.sample("lockd_raft_follower_lag_entries", {{"peer", std::to_string(mb.id)}},
                *own_last > *mb.match_index ? *own_last - *mb.match_index : std::uint64_t{0});
+    }
+  }
+  // Membership (issue 20).
+  w.single("lockd_raft_configuration_index", "gauge",
+           "Log index of the configuration in force (0: the --peer bootstrap, never changed).",
+           c.conf_index);
+  std::uint64_t voters = 0;
+  std::uint64_t learners = 0;
+  for (const ClusterMember& mb : c.members) ++(mb.voter ? voters : learners);
+  w.single("lockd_raft_voters", "gauge", "Voters in the configuration in force.", voters);
+  w.single("lockd_raft_learners", "gauge", "Learners in the configuration in force.", learners);
+  w.family("lockd_raft_learner_lag_entries", "gauge",
+           "Leader only: log entries a learner is behind the commit index (promote waits for it "
+           "to be caught up).");
+  if (c.role == "leader") {
+    for (const ClusterMember& mb : c.members) {
+      if (mb.voter || !mb.match_index) continue;
+      w.sample("lockd_raft_learner_lag_entries", {{"peer", std::to_string(mb.id)}},
+               c.commit_index > *mb.match_index ? c.commit_index - *mb.match_index
+                                                : std::uint64_t{0});
     }
   }
   if (!node.cluster_metrics) return;

@@ -87,6 +87,7 @@ json cluster_json(const ClusterStatus& c) {
         {"client_addr", m.client_addr},
         {"raft_addr", m.raft_addr},
         {"role", m.role},
+        {"voter", m.voter},
         {"match_index", m.match_index ? json(*m.match_index) : json(nullptr)},
         {"last_contact_ms", m.last_contact_ms ? json(*m.last_contact_ms) : json(nullptr)},
         {"link", m.link_up ? json(*m.link_up ? "up" : "down") : json(nullptr)},

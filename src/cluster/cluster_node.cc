@@ -14,6 +14,7 @@
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
 #include "lockd/raft/driver.h"
+#include "lockd/raft/membership.h"
 
 namespace lockd::cluster {
 namespace {
@@ -63,9 +64,24 @@ bool ClusterNode::open(std::string& error) {
                          &identity_);
   if (!error.empty()) return false;
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
+  // An empty data dir: nothing stored, no snapshot, no cluster id.
+  const bool empty = storage_->hard_state().term == 0 && storage_->entries().empty() &&
+                     storage_->snapshot().meta.index == 0 && identity_.cluster_id == 0;
+  if (empty) {
+    gate_ = config_.initial_state == InitialClusterState::kExisting ? Gate::kJoining
+                                                                    : Gate::kFormation;
+  }
   raft::Config rc;
   rc.id = config_.self;
-  for (const Member& m : config_.members) rc.voters.push_back(m.id);
+  // A joining node knows no voters: it votes for nothing and waits for a
+  // leader to send it the configuration (raft.h Config::voters).
+  if (gate_ != Gate::kJoining) {
+    for (const Member& m : config_.members) {
+      rc.voters.push_back(m.id);
+      rc.bootstrap_members.push_back(
+          raft::Member{m.id, true, m.client.to_string(), m.raft.to_string()});
+    }
+  }
   rc.election_ticks = config_.election_ticks;
   rc.heartbeat_ticks = 1;
   rc.max_uncommitted_entries = kMaxUncommittedProposals;
@@ -119,8 +135,57 @@ bool ClusterNode::open(std::string& error) {
   // The core and the state machine hold what they need now: the storage
   // stops keeping a second copy of the log (issue 23).
   storage_->release_read_side();
+  // A member whose removal this node's log holds, committed, never comes back.
+  if (raft::was_removed(raft_->conf(), config_.self) && raft_->conf_index() <= raft_->commit()) {
+    error = "node " + std::to_string(config_.self) +
+            " was removed from the group (configuration at index " +
+            std::to_string(raft_->conf_index()) +
+            "); a removed id never rejoins: add a new member with a new id and an empty data "
+            "dir (docs/cluster.md \"Replacing a member\")";
+    return false;
+  }
+  // A group that never recorded a configuration runs on its --peer lists:
+  // there an edited list is a membership change behind the log's back (two
+  // halves of a rolling edit could each elect a leader). Refused, as
+  // before issue 20; changes go through lockctl member.
+  if (raft_->conf_index() == 0 && raft_->snapshot_meta().conf.empty() && gate_ == Gate::kOpen &&
+      identity_.members != identity().members) {
+    const auto list = [](const std::vector<raft::NodeId>& ids) {
+      std::string out;
+      for (raft::NodeId id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+      return out;
+    };
+    error = "data dir " + config_.data_dir + " was written by a member of {" +
+            list(identity_.members) + "}, but --peer names {" + list(identity().members) +
+            "}: this group never changed membership through the log, so its --peer lists are its "
+            "configuration; keep them and change members with lockctl member add/remove "
+            "(docs/cluster.md \"Membership\")";
+    return false;
+  }
+  if (!raft_->conf().empty()) {
+    // --peer is a bootstrap hint: say where it disagrees with the log.
+    for (const Member& m : config_.members) {
+      const raft::Member* c = raft::find_member(raft_->conf(), m.id);
+      if (c == nullptr) {
+        spdlog::warn("--peer names node {}, which is not a member of the replicated configuration "
+                     "(index {}): ignored (the configuration decides; --peer is a bootstrap hint)",
+                     m.id, raft_->conf_index());
+      } else if (c->raft_addr != m.raft.to_string() || c->client_addr != m.client.to_string()) {
+        spdlog::warn("--peer says node {} is at {}/{}, the replicated configuration (index {}) "
+                     "says {}/{}: using the configuration's{}",
+                     m.id, m.client.to_string(), m.raft.to_string(), raft_->conf_index(),
+                     c->client_addr, c->raft_addr,
+                     m.id == config_.self ? " for the others (this node listens where --peer says)"
+                                          : "");
+      }
+    }
+  }
   transport_ = std::make_unique<PeerTransport>(
-      base_, config_.self, config_.members, [this](raft::Message& m) {
+      base_, config_.self, current_members(), [this](raft::Message& m) {
+        if (gate_ != Gate::kOpen) {
+          ++gated_messages_;  // before --initial-cluster-state's checks pass: nothing reaches Raft
+          return;
+        }
         const raft::NodeId from = m.from;
         const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
@@ -153,10 +218,31 @@ bool ClusterNode::open(std::string& error) {
                    p.entry_versions.max);
     }
     p = PeerHello{h.entry_versions, h.admin_addr, h.client_addr, h.data_state, h.cluster_id};
+    on_peer_handshake(h);
   });
+  {
+    PeerLocal l = transport_->local();
+    l.status_of = [this](raft::NodeId id) { return status_of(id); };
+    transport_->set_local(std::move(l));
+  }
+  conf_noted_ = raft_->conf();
+  conf_noted_once_ = true;
+  if (gate_ == Gate::kFormation && config_.members.size() == 1) gate_ = Gate::kOpen;
+  formation_grace_end_ns_ =
+      net::monotonic_now_ns() +
+      std::max<TimeNs>(kMinFormationGraceNs,
+                       kFormationGraceElections * config_.election_ticks * config_.heartbeat_ns);
+  if (gate_ == Gate::kFormation) {
+    spdlog::info("empty data dir, --initial-cluster-state new: forming the group once a majority "
+                 "of the --peer voters answers and none reports a formed cluster");
+  } else if (gate_ == Gate::kJoining) {
+    spdlog::info("empty data dir, --initial-cluster-state existing: waiting for the leader to add "
+                 "node {} as a learner (POST /v1/cluster/members; lockctl member add)",
+                 config_.self);
+  }
   spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}, cluster {}, log entry "
                "versions {}..{}",
-               config_.self, config_.members.size(), raft_->term(), raft_->status().first_index,
+               config_.self, current_members().size(), raft_->term(), raft_->status().first_index,
                raft_->last_index(), raft_->commit(),
                identity_.cluster_id == 0 ? std::string("not formed yet")
                                          : cluster_id_text(identity_.cluster_id),
@@ -189,12 +275,16 @@ bool ClusterNode::listen(std::string& error) {
 }
 
 void ClusterNode::on_tick() {
-  raft_->tick();
+  // Before the start checks pass the node neither campaigns nor times out.
+  if (gate_ == Gate::kFormation) maybe_form(net::monotonic_now_ns());
+  if (gate_ == Gate::kOpen) raft_->tick();
   watch_peers(net::monotonic_now_ns());
 }
 
 void ClusterNode::watch_peers(TimeNs now) {
-  for (const Member& m : config_.members) {
+  // The members of the configuration in force (a member added later is
+  // watched from then on).
+  for (const Member& m : current_members()) {
     if (m.id == config_.self) continue;
     const PeerStats* ps = transport_->peer_stats(m.id);
     const bool up = ps != nullptr && (ps->link == LinkState::kConnected || ps->inbound_connected);
@@ -230,6 +320,7 @@ void ClusterNode::after_turn() {
   service_->sync(now);
   note_table_floor(now);
   note_config();
+  note_membership();
   if (raft_->leader() != last_leader_) {
     last_leader_ = raft_->leader();
     ++leader_changes_;
@@ -242,6 +333,8 @@ void ClusterNode::after_turn() {
       spdlog::warn("following leader {} in term {}", last_leader_, raft_->term());
     }
   }
+  if (last_leader_ != raft::kNoNode) heard_leader_ = true;
+  progress_change(now);
   maybe_snapshot();
   if (raft_->has_ready()) {
     kick_timer_.arm_after(0);
@@ -360,8 +453,11 @@ void ClusterNode::maybe_snapshot() {
   if (applied < last_snapshot_index_ + config_.snapshot_entries) return;
   const std::optional<raft::Term> term = raft_->term_at(applied);
   if (!term) return;  // just installed a snapshot there
+  // The configuration in force there goes into the file's header, so a
+  // restart after the log is compacted still knows the members.
   const raft::StorageStatus st = snapshots_->start(
-      raft::SnapshotMeta{applied, *term}, [this] { return service_->snapshot(); });
+      raft::SnapshotMeta{applied, *term, raft_->conf_at(applied)},
+      [this] { return service_->snapshot(); });
   if (!st.ok()) fail_storage(st.message);
 }
 
@@ -440,7 +536,9 @@ const PeerTransportStats& ClusterNode::transport_stats() const { return transpor
 
 bool ClusterNode::cluster_supports(std::uint16_t v) const {
   if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
-  for (const Member& m : config_.members) {
+  // Every member of the configuration in force, learners included: each
+  // applies every entry.
+  for (const Member& m : current_members()) {
     if (m.id == config_.self) continue;
     const PeerHello* p = peer_hello(m.id);
     if (p == nullptr || !p->entry_versions.contains(v)) return false;
@@ -458,7 +556,7 @@ bool ClusterNode::transfer_leadership() {
   raft::NodeId best = raft::kNoNode;
   raft::Index best_match = 0;
   for (const raft::PeerProgress& p : raft_->progress()) {
-    if (p.id == config_.self) continue;
+    if (p.id == config_.self || !p.voter) continue;  // learners never lead
     if (best == raft::kNoNode || p.match > best_match) {
       best = p.id;
       best_match = p.match;
@@ -479,13 +577,23 @@ NodeStatusView ClusterNode::status(TimeNs now_ns) const {
   v.commit = s.commit;
   v.applied = service_->state_machine().applied();
   v.serving = service_->serving();
+  v.learner = s.learner;
+  v.conf_index = s.conf_index;
   const std::vector<raft::PeerProgress> progress = raft_->progress();
-  for (const Member& m : config_.members) {
+  const raft::Membership& conf = raft_->conf();
+  for (const Member& m : current_members()) {
     MemberView mv;
     mv.id = m.id;
     mv.client_addr = m.client.to_string();
     mv.raft_addr = m.raft.to_string();
     mv.leader = m.id == s.leader;
+    if (const raft::Member* c = raft::find_member(conf, m.id)) {
+      mv.voter = c->voter;
+      mv.client_addr = c->client_addr;
+      mv.raft_addr = c->raft_addr;
+    } else if (!conf.empty()) {
+      continue;  // self, removed or not yet added: not a member
+    }
     if (m.id == s.leader) v.leader_addr = mv.client_addr;
     if (s.role == raft::Role::kLeader) {
       if (m.id == s.id) {

@@ -158,11 +158,10 @@ std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool 
            ": wrong --data-dir or --node-id? (a node on another's data dir could vote twice in "
            "one term)";
   }
-  if (found->members != me.members) {
-    return "data dir " + dir + " was written by a member of {" + members_text(found->members) +
-           "}, but --peer names {" + members_text(me.members) +
-           "}: membership changes are not supported (docs/cluster.md)";
-  }
+  // The members it was first started with are kept for the record only:
+  // membership lives in the replicated configuration (issue 20), and
+  // --peer is a bootstrap hint that may differ (a member added later
+  // lists the group as it was then; old members keep their flags).
   if (stored != nullptr) *stored = *found;
   return "";
 }

@@ -81,6 +81,17 @@ std::string_view to_string(HandshakeError e) {
   return "unknown";
 }
 
+std::string_view to_string(MemberStatus s) {
+  switch (s) {
+    case MemberStatus::kUnknown: return "unknown";
+    case MemberStatus::kNotMember: return "not_member";
+    case MemberStatus::kLearner: return "learner";
+    case MemberStatus::kVoter: return "voter";
+    case MemberStatus::kRemoved: return "removed";
+  }
+  return "unknown";
+}
+
 void encode_handshake(const Handshake& h, std::string& out) {
   const std::size_t start = out.size();
   out.append(kHandshakeMagic);
@@ -111,6 +122,10 @@ void encode_handshake(const Handshake& h, std::string& out) {
   put_tlv(out, HandshakeTag::kAdminAddr, h.admin_addr.substr(0, kMaxHandshakeAddress));
   put_tlv(out, HandshakeTag::kDataState,
           std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.data_state))));
+  if (h.receiver_status != MemberStatus::kUnknown) {
+    put_tlv(out, HandshakeTag::kReceiverStatus,
+            std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.receiver_status))));
+  }
   if (h.nonce) {
     put_tlv(out, HandshakeTag::kNonce,
             std::string_view(reinterpret_cast<const char*>(h.nonce->data()), h.nonce->size()));
@@ -187,7 +202,7 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
     if (covered - at < len) return HandshakeError::kBadFrame;
     const std::string_view v = frame.substr(at, len);
     at += len;
-    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kProof)) continue;  // a newer field
+    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kReceiverStatus)) continue;  // a newer field
     if ((seen & (1u << tag)) != 0) return HandshakeError::kBadFrame;
     seen |= 1u << tag;
     switch (static_cast<HandshakeTag>(tag)) {
@@ -217,6 +232,10 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
       case HandshakeTag::kDataState:
         if (len != 1 || static_cast<unsigned char>(v[0]) > 1) return HandshakeError::kBadFrame;
         h.data_state = static_cast<DataState>(v[0]);
+        break;
+      case HandshakeTag::kReceiverStatus:
+        if (len != 1 || static_cast<unsigned char>(v[0]) > 4) return HandshakeError::kBadFrame;
+        h.receiver_status = static_cast<MemberStatus>(v[0]);
         break;
       case HandshakeTag::kNonce:
       case HandshakeTag::kProof: {

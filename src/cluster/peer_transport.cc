@@ -190,23 +190,73 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
       self_raft_ = m.raft;
       continue;
     }
-    auto p = std::make_unique<Peer>();
-    p->owner = this;
-    p->member = m;
-    p->stats.id = m.id;
-    Peer* raw = p.get();
-    p->redial_ev = event_new(
-        base_, -1, 0,
-        [](int, short, void* arg) {
-          auto* peer = static_cast<Peer*>(arg);
-          peer->stats.reconnects += 1;
-          peer->owner->dial(*peer);
-        },
-        raw);
-    LOCKD_CHECK(p->redial_ev != nullptr);
-    peers_.push_back(std::move(p));
+    peers_.push_back(make_peer(m));
   }
   LOCKD_CHECK(found_self);
+}
+
+std::unique_ptr<PeerTransport::Peer> PeerTransport::make_peer(const Member& m) {
+  auto p = std::make_unique<Peer>();
+  p->owner = this;
+  p->member = m;
+  p->stats.id = m.id;
+  Peer* raw = p.get();
+  p->redial_ev = event_new(
+      base_, -1, 0,
+      [](int, short, void* arg) {
+        auto* peer = static_cast<Peer*>(arg);
+        peer->stats.reconnects += 1;
+        peer->owner->dial(*peer);
+      },
+      raw);
+  LOCKD_CHECK(p->redial_ev != nullptr);
+  return p;
+}
+
+void PeerTransport::set_members(std::vector<Member> members) {
+  const auto same = [](const Member& a, const Member& b) {
+    return a.id == b.id && a.raft.to_string() == b.raft.to_string() &&
+           a.client.to_string() == b.client.to_string();
+  };
+  bool found_self = false;
+  for (const Member& m : members) found_self = found_self || m.id == self_;
+  LOCKD_CHECK(found_self);
+  members_ = std::move(members);
+  // Gone or moved: close everything of it now. The Peer itself lives until
+  // flush(), like its sockets, in case a caller up the stack holds it.
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    Peer& p = **it;
+    const auto keep = std::find_if(members_.begin(), members_.end(),
+                                   [&](const Member& m) { return same(m, p.member); });
+    if (keep != members_.end()) {
+      ++it;
+      continue;
+    }
+    spdlog::info("peer transport: node {} ({}) is no longer a member at that address; closing its "
+                 "links",
+                 p.member.id, p.member.raft.to_string());
+    if (p.link != nullptr) discard(std::move(p.link));
+    event_del(p.redial_ev);
+    while (!p.inbound.empty()) close_inbound(*p.inbound.front());
+    p.stats.link = LinkState::kDown;
+    peer_graveyard_.push_back(std::move(*it));
+    it = peers_.erase(it);
+  }
+  for (const Member& m : members_) {
+    if (m.id == self_ || find_peer(m.id) != nullptr) continue;
+    spdlog::info("peer transport: node {} at {} is a member now", m.id, m.raft.to_string());
+    peers_.push_back(make_peer(m));
+    if (listener_ != nullptr) dial(*peers_.back());
+  }
+  // Accepted connections of ids that are not members any more: their
+  // handshake said who they are; refuse them from now on.
+  std::vector<Socket*> stale;
+  for (const auto& s : inbound_) {
+    if (s->peer == nullptr && s->input.handshaken() && find_peer(s->input.peer()) == nullptr) {
+      stale.push_back(s.get());
+    }
+  }
+  for (Socket* s : stale) close_inbound(*s);
 }
 
 PeerTransport::~PeerTransport() {
@@ -248,6 +298,7 @@ Handshake PeerTransport::own_handshake(HandshakeKind kind, raft::NodeId receiver
   }
   h.admin_addr = local_.admin_addr;
   h.data_state = local_.data_state;
+  if (local_.status_of && receiver != raft::kNoNode) h.receiver_status = local_.status_of(receiver);
   return h;
 }
 
@@ -651,7 +702,11 @@ TimeNs PeerTransport::backoff_ns(Peer& p) {
 void PeerTransport::send(const raft::Message& m) {
   LOCKD_CHECK(m.from == self_);
   Peer* p = find_peer(m.to);
-  LOCKD_CHECK(p != nullptr);
+  if (p == nullptr) {
+    // The core may still answer a node the configuration just dropped.
+    stats_.dropped_no_member += 1;
+    return;
+  }
   if (p->stats.link == LinkState::kDown) {
     p->stats.messages_dropped += 1;
     return;
@@ -680,6 +735,7 @@ void PeerTransport::flush() {
     }
   }
   graveyard_.clear();
+  peer_graveyard_.clear();
 }
 
 // --- connections we accept (receive side) -----------------------------------
@@ -875,7 +931,10 @@ void PeerTransport::on_inbound_readable(Socket& s) {
     }
     if (ev == PeerInput::Event::kConfirmed) {
       Peer* p = find_peer(s.input.peer());
-      LOCKD_CHECK(p != nullptr);
+      if (p == nullptr) {  // removed from the configuration since its hello
+        close_inbound(s);
+        return;
+      }
       if (!adopt_inbound(s, *p)) return;
       continue;
     }

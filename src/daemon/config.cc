@@ -223,6 +223,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   std::uint64_t node_id = 0;
   std::vector<std::string> peers;
   std::string auth = "none";
+  std::string initial_cluster_state = "new";
 
   // Every option is also a config file key (config_file.h). Its group says
   // which mode it belongs to (check_mode_scope()).
@@ -258,6 +259,11 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--restore-from", c.restore_from,
                  "start a new cluster from a backup FILE (lockctl snapshot save); every member "
                  "gets the same file and an empty data dir")
+      ->group(kClusterOnly);
+  app.add_option("--initial-cluster-state", initial_cluster_state,
+                 "new: the group is being formed (every data dir empty); existing: this node was "
+                 "added to a running group (lockctl member add) and joins as a learner")
+      ->check(CLI::IsMember({"new", "existing"}))
       ->group(kClusterOnly);
   app.add_option("--snapshot-entries", c.snapshot_entries,
                  "snapshot and compact the log every N applied entries")
@@ -324,6 +330,7 @@ ParseOutcome parse_config(int argc, char** argv) {
     return {std::nullopt, 2, "lockd: " + err, {}};
   }
   c.log_format = log_format == "json" ? LogFormat::kJson : LogFormat::kText;
+  c.join_existing = initial_cluster_state == "existing";
   sec.auth = auth == "cert"    ? AuthMode::kCert
              : auth == "token" ? AuthMode::kToken
              : auth == "any"   ? AuthMode::kAny

@@ -133,7 +133,7 @@ bool Daemon::start(std::string& error) {
         base_, *server_,
         admin::NodeInfo{std::string(version::full()), "single", server_->bound().to_string(),
                         net::monotonic_now_ns(), {}, {}, {},
-                        [server = server_.get()] { return single_snapshot(*server); }, fd_status_});
+                        [server = server_.get()] { return single_snapshot(*server); }, fd_status_, {}});
     admin_->require_tls(admin_tls_.get());
     admin_->set_authenticator(auth_.get());
     if (!admin_->listen(*config_.admin, error)) return false;
@@ -161,6 +161,8 @@ bool Daemon::start_cluster(std::string& error) {
   cc.limits = config_.server.locks;
   cc.snapshot_entries = config_.snapshot_entries;
   cc.restore_from = config_.restore_from;
+  cc.initial_state = config_.join_existing ? cluster::InitialClusterState::kExisting
+                                           : cluster::InitialClusterState::kNew;
   if (!config_.security.peer_secret_file.empty()) {
     std::optional<std::string> secret =
         cluster::load_peer_secret(config_.security.peer_secret_file, error);
@@ -182,13 +184,15 @@ bool Daemon::start_cluster(std::string& error) {
   if (!server_->listen(client_ep, error)) return false;
   if (config_.admin) {
     admin::NodeInfo info{std::string(version::full()), "cluster", server_->bound().to_string(),
-                         net::monotonic_now_ns(), {}, {}, {}, {}, fd_status_};
+                         net::monotonic_now_ns(), {}, {}, {}, {}, fd_status_, {}};
     const cluster::ClusterNode* node = cluster_.get();
     info.cluster = [node](TimeNs now) {
       const cluster::NodeStatusView v = node->status(now);
       admin::ClusterStatus c;
       c.node_id = v.id;
-      c.role = std::string(role_name(v.role));
+      // A learner (v1.2) shows as one, whatever its Raft role.
+      c.role = v.learner ? std::string("learner") : std::string(role_name(v.role));
+      c.conf_index = v.conf_index;
       c.term = v.term;
       c.leader_id = v.leader_id;
       c.leader_addr = v.leader_addr;
@@ -197,12 +201,30 @@ bool Daemon::start_cluster(std::string& error) {
       c.serving = v.serving;
       for (const cluster::MemberView& m : v.members) {
         c.members.push_back(admin::ClusterMember{m.id, m.client_addr, m.raft_addr,
-                                                 m.leader ? "leader" : "follower", m.match,
-                                                 m.last_contact_ms, m.link_up, m.last_heard_ms});
+                                                 m.leader   ? "leader"
+                                                 : m.voter ? "follower"
+                                                           : "learner",
+                                                 m.voter, m.match, m.last_contact_ms, m.link_up,
+                                                 m.last_heard_ms});
       }
       return c;
     };
     info.table_now = [node](TimeNs now) { return node->table_now_ns(now); };
+    cluster::ClusterNode* changer = cluster_.get();
+    info.change_members = [changer](const admin::MemberChangeRequest& r,
+                                    std::function<void(const admin::MemberChangeReply&)> done) {
+      cluster::MemberChange c;
+      c.kind = r.op == admin::MemberChangeOp::kAdd       ? cluster::MemberChangeKind::kAdd
+               : r.op == admin::MemberChangeOp::kPromote ? cluster::MemberChangeKind::kPromote
+               : r.op == admin::MemberChangeOp::kRemove  ? cluster::MemberChangeKind::kRemove
+                                                         : cluster::MemberChangeKind::kTransfer;
+      c.id = r.id;
+      c.client_addr = r.client_addr;
+      c.raft_addr = r.raft_addr;
+      changer->change_members(c, [done = std::move(done)](const cluster::MemberChangeResult& x) {
+        done(admin::MemberChangeReply{x.status, x.error, x.message, x.leader_admin});
+      });
+    };
     info.snapshot = [node] {
       admin::SnapshotSource src;
       const std::optional<cluster::BackupMeta> meta = node->backup_meta(unix_ms_now());

@@ -136,10 +136,11 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
     struct stat st {};
     if (fd_ < 0 || ::fstat(fd_, &st) != 0) return io_error(std::string("open failed: ") + std::strerror(errno));
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size < kSnapshotHeaderBytes + 4) return io_error("shorter than its header");
-    std::string head(kSnapshotHeaderBytes, '\0');
+    const std::size_t head_bytes = snapshot_header_bytes(meta_);
+    if (size < head_bytes + 4) return io_error("shorter than its header");
+    std::string head(head_bytes, '\0');
     std::string expected;
-    encode_snapshot_header(meta_, size - kSnapshotHeaderBytes - 4, expected);
+    encode_snapshot_header(meta_, size - head_bytes - 4, expected);
     char tail[4];
     if (::pread(fd_, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()) ||
         ::pread(fd_, tail, 4, static_cast<off_t>(size - 4)) != 4) {
@@ -149,7 +150,8 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
     crc_ = raft::crc32c(head);
     expected_crc_ = 0;
     for (int i = 0; i < 4; ++i) expected_crc_ |= static_cast<std::uint32_t>(static_cast<unsigned char>(tail[i])) << (8 * i);
-    data_bytes_ = size - kSnapshotHeaderBytes - 4;
+    data_bytes_ = size - head_bytes - 4;
+    head_bytes_ = head_bytes;
     data_ = std::string();
     data_.reserve(data_bytes_);
     state_ = State::kReading;
@@ -165,9 +167,9 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
   std::size_t got = 0;
   while (got < want) {
     const ssize_t n = ::pread(fd_, data_.data() + have + got, want - got,
-                              static_cast<off_t>(kSnapshotHeaderBytes + have + got));
+                              static_cast<off_t>(head_bytes_ + have + got));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return io_error("offset " + std::to_string(kSnapshotHeaderBytes + have + got) + ": read failed");
+    if (n <= 0) return io_error("offset " + std::to_string(head_bytes_ + have + got) + ": read failed");
     got += static_cast<std::size_t>(n);
   }
   crc_ = raft::crc32c(std::string_view(data_).substr(have, want), crc_);
@@ -175,7 +177,7 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
   if (data_.size() < data_bytes_) return std::nullopt;
   if (crc_ != expected_crc_) return io_error("bad checksum reading it back");
 
-  timing_.bytes = data_bytes_ + kSnapshotHeaderBytes + 4;
+  timing_.bytes = data_bytes_ + head_bytes_ + 4;
   const double t1 = now_ms();
   raft::StorageStatus st = storage_.adopt_snapshot_file(meta_, std::string());
   timing_.adopt_ms = now_ms() - t1;

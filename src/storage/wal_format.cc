@@ -1,6 +1,8 @@
 // Pure on-disk format of a data directory; see wal_format.h.
 #include "lockd/storage/wal_format.h"
 
+#include "lockd/raft/membership.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -277,12 +279,18 @@ void LogReplay::finish() {
 
 void encode_snapshot_header(const raft::SnapshotMeta& meta, std::uint64_t data_bytes, std::string& out) {
   ByteWriter w(out);
+  const std::string conf = meta.conf.empty() ? std::string() : raft::encode_membership(meta.conf);
   out.append(kSnapshotMagic);
-  w.u32(kFormatVersion);
-  w.u32(0);
+  w.u32(conf.empty() ? kFormatVersion : kSnapshotConfVersion);
+  w.u32(static_cast<std::uint32_t>(conf.size()));
   w.u64(meta.index);
   w.u64(meta.term);
   w.u64(data_bytes);
+  out.append(conf);
+}
+
+std::size_t snapshot_header_bytes(const raft::SnapshotMeta& meta) {
+  return kSnapshotHeaderBytes + (meta.conf.empty() ? 0 : raft::encode_membership(meta.conf).size());
 }
 
 SnapshotFileError decode_snapshot_file(std::string_view bytes, raft::Snapshot& out, std::string& what) {
@@ -297,7 +305,7 @@ SnapshotFileError decode_snapshot_file(std::string_view bytes, raft::Snapshot& o
   Reader r(bytes.substr(kSnapshotMagic.size(), kSnapshotHeaderBytes - kSnapshotMagic.size()), Fail::kOk,
            Fail::kShort);
   const std::uint32_t version = r.u32();
-  r.u32();
+  const std::uint32_t conf_bytes = r.u32();
   raft::SnapshotMeta meta;
   meta.index = r.u64();
   meta.term = r.u64();
@@ -308,21 +316,30 @@ SnapshotFileError decode_snapshot_file(std::string_view bytes, raft::Snapshot& o
     what = "bad checksum";
     return SnapshotFileError::kCorrupt;
   }
-  if (version > kFormatVersion) {
+  if (version > kSnapshotConfVersion) {
     what = "format version " + std::to_string(version) + " is newer than this build's " +
-           std::to_string(kFormatVersion);
+           std::to_string(kSnapshotConfVersion);
     return SnapshotFileError::kVersion;
   }
-  if (n != bytes.size() - kSnapshotHeaderBytes - 4) {
+  // Version 1 wrote 0 in the word version 2 uses for the configuration.
+  const std::size_t head = kSnapshotHeaderBytes + (version >= kSnapshotConfVersion ? conf_bytes : 0);
+  if (head > bytes.size() - 4 || n != bytes.size() - head - 4) {
     what = "snapshot length " + std::to_string(n) + " does not match the file";
     return SnapshotFileError::kCorrupt;
   }
-  if (version == 0 || meta.index == 0) {
+  if (version == 0 || meta.index == 0 || (version >= kSnapshotConfVersion && conf_bytes == 0)) {
     what = "bad snapshot header";
     return SnapshotFileError::kCorrupt;
   }
+  if (version >= kSnapshotConfVersion) {
+    std::string why;
+    if (!raft::decode_membership(bytes.substr(kSnapshotHeaderBytes, conf_bytes), meta.conf, why)) {
+      what = "the snapshot's configuration does not decode: " + why;
+      return SnapshotFileError::kCorrupt;
+    }
+  }
   out.meta = meta;
-  out.data.assign(bytes.substr(kSnapshotHeaderBytes, n));
+  out.data.assign(bytes.substr(head, n));
   return SnapshotFileError::kOk;
 }
 

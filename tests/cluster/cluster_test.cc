@@ -408,41 +408,9 @@ TEST(Cluster, EveryNodeKilledAndRestartedKeepsLocksAndTokensGrow) {
   EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
 }
 
-TEST(Cluster, WipedFollowerCatchesUpThroughASnapshot) {
-  LockdCluster c(3, {"--snapshot-entries", "20"});
-  const int leader = c.wait_leader();
-  ASSERT_NE(leader, 0);
-  const std::uint64_t held = token_of(call_leader(c, "A alice held 60000"));
-  ASSERT_NE(held, 0u);
-  // Enough entries for a snapshot and compaction on every node.
-  // (Through call_leader: on a loaded machine leadership may move.)
-  for (int i = 0; i < 40; ++i) {
-    const std::string key = "k" + std::to_string(i);
-    const std::uint64_t t = token_of(call_leader(c, "A bob " + key + " 60000"));
-    ASSERT_NE(t, 0u);
-    call_leader(c, "R " + std::to_string(t) + " " + key);
-  }
-  const int now_leader = c.wait_leader();
-  ASSERT_NE(now_leader, 0);
-  EXPECT_TRUE(c.process(now_leader).wait_for_line("snapshot at index", std::chrono::seconds(10)));
-  const int follower = now_leader == 1 ? 2 : 1;
-  c.kill9(follower);
-  c.wipe(follower);
-  c.start(follower);
-  EXPECT_TRUE(c.process(follower).wait_for_line("installed the leader's snapshot",
-                                                std::chrono::seconds(10)))
-      << c.process(follower).stderr_text();
-  // Its own state (read locally by the admin API) has the held lock.
-  const auto deadline = steady_clock::now() + milliseconds(5000);
-  HttpReply r;
-  while (steady_clock::now() < deadline) {
-    r = http(c.admin_port(follower), "/v1/locks/held");
-    if (r.status == 200) break;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  EXPECT_EQ(r.status, 200);
-  EXPECT_NE(r.body.find(std::to_string(held)), std::string::npos) << r.body;
-}
+// A follower wiped and restarted under its id is refused since issue 20;
+// a new member catching up through the leader's snapshot is
+// Membership.WipedMemberIsRefusedAndReplacedByANewOne (membership_test.cc).
 
 // A second process on node 1's data dir is refused by the directory lock.
 // Its addresses are free ports, so nothing but the lock can stop it (with

@@ -99,8 +99,9 @@ TEST(LogDecides, MembersWithLowerCapsKeepEveryGrantOfTheLeader) {
   const std::uint64_t before = json_number(c.status_json(leader), "commit_index");
   ASSERT_TRUE(eventually([&] { return json_number(c.status_json(f1), "applied_index") >= before; },
                          milliseconds(10000)));
+  // Down while 20 grants go by: behind the leader's compaction, it gets
+  // the snapshot. (Not wiped: a wiped member is refused since issue 20.)
   c.kill9(f2);
-  c.wipe(f2);
   std::vector<std::uint64_t> tokens;
   for (int k = 0; k < 20; ++k) {
     const std::string key = "k" + std::to_string(k);
@@ -108,7 +109,7 @@ TEST(LogDecides, MembersWithLowerCapsKeepEveryGrantOfTheLeader) {
     ASSERT_NE(token_of(reply), 0u) << key << ": " << reply;
     tokens.push_back(token_of(reply));
   }
-  // The leader's snapshot (every 8 entries) reaches the wiped follower.
+  // The leader's snapshot (every 8 entries) reaches the lagging follower.
   c.set_node_flags(f2, low);
   c.start(f2);
   const std::uint64_t commit = json_number(c.status_json(leader), "commit_index");

@@ -140,9 +140,17 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   EXPECT_EQ(h.entry_versions, kRange);
   EXPECT_EQ(h.admin_addr, "");
   // A newer node's field is skipped, wherever it is.
-  ASSERT_EQ(decode_handshake(seal(kHeader8, tlv(42, "future") + required_body() + tlv(11, "")), h),
+  ASSERT_EQ(decode_handshake(seal(kHeader8, tlv(42, "future") + required_body() + tlv(12, "")), h),
             HandshakeError::kOk);
   EXPECT_EQ(h.sender, 2u);
+  // Tag 11 (membership): what the sender's configuration says of us.
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, std::string("\x04", 1))), h),
+            HandshakeError::kOk);
+  EXPECT_EQ(h.receiver_status, MemberStatus::kRemoved);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, std::string("\x05", 1))), h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, "")), h),
+            HandshakeError::kBadFrame);
   // A known tag of the wrong size, twice, or truncated; a required one missing.
   EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(9, "short")), h),
             HandshakeError::kBadFrame);

@@ -81,3 +81,46 @@ TEST(WalFormat, ReplayRefusesAMarkNewerThanTheSnapshot) {
 
 }  // namespace
 }  // namespace lockd::storage
+
+namespace lockd::storage {
+namespace {
+
+std::string snapshot_file(const raft::SnapshotMeta& meta, const std::string& data) {
+  std::string file;
+  encode_snapshot_header(meta, data.size(), file);
+  file += data;
+  const std::uint32_t crc = raft::crc32c(file);
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>(crc >> (8 * i)));
+  return file;
+}
+
+// Membership (issue 20): a snapshot keeps the configuration in force at its
+// index, so a node restarted after compaction still knows the members; a
+// group that never changed membership writes the version-1 bytes.
+TEST(WalFormat, SnapshotFileKeepsItsConfiguration) {
+  raft::SnapshotMeta meta{9, 2, {}};
+  meta.conf.members = {{1, true, "127.0.0.1:1", "127.0.0.1:2"}, {4, false, "h:3", "h:4"}};
+  meta.conf.removed = {2};
+  const std::string v2 = snapshot_file(meta, "state");
+  EXPECT_EQ(v2.size(), snapshot_header_bytes(meta) + 5 + 4);
+  raft::Snapshot out;
+  std::string what;
+  ASSERT_EQ(decode_snapshot_file(v2, out, what), SnapshotFileError::kOk) << what;
+  EXPECT_EQ(out.meta, meta);
+  EXPECT_EQ(out.data, "state");
+  const std::string v1 = snapshot_file(raft::SnapshotMeta{9, 2, {}}, "state");
+  EXPECT_EQ(v1.size(), kSnapshotHeaderBytes + 5 + 4);
+  EXPECT_EQ(v1[8], '\x01');  // format version 1
+  ASSERT_EQ(decode_snapshot_file(v1, out, what), SnapshotFileError::kOk) << what;
+  EXPECT_TRUE(out.meta.conf.empty());
+  // A configuration that does not decode is corruption, not a guess.
+  std::string bad = v2;
+  bad[kSnapshotHeaderBytes] = '\x7f';  // its encoding version
+  bad.resize(bad.size() - 4);
+  const std::uint32_t crc = raft::crc32c(bad);
+  for (int i = 0; i < 4; ++i) bad.push_back(static_cast<char>(crc >> (8 * i)));
+  EXPECT_EQ(decode_snapshot_file(bad, out, what), SnapshotFileError::kCorrupt);
+}
+
+}  // namespace
+}  // namespace lockd::storage

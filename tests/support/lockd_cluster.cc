@@ -96,7 +96,7 @@ std::uint16_t free_port() {
 }
 
 LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
-                           std::vector<std::string> env_prefix)
+                           std::vector<std::string> env_prefix, int formed)
     : extra_flags_(std::move(extra_flags)), env_prefix_(std::move(env_prefix)) {
   char tmpl[] = "/tmp/lockd-cluster-XXXXXX";
   const char* dir = ::mkdtemp(tmpl);
@@ -111,8 +111,13 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
     nd.data_dir = root_dir_ + "/node" + std::to_string(i);
     std::filesystem::create_directories(nd.data_dir);
   }
+  if (formed > 0) {
+    std::vector<int> group;
+    for (int i = 1; i <= formed; ++i) group.push_back(i);
+    for (int i = 1; i <= formed; ++i) node(i).peers = group;
+  }
   try {
-    for (int i = 1; i <= n; ++i) start(i);
+    for (int i = 1; i <= (formed > 0 ? formed : n); ++i) start(i);
   } catch (...) {
     nodes_.clear();  // kills what started
     std::error_code ec;
@@ -133,6 +138,10 @@ std::string LockdCluster::client_addr(int id) const {
   return "127.0.0.1:" + std::to_string(client_port(id));
 }
 
+std::string LockdCluster::raft_addr(int id) const {
+  return "127.0.0.1:" + std::to_string(raft_port(id));
+}
+
 void LockdCluster::start(int id) {
   Node& nd = node(id);
   std::vector<std::string> argv{nd.binary.empty() ? lockd_binary() : nd.binary,
@@ -149,6 +158,9 @@ void LockdCluster::start(int id) {
     }
   }
   for (int i = 1; i <= size(); ++i) {
+    if (!nd.peers.empty() && std::find(nd.peers.begin(), nd.peers.end(), i) == nd.peers.end()) {
+      continue;
+    }
     argv.push_back("--peer");
     argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(node(i).client_port) +
                    "/127.0.0.1:" + std::to_string(node(i).raft_port));

@@ -26,8 +26,12 @@ class LockdCluster {
   // `env_prefix` (e.g. {"/usr/bin/env", "LD_PRELOAD=..."}) each node runs
   // under it; "{DIR}" in it is replaced by the node's data dir and "{ID}"
   // by its id.
+  // `formed` > 0 (membership tests): only nodes 1..formed start, each
+  // naming 1..formed in --peer; nodes above it are spares with ports and a
+  // data dir, to be added (set_peers, then start with
+  // --initial-cluster-state existing in set_node_flags).
   explicit LockdCluster(int n, std::vector<std::string> extra_flags = {},
-                        std::vector<std::string> env_prefix = {});
+                        std::vector<std::string> env_prefix = {}, int formed = 0);
   ~LockdCluster();  // kills every node, removes the data dirs
   LockdCluster(const LockdCluster&) = delete;
   LockdCluster& operator=(const LockdCluster&) = delete;
@@ -38,6 +42,9 @@ class LockdCluster {
   std::uint16_t admin_port(int id) const { return node(id).admin_port; }
   std::uint16_t raft_port(int id) const { return node(id).raft_port; }
   std::string client_addr(int id) const;
+  std::string raft_addr(int id) const;
+  // The ids node `id` names with --peer from its next start (itself included).
+  void set_peers(int id, std::vector<int> ids) { node(id).peers = std::move(ids); }
   const std::string& data_dir(int id) const { return node(id).data_dir; }
   bool running(int id) const { return node(id).proc != nullptr; }
   ChildProcess& process(int id) { return *node(id).proc; }
@@ -70,6 +77,7 @@ class LockdCluster {
     std::string data_dir;
     std::string binary;              // "" = lockd_binary()
     std::vector<std::string> flags;  // this node's own, after the shared ones
+    std::vector<int> peers;          // --peer ids; empty: every node
     std::unique_ptr<ChildProcess> proc;
   };
   Node& node(int id) { return nodes_.at(static_cast<std::size_t>(id - 1)); }

@@ -18,11 +18,16 @@
 //
 // Errors are JSON `{"error": CODE, "message": TEXT}` with 400 (bad query
 // value or key encoding), 404 (unknown path or key), 405 (not GET/HEAD).
+//
+// The membership endpoints (v1.2) are the only ones that change anything:
+// the cluster node proposes the change and the request is answered once it
+// has committed (or failed), as interfaces.md says.
 #pragma once
 
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "lockd/admin/admin_auth.h"
 #include "lockd/admin/snapshot_export.h"
@@ -42,7 +47,7 @@ namespace lockd::admin {
 
 // Bounds on what one HTTP client may make the admin API hold.
 constexpr std::size_t kMaxHeadersBytes = 16 * 1024;
-constexpr std::size_t kMaxBodyBytes = 4 * 1024;  // no endpoint takes a body
+constexpr std::size_t kMaxBodyBytes = 4 * 1024;  // only the member endpoints take a (small) body
 constexpr int kIdleTimeoutS = 30;
 // A listing or top walks the table this many hash buckets per loop turn
 // (~0.4 ms at 1M keys), so no admin request holds the reactor longer; a
@@ -84,6 +89,8 @@ class AdminServer {
 
   static void on_request(evhttp_request* req, void* arg);
   void handle(evhttp_request* req);
+  // POST/DELETE of the member endpoints and POST /v1/cluster/leader.
+  void handle_member_change(evhttp_request* req, std::string_view path);
   // Answers at once for a small table, else queues a split scan.
   void start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan);
   void on_scan_timer();

@@ -48,7 +48,8 @@ struct ClusterMember {
   std::uint64_t id = 0;
   std::string client_addr;
   std::string raft_addr;
-  std::string role;                            // "leader" for the leader, else "follower"
+  std::string role;                            // "leader" for the leader, "learner" for a learner, else "follower"
+  bool voter = true;                           // false: a learner (v1.2)
   std::optional<std::uint64_t> match_index;    // known on the leader only
   std::optional<std::int64_t> last_contact_ms; // known on the leader only
   // Beyond the spec's fields, known on every node for every other member:
@@ -69,8 +70,28 @@ struct ClusterStatus {
   std::uint64_t commit_index = 0;
   std::uint64_t applied_index = 0;
   bool serving = false;       // leader whose first entry of the term is applied
+  std::uint64_t conf_index = 0;  // log index of the configuration in force (0: the --peer bootstrap)
   std::vector<ClusterMember> members;
 };
+
+// A membership change or leader transfer asked through the admin API
+// (interfaces.md v1.2; the cluster node does it, cluster_node.h).
+enum class MemberChangeOp : std::uint8_t { kAdd, kPromote, kRemove, kTransfer };
+struct MemberChangeRequest {
+  MemberChangeOp op = MemberChangeOp::kAdd;
+  std::uint64_t id = 0;     // kTransfer: 0 = the best voter
+  std::string client_addr;  // kAdd
+  std::string raft_addr;    // kAdd
+};
+// How it ended: 200 (reply with the new /v1/cluster) or an error.
+struct MemberChangeReply {
+  int status = 200;
+  std::string error;
+  std::string message;  // "" = the body is {"error"} alone (the contract's 409s)
+  std::optional<std::string> leader_admin;  // 503 not_leader
+};
+using MemberChangeFn =
+    std::function<void(const MemberChangeRequest&, std::function<void(const MemberChangeReply&)>)>;
 
 // One peer link as this node's transport sees it, for /metrics.
 struct PeerLinkMetrics {
@@ -149,6 +170,8 @@ struct NodeInfo {
   std::function<SnapshotSource()> snapshot;
   // `/v1/status` says when the descriptor limit is below the need.
   FdStatus fds;
+  // The member endpoints and POST /v1/cluster/leader; empty (single mode): 404.
+  MemberChangeFn change_members;
 };
 
 // The lock table's time at monotonic `now_ns`: what every lease and wait in

@@ -63,9 +63,54 @@ constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
 // snapshot that does not decode); the rest are counted only.
 constexpr TimeNs kRefusalWarnIntervalNs = 60'000 * kNsPerMs;
 
+// --initial-cluster-state (interfaces.md): how a node with an empty data
+// dir may start.
+enum class InitialClusterState : std::uint8_t {
+  // The group is being formed: the node votes once a majority of the
+  // --peer voters answered and none reports a formed cluster; a peer that
+  // reports one refuses the start (a member that lost its data).
+  kNew = 0,
+  // Joining a running group (after POST /v1/cluster/members): a learner
+  // that votes for nothing until the configuration makes it a voter.
+  kExisting = 1,
+};
+
+// A membership change asked for through the admin API (issue 20).
+enum class MemberChangeKind : std::uint8_t { kAdd, kPromote, kRemove, kTransfer };
+struct MemberChange {
+  MemberChangeKind kind = MemberChangeKind::kAdd;
+  raft::NodeId id = raft::kNoNode;  // kTransfer: kNoNode = the most caught-up voter
+  std::string client_addr;          // kAdd
+  std::string raft_addr;            // kAdd
+};
+// How it ended: `status` 200 once committed (leader moved, for kTransfer);
+// otherwise the HTTP status and error code of interfaces.md (409
+// change_in_progress / not_caught_up, 503 not_leader with the leader's
+// admin address) or one of docs/cluster.md's.
+struct MemberChangeResult {
+  int status = 200;
+  std::string error;    // "" on success
+  std::string message;  // "" = none (the contract's bodies have none)
+  std::optional<std::string> leader_admin;  // 503 not_leader: the leader's admin host:port
+};
+using MemberChangeDone = std::function<void(const MemberChangeResult&)>;
+// An empty `new` node forms the group once every --peer voter answered,
+// or a majority did and this many election timeouts (at least
+// kMinFormationGraceNs) passed since it started.
+constexpr int kFormationGraceElections = 10;
+constexpr TimeNs kMinFormationGraceNs = 1000 * kNsPerMs;
+// How long a change may take to commit (or a transfer to land) before its
+// request is answered 504 timeout (it may still take effect).
+constexpr TimeNs kMemberChangeTimeoutNs = 30'000 * kNsPerMs;
+
 struct ClusterNodeConfig {
   raft::NodeId self = raft::kNoNode;
-  std::vector<Member> members;  // every member, self included
+  // Every member, self included, as --peer gives them: the bootstrap
+  // configuration of a new group and where this node listens. Once the log
+  // (or a snapshot) records a configuration, that one decides who the
+  // members are and where they are (docs/cluster.md "Membership").
+  std::vector<Member> members;
+  InitialClusterState initial_state = InitialClusterState::kNew;
   std::string data_dir;
   TimeNs heartbeat_ns = 50 * kNsPerMs;
   int election_ticks = 6;
@@ -99,6 +144,7 @@ struct MemberView {
   std::string client_addr;
   std::string raft_addr;
   bool leader = false;
+  bool voter = true;  // false: a learner
   std::optional<raft::Index> match;          // leader only
   std::optional<std::int64_t> last_contact_ms;  // leader only, from the transport
   // Every node, every other member: a handshaken connection either way,
@@ -117,6 +163,8 @@ struct NodeStatusView {
   raft::Index commit = 0;
   raft::Index applied = 0;
   bool serving = false;      // leader with its first entry applied
+  bool learner = false;      // this node is a learner of the configuration in force
+  raft::Index conf_index = 0;  // entry that set the configuration (0: the --peer bootstrap)
   std::vector<MemberView> members;
 };
 
@@ -165,9 +213,13 @@ class ClusterNode final : private raft::ReadyHandler {
   // The data is replicated().snapshot(), taken in a forked child.
   std::optional<BackupMeta> backup_meta(std::uint64_t taken_unix_ms) const;
 
-  // Graceful stop on the leader: hands leadership to the follower with the
-  // highest match index. Returns false if not the leader (or no follower).
+  // Graceful stop on the leader: hands leadership to the voter with the
+  // highest match index. Returns false if not the leader (or no voter).
   bool transfer_leadership();
+  // The admin API's membership changes and leader transfer: `done` is
+  // called once (maybe before this returns) with how it ended; at most one
+  // is in flight (a second: 409 change_in_progress).
+  void change_members(const MemberChange& change, MemberChangeDone done);
   // Stops taking requests (they get `E no_leader`).
   void stop_accepting() { service_->stop_accepting(); }
 
@@ -209,6 +261,32 @@ class ClusterNode final : private raft::ReadyHandler {
   // An entry did not decode: one line, exit (never skipped).
   [[noreturn]] void fail_undecodable(raft::Index index, std::uint16_t version);
 
+  // --- membership (issue 20) ---
+  // Where this node is before it may vote (--initial-cluster-state).
+  enum class Gate : std::uint8_t {
+    kOpen = 0,    // a member with data, or the checks below passed
+    kFormation,   // empty, `new`: waiting for a majority of the --peer voters to answer
+    kJoining,     // empty, `existing`: waiting for a leader to add it as a learner
+  };
+  // The members the transport dials and accepts: the configuration in
+  // force, or the --peer list while none is recorded; self always with its
+  // --peer addresses (where it listens).
+  std::vector<Member> current_members() const;
+  // After the configuration changed: the transport, `M` redirects, logs.
+  void note_membership();
+  // What our configuration says of `id` (peer handshake tag 11).
+  MemberStatus status_of(raft::NodeId id) const;
+  // A member's handshake said what it knows of the cluster and of us.
+  void on_peer_handshake(const Handshake& h);
+  // Gate::kFormation: opens once the --peer voters answered (see .cc).
+  void maybe_form(TimeNs now);
+  // Refuses to go on: one line on stderr (the last), exit 2.
+  [[noreturn]] void refuse_start(const std::string& line);
+  // Moves the admin request in flight along (propose, committed, timed out).
+  void progress_change(TimeNs now);
+  void finish_change(MemberChangeResult r);
+  MemberChangeResult not_leader_result() const;
+
   event_base* base_;
   ClusterNodeConfig config_;
   std::unique_ptr<storage::FileStorage> storage_;
@@ -237,6 +315,25 @@ class ClusterNode final : private raft::ReadyHandler {
   TimeNs floor_seen_ns_ = 0;     // the state machine's floor at the last note
   TimeNs floor_seen_at_ns_ = 0;  // our monotonic clock then
   raft::Term clock_term_seen_ = 0;  // the state machine's clock term then
+  // Membership.
+  Gate gate_ = Gate::kOpen;
+  std::vector<raft::NodeId> unformed_peers_;  // kFormation: peers that said "no cluster yet"
+  TimeNs formation_grace_end_ns_ = 0;  // kFormation: a majority suffices from then on
+  raft::Membership conf_noted_;     // the configuration the transport was last given
+  bool conf_noted_once_ = false;
+  bool heard_leader_ = false;       // a leader was known once since start
+  bool removed_noted_ = false;      // "this node was removed" logged
+  std::uint64_t gated_messages_ = 0;  // peer messages dropped before the gate opened
+  struct PendingChange {
+    MemberChange change;
+    MemberChangeDone done;
+    TimeNs deadline_ns = 0;
+    bool proposed = false;          // change: in the log at (index, term); transfer: started
+    raft::Index index = 0;
+    raft::Term term = 0;
+    raft::NodeId target = raft::kNoNode;  // kTransfer
+  };
+  std::optional<PendingChange> pending_change_;
 };
 
 }  // namespace lockd::cluster

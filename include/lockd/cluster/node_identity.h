@@ -3,11 +3,12 @@
 //
 // A node started on another node's data dir (a wrong --node-id or
 // --data-dir) would carry that node's term and vote, so it could vote a
-// second time in one term and let two leaders be elected in it. A member
-// list that changed under a data dir is a membership change, which lockd
-// does not do (docs/cluster.md). Both are refused before the node says
-// anything to a peer, with one line naming both sides. etcd refuses the
-// same ("member ID mismatch").
+// second time in one term and let two leaders be elected in it: refused
+// before the node says anything to a peer, with one line naming both
+// sides. etcd refuses the same ("member ID mismatch"). The member list in
+// the file is the --peer list of the first start, kept for the record: the
+// members are the replicated configuration's (issue 20), so a different
+// --peer list later is not refused.
 //
 // The file is `IDENTITY`, one line: "lockd node 2 of members 1,2,3\n",
 // and once the group has formed (its first configuration entry applied)

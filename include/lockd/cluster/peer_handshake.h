@@ -20,8 +20,9 @@
 // 3 cluster id u64 (0 = no formed cluster yet), 4 entry encodings this
 // binary applies (u16 min, u16 max), 5/6/7 the sender's client, raft and
 // admin addresses (host:port text; admin "" when off), 8 data state u8
-// (0 empty, 1 has data), 9 nonce (32 bytes), 10 proof (32 bytes). Tags 1,
-// 2, 3, 4 and 8 are required in a hello and a reply.
+// (0 empty, 1 has data), 9 nonce (32 bytes), 10 proof (32 bytes), 11 the
+// receiver's place in the sender's configuration u8 (MemberStatus; absent:
+// unknown). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
 //
 // A version-1 frame (lockd 1.1's fixed 36 bytes) is recognised by its
 // version field and refused with a line naming both versions; the
@@ -66,7 +67,21 @@ enum class HandshakeTag : std::uint16_t {
   kDataState = 8,
   kNonce = 9,
   kProof = 10,
+  kReceiverStatus = 11,  // membership (issue 20): what the sender's configuration says of the receiver
 };
+
+// What the sender's configuration (the latest in its log) says about the
+// receiver (tag 11). A node that lost its data learns from it that it is
+// still a voter (it must not vote: refused at start), a removed id learns
+// it was removed, a joining node that it was added as a learner.
+enum class MemberStatus : std::uint8_t {
+  kUnknown = 0,    // the sender has no configuration to tell (or an older binary: tag absent)
+  kNotMember = 1,  // not in the sender's configuration (not added yet)
+  kLearner = 2,
+  kVoter = 3,
+  kRemoved = 4,    // removed: the id can never come back
+};
+std::string_view to_string(MemberStatus s);
 
 // One member of the cluster as every node's configuration lists it.
 struct Member {
@@ -110,6 +125,7 @@ struct Handshake {
   std::string raft_addr;
   std::string admin_addr;  // "" when admin is off
   DataState data_state = DataState::kEmpty;
+  MemberStatus receiver_status = MemberStatus::kUnknown;  // tag 11 when not kUnknown
   std::optional<std::array<std::uint8_t, kHandshakeNonceBytes>> nonce;  // tag 9 when present
   std::optional<std::array<std::uint8_t, kHandshakeProofBytes>> proof;  // tag 10 when present
 

@@ -132,6 +132,7 @@ struct PeerTransportStats {
   std::array<std::uint64_t, kTransportRefusalCount> refused_by_transport{};
   std::uint64_t decode_errors = 0;       // connections closed for bad input (all)
   std::uint64_t writes = 0;              // send() syscalls on all links
+  std::uint64_t dropped_no_member = 0;   // messages to an id that is not (or no longer) a member
 };
 
 // How members prove who they are (docs/security.md, "Peer port").
@@ -158,6 +159,9 @@ struct PeerLocal {
   EntryVersionRange entry_versions{kEntryVersionMin, kEntryVersionMax};
   std::string admin_addr;             // "" when admin is off
   DataState data_state = DataState::kEmpty;
+  // What our configuration says of the node we talk to (handshake tag 11);
+  // empty: nothing said.
+  std::function<MemberStatus(raft::NodeId)> status_of;
 };
 
 class PeerTransport {
@@ -189,9 +193,17 @@ class PeerTransport {
   // The bound listening address (port 0 resolved); empty when not listening.
   net::Endpoint bound() const;
 
-  // Queues `m` for m.to (a member other than self, from == self: checked).
-  // Never blocks; drops and counts when the link is down or the queue full.
+  // Queues `m` for m.to (from == self: checked). Never blocks; drops and
+  // counts when the link is down, the queue full, or m.to is not a member
+  // (any more: the configuration moved on).
   void send(const raft::Message& m);
+  // The members from now on (membership changes, issue 20): `members`
+  // lists every member, self included with the address it listens on.
+  // New members are dialed (once listening); a member gone or moved has its
+  // links closed and its connections refused from now on (handshakes check
+  // the list); the others keep their links.
+  void set_members(std::vector<Member> members);
+  const std::vector<Member>& members() const { return members_; }
   // Writes every peer's pending bytes, one send() per peer, and frees
   // connections closed during this turn. Call once per loop turn.
   void flush();
@@ -219,6 +231,7 @@ class PeerTransport {
   struct Socket;
 
   Peer* find_peer(raft::NodeId id);
+  std::unique_ptr<Peer> make_peer(const Member& m);
   void dial(Peer& p);
   void on_dial_writable(Peer& p);
   void on_dial_readable(Peer& p);
@@ -269,6 +282,7 @@ class PeerTransport {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::unique_ptr<Socket>> inbound_;
   std::vector<std::unique_ptr<Socket>> graveyard_;  // closed this turn; freed in flush()
+  std::vector<std::unique_ptr<Peer>> peer_graveyard_;  // members gone this turn; freed in flush()
   PeerTransportStats stats_;
   std::map<std::string, TimeNs> last_warn_ns_;  // remote address -> last refusal warning
   std::vector<char> read_buf_;  // one read's bytes; PeerInput copies what it keeps

@@ -101,6 +101,11 @@ class ReplicatedLockService final : public server::LockService {
   void sync(TimeNs now_ns);
   // Proposes expiries, wait cancels and clock entries due at `now_ns`.
   void on_time(TimeNs now_ns);
+  // Every member's client host:port, for `M` redirects: set again when the
+  // replicated configuration changes (membership, issue 20).
+  void set_client_addrs(std::map<raft::NodeId, std::string> addrs) {
+    options_.client_addrs = std::move(addrs);
+  }
   // When on_time() next has work (leader only), on the local monotonic clock.
   std::optional<TimeNs> next_deadline(TimeNs now_ns) const;
   // May the leader propose an entry of encoding version `v`: does this

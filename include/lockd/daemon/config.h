@@ -63,6 +63,9 @@ struct Config {
   std::uint64_t heartbeat_ms = 50;
   std::uint64_t snapshot_entries = 10'000;  // applied entries between snapshots
   std::string restore_from;  // --restore-from FILE: seed a new cluster from a backup
+  // --initial-cluster-state existing: an empty data dir joins a running
+  // group as a learner (false: `new`, the group is being formed).
+  bool join_existing = false;
   // --token-floor: every token granted is above it (both modes; durable).
   std::uint64_t token_floor = 0;
 };

@@ -111,6 +111,7 @@ class SnapshotWriter {
   raft::SnapshotMeta meta_;
   std::string data_;  // the snapshot's data read back so far
   std::uint64_t data_bytes_ = 0;
+  std::size_t head_bytes_ = 0;   // the snapshot file's header (version 2: with its configuration)
   std::uint32_t crc_ = 0;           // running CRC-32C of header + data read
   std::uint32_t expected_crc_ = 0;  // the file's last 4 bytes
   double started_ms_ = 0;

@@ -108,7 +108,13 @@ class LogReplay {
 // --- snapshot files ---
 // "LOCKDSNP" | u32 version | u32 reserved (0) | u64 index | u64 term |
 // u64 data bytes | data | u32 crc32c of everything before it.
+// Version 2 (written only when the snapshot records a configuration, so a
+// group that never changed membership writes the version-1 bytes): the
+// reserved word is the length L of the configuration (raft/membership.h
+// encoding), which follows the 40 bytes, before the data. The header is
+// then 40 + L bytes.
 constexpr std::size_t kSnapshotHeaderBytes = 40;
+constexpr std::uint32_t kSnapshotConfVersion = 2;
 constexpr std::string_view kSnapshotMagic = "LOCKDSNP";
 
 // "snap-<index as 16 hex digits>.snap".
@@ -116,8 +122,10 @@ std::string snapshot_name(raft::Index index);
 std::optional<raft::Index> parse_snapshot_name(std::string_view name);
 
 // The header that precedes `data_bytes` of data; the file is this, the
-// data, then the CRC-32C of both (chain crc32c over the pieces).
+// data, then the CRC-32C of both (chain crc32c over the pieces). Its size
+// is snapshot_header_bytes(meta).
 void encode_snapshot_header(const raft::SnapshotMeta& meta, std::uint64_t data_bytes, std::string& out);
+std::size_t snapshot_header_bytes(const raft::SnapshotMeta& meta);
 
 enum class SnapshotFileError { kOk, kCorrupt, kVersion };
 // Decodes a whole snapshot file; on failure `what` says why.

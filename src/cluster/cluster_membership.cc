@@ -1,0 +1,354 @@
+// ClusterNode, the node side of membership (issue 20): the members the
+// transport dials come from the replicated configuration, the start checks
+// of --initial-cluster-state, and the admin API's changes. See
+// cluster_node.h and docs/cluster.md "Membership".
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "lockd/cluster/cluster_node.h"
+#include "lockd/net/clock.h"
+#include "lockd/raft/membership.h"
+
+namespace lockd::cluster {
+
+std::vector<Member> ClusterNode::current_members() const {
+  const raft::Membership& conf = raft_ ? raft_->conf() : raft::Membership{};
+  const Member* self = nullptr;
+  for (const Member& m : config_.members) {
+    if (m.id == config_.self) self = &m;
+  }
+  if (conf.empty()) return config_.members;
+  std::vector<Member> out;
+  for (const raft::Member& c : conf.members) {
+    if (c.id == config_.self) {
+      if (self != nullptr) out.push_back(*self);
+      continue;
+    }
+    std::string error;
+    const std::optional<net::Endpoint> client = net::parse_endpoint(c.client_addr, error);
+    const std::optional<net::Endpoint> raft = net::parse_endpoint(c.raft_addr, error);
+    if (!client || !raft) {
+      // Checked when the change was asked for; a configuration written by
+      // a bootstrap without addresses lands here: the --peer entry, if any.
+      for (const Member& m : config_.members) {
+        if (m.id == c.id) out.push_back(m);
+      }
+      continue;
+    }
+    out.push_back(Member{c.id, *client, *raft});
+  }
+  if (raft::find_member(conf, config_.self) == nullptr && self != nullptr) out.push_back(*self);
+  return out;
+}
+
+MemberStatus ClusterNode::status_of(raft::NodeId id) const {
+  const raft::Membership& conf = raft_->conf();
+  if (conf.empty()) return MemberStatus::kUnknown;
+  if (raft::is_voter(conf, id)) return MemberStatus::kVoter;
+  if (raft::is_learner(conf, id)) return MemberStatus::kLearner;
+  if (raft::was_removed(conf, id)) return MemberStatus::kRemoved;
+  return MemberStatus::kNotMember;
+}
+
+void ClusterNode::note_membership() {
+  const raft::Membership& conf = raft_->conf();
+  if (conf_noted_once_ && conf == conf_noted_) return;
+  conf_noted_ = conf;
+  conf_noted_once_ = true;
+  const std::vector<Member> members = current_members();
+  transport_->set_members(members);
+  std::map<raft::NodeId, std::string> addrs;
+  for (const Member& m : members) addrs[m.id] = m.client.to_string();
+  service_->set_client_addrs(std::move(addrs));
+  spdlog::info("configuration (index {}): {}", raft_->conf_index(), raft::describe(conf));
+  if (raft::was_removed(conf, config_.self) && !removed_noted_) {
+    removed_noted_ = true;
+    spdlog::warn("node {} is removed from the group (configuration at index {}): it takes no part "
+                 "any more; stop it (its id can never rejoin)",
+                 config_.self, raft_->conf_index());
+  }
+}
+
+void ClusterNode::refuse_start(const std::string& line) {
+  spdlog::critical("{}", line);
+  spdlog::default_logger()->flush();
+  // The last stderr line says why (interfaces.md), whatever the log format.
+  std::fprintf(stderr, "lockd: %s\n", line.c_str());
+  std::fflush(stderr);
+  std::_Exit(2);
+}
+
+void ClusterNode::on_peer_handshake(const Handshake& h) {
+  const std::string me = "node " + std::to_string(config_.self);
+  if (h.receiver_status == MemberStatus::kRemoved) {
+    // At start (before a leader was ever heard of) a removed id exits; a
+    // running node whose removal committed just stops taking part.
+    if (gate_ != Gate::kOpen || !heard_leader_) {
+      refuse_start(me + " was removed from the group (node " + std::to_string(h.sender) +
+                   " says so): a removed id never rejoins; add a new member with a new id and an "
+                   "empty data dir (docs/cluster.md \"Replacing a member\")");
+    }
+    return;
+  }
+  if (gate_ == Gate::kOpen) return;
+  const std::string lost =
+      ": this node's data dir is empty, so it has lost the votes and log entries it had; it "
+      "must not vote as if it had kept them. Remove the old id (lockctl member remove " +
+      std::to_string(config_.self) +
+      ") and add a new member with a new id (lockctl member add), started with "
+      "--initial-cluster-state existing (docs/cluster.md \"Replacing a member\")";
+  if (gate_ == Gate::kJoining) {
+    switch (h.receiver_status) {
+      case MemberStatus::kLearner:
+        gate_ = Gate::kOpen;
+        spdlog::info("node {} says this node is a learner: joining the group (cluster {}); "
+                     "catching up from the leader",
+                     h.sender, cluster_id_text(h.cluster_id));
+        return;
+      case MemberStatus::kVoter:
+        refuse_start(me + " is a voter of cluster " + cluster_id_text(h.cluster_id) +
+                     " (node " + std::to_string(h.sender) + " says so)" + lost);
+      case MemberStatus::kNotMember:
+        spdlog::info("node {} says node {} is not a member yet: waiting (add it first: POST "
+                     "/v1/cluster/members, lockctl member add)",
+                     h.sender, config_.self);
+        return;
+      default:
+        return;
+    }
+  }
+  // Gate::kFormation: an empty node may vote only when the group is first
+  // formed: every peer that answers must report no formed cluster.
+  if (h.cluster_id != 0) {
+    if (h.receiver_status == MemberStatus::kLearner) {
+      refuse_start(me + " was added to cluster " + cluster_id_text(h.cluster_id) +
+                   " as a learner, but started with --initial-cluster-state new: start it with "
+                   "--initial-cluster-state existing");
+    }
+    refuse_start(me + ": node " + std::to_string(h.sender) + " reports cluster " +
+                 cluster_id_text(h.cluster_id) + " already formed" + lost);
+  }
+  bool is_voter = false;
+  for (const Member& m : config_.members) is_voter = is_voter || m.id == h.sender;
+  if (!is_voter) return;
+  if (std::find(unformed_peers_.begin(), unformed_peers_.end(), h.sender) == unformed_peers_.end()) {
+    unformed_peers_.push_back(h.sender);
+  }
+  maybe_form(net::monotonic_now_ns());
+}
+
+void ClusterNode::maybe_form(TimeNs now) {
+  if (gate_ != Gate::kFormation) return;
+  // Every --peer voter answered "not formed": form now. Otherwise a
+  // majority (itself included) once the grace period is over: a group
+  // formed without us would be formed by a majority, which would include
+  // one of those that answered. The grace lets members started a little
+  // later join the forming (a member that arrives after the group formed
+  // is refused like one that lost its data: it cannot tell them apart).
+  const bool all = unformed_peers_.size() + 1 == config_.members.size();
+  const bool majority = (unformed_peers_.size() + 1) * 2 > config_.members.size();
+  if (!all && !(majority && now >= formation_grace_end_ns_)) return;
+  gate_ = Gate::kOpen;
+  std::string ids;
+  for (raft::NodeId id : unformed_peers_) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  spdlog::info("forming a new group: nodes {} report no formed cluster", ids);
+}
+
+// --- admin changes -------------------------------------------------------------
+
+MemberChangeResult ClusterNode::not_leader_result() const {
+  MemberChangeResult r;
+  r.status = 503;
+  r.error = "not_leader";
+  if (const PeerHello* h = peer_hello(raft_->leader()); h != nullptr && !h->admin_addr.empty()) {
+    r.leader_admin = h->admin_addr;
+  }
+  return r;
+}
+
+void ClusterNode::change_members(const MemberChange& change, MemberChangeDone done) {
+  if (pending_change_) {
+    done(MemberChangeResult{409, "change_in_progress", "", std::nullopt});
+    return;
+  }
+  if (raft_->role() != raft::Role::kLeader) {
+    done(not_leader_result());
+    return;
+  }
+  if (change.kind == MemberChangeKind::kAdd) {
+    std::string error;
+    if (change.id == raft::kNoNode) {
+      done(MemberChangeResult{400, "bad_request", "id must be a positive number", std::nullopt});
+      return;
+    }
+    for (const std::string* a : {&change.client_addr, &change.raft_addr}) {
+      if (!net::parse_endpoint(*a, error) || a->size() > raft::kMaxAddressBytes) {
+        done(MemberChangeResult{400, "bad_request", "bad address '" + *a + "': " + error,
+                                std::nullopt});
+        return;
+      }
+    }
+  }
+  PendingChange p;
+  p.change = change;
+  p.done = std::move(done);
+  p.deadline_ns = net::monotonic_now_ns() + kMemberChangeTimeoutNs;
+  pending_change_ = std::move(p);
+  progress_change(net::monotonic_now_ns());
+}
+
+void ClusterNode::finish_change(MemberChangeResult r) {
+  MemberChangeDone done = std::move(pending_change_->done);
+  pending_change_.reset();
+  done(r);
+}
+
+void ClusterNode::progress_change(TimeNs now) {
+  if (!pending_change_) return;
+  PendingChange& p = *pending_change_;
+  const raft::Membership& conf = raft_->conf();
+  if (p.change.kind == MemberChangeKind::kTransfer) {
+    if (!p.proposed) {
+      if (raft_->role() != raft::Role::kLeader) return finish_change(not_leader_result());
+      raft::NodeId target = p.change.id;
+      if (target == raft::kNoNode) {
+        raft::Index best = 0;
+        for (const raft::PeerProgress& pr : raft_->progress()) {
+          if (pr.id == config_.self || !pr.voter) continue;
+          if (target == raft::kNoNode || pr.match > best) {
+            target = pr.id;
+            best = pr.match;
+          }
+        }
+        if (target == raft::kNoNode) {
+          return finish_change({409, "no_voter", "there is no other voter to hand leadership to",
+                                std::nullopt});
+        }
+      }
+      if (target == config_.self) return finish_change({});  // already leads
+      if (raft::find_member(conf, target) == nullptr && !raft::is_voter(conf, target)) {
+        return finish_change(
+            {404, "not_found", "node " + std::to_string(target) + " is not a member", std::nullopt});
+      }
+      if (!raft::is_voter(conf, target)) {
+        return finish_change({409, "not_a_voter",
+                              "node " + std::to_string(target) + " is a learner; learners never lead",
+                              std::nullopt});
+      }
+      if (!raft_->transfer_leadership(target)) return finish_change(not_leader_result());
+      spdlog::info("handing leadership to node {} (admin request)", target);
+      p.proposed = true;
+      p.target = target;
+      return;
+    }
+    if (raft_->leader() == p.target) return finish_change({});
+    if (raft_->role() == raft::Role::kLeader && raft_->status().transferee == raft::kNoNode) {
+      return finish_change({409, "transfer_failed",
+                            "node " + std::to_string(p.target) +
+                                " did not take over within an election timeout (not caught up, or "
+                                "unreachable); still leading",
+                            std::nullopt});
+    }
+    if (now >= p.deadline_ns) {
+      return finish_change({504, "timeout", "leadership did not move in time", std::nullopt});
+    }
+    return;
+  }
+  if (!p.proposed) {
+    if (raft_->role() != raft::Role::kLeader) return finish_change(not_leader_result());
+    raft::ConfChange cc;
+    cc.member.id = p.change.id;
+    switch (p.change.kind) {
+      case MemberChangeKind::kAdd:
+        cc.type = raft::ConfChangeType::kAddLearner;
+        cc.member.voter = false;
+        cc.member.client_addr = p.change.client_addr;
+        cc.member.raft_addr = p.change.raft_addr;
+        break;
+      case MemberChangeKind::kPromote: cc.type = raft::ConfChangeType::kPromote; break;
+      case MemberChangeKind::kRemove: cc.type = raft::ConfChangeType::kRemove; break;
+      case MemberChangeKind::kTransfer: break;
+    }
+    const raft::ProposeResult r = raft_->propose_conf_change(cc);
+    const std::string id = "node " + std::to_string(p.change.id);
+    switch (r.error) {
+      case raft::ProposeError::kOk:
+        p.proposed = true;
+        p.index = r.index;
+        p.term = r.term;
+        spdlog::info("membership change proposed at index {}: {} {}", r.index,
+                     raft::to_string(cc.type), p.change.id);
+        return;
+      case raft::ProposeError::kTermNotCommitted:
+        // A leader of a few milliseconds: its first entry commits shortly.
+        if (now >= p.deadline_ns) {
+          return finish_change({504, "timeout", "this leader's first entry did not commit in time",
+                                std::nullopt});
+        }
+        return;
+      case raft::ProposeError::kChangeInProgress:
+      case raft::ProposeError::kTransferring:
+        return finish_change({409, "change_in_progress", "", std::nullopt});
+      case raft::ProposeError::kNotCaughtUp:
+        return finish_change({409, "not_caught_up", "", std::nullopt});
+      case raft::ProposeError::kNotLeader:
+        return finish_change(not_leader_result());
+      case raft::ProposeError::kTooManyUncommitted:
+      case raft::ProposeError::kTooLarge:
+        return finish_change({503, "busy", "too many uncommitted entries; retry", std::nullopt});
+      case raft::ProposeError::kBadChange:
+        break;
+    }
+    switch (r.change_error) {
+      case raft::ConfChangeError::kAlreadyMember:
+        return finish_change({409, "already_member", id + " is already a member", std::nullopt});
+      case raft::ConfChangeError::kRemovedId:
+        return finish_change({409, "removed_id",
+                              id + " was removed; ids are never reused: pick a new id",
+                              std::nullopt});
+      case raft::ConfChangeError::kUnknownMember:
+        return finish_change({404, "not_found", id + " is not a member", std::nullopt});
+      case raft::ConfChangeError::kNotLearner:
+        return finish_change({409, "not_learner", id + " is already a voter", std::nullopt});
+      case raft::ConfChangeError::kLastVoter:
+        return finish_change({409, "last_voter", id + " is the only voter", std::nullopt});
+      case raft::ConfChangeError::kTooManyMembers:
+        return finish_change({409, "too_many_members", "the group is at its size limit",
+                              std::nullopt});
+      case raft::ConfChangeError::kTooManyRemoved:
+        return finish_change({409, "too_many_removed", "the removed-id list is full", std::nullopt});
+      case raft::ConfChangeError::kBadId:
+      case raft::ConfChangeError::kBadAddress:
+      case raft::ConfChangeError::kOk:
+        return finish_change({400, "bad_request", std::string(raft::to_string(r.change_error)),
+                              std::nullopt});
+    }
+    return;
+  }
+  if (raft_->commit() >= p.index) {
+    const std::optional<raft::Term> t = raft_->term_at(p.index);
+    // Compacted away: a snapshot covers only committed entries, and the
+    // term check above passed while it was in the log.
+    if (!t || *t == p.term) {
+      spdlog::info("membership change at index {} committed: {}", p.index, raft::describe(conf));
+      return finish_change({});
+    }
+    return finish_change({503, "not_leader",
+                          "", not_leader_result().leader_admin});
+  }
+  if (raft_->term() != p.term) {
+    // Leadership moved before the change committed: it may still commit
+    // under the next leader, or vanish. lockctl member list tells.
+    return finish_change(not_leader_result());
+  }
+  if (now >= p.deadline_ns) {
+    return finish_change({504, "timeout", "the change did not commit in time (a majority "
+                                          "unreachable?); it may still take effect",
+                          std::nullopt});
+  }
+}
+
+}  // namespace lockd::cluster

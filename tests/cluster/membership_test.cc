@@ -1,0 +1,273 @@
+// Membership changes on a running group of real lockd processes (issue 20;
+// interfaces.md v1.2: the member endpoints, --initial-cluster-state):
+// growing 3 -> 5 and shrinking back while a client holds a lock and a
+// light load runs, removing the leader, promote refused before a learner
+// caught up, a removed id refused; a member whose data dir was wiped is
+// refused under its old id and replaced by a new member that catches up
+// through the leader's snapshot.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eventually.h"
+#include "http_get.h"
+#include "lockd_cluster.h"
+
+namespace lockd::testing {
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+std::uint64_t token_of(const std::string& reply) {
+  const auto f = fields(reply);
+  return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
+}
+
+// `line` on the current leader until the reply is not a redirect,
+// no_leader or indeterminate (leadership moves in these tests).
+std::string call_leader(LockdCluster& c, const std::string& line) {
+  const auto deadline = steady_clock::now() + milliseconds(15000);
+  std::string reply;
+  while (steady_clock::now() < deadline) {
+    const int leader = c.wait_leader(milliseconds(15000));
+    if (leader == 0) return "<no leader>";
+    reply = call_once(c.client_port(leader), line);
+    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
+        reply.rfind("E indeterminate", 0) != 0) {
+      return reply;
+    }
+  }
+  return reply;
+}
+
+HttpReply admin(LockdCluster& c, int id, const std::string& method, const std::string& target,
+                const std::string& body = "") {
+  std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  raw += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  return http_raw(c.admin_port(id), raw);
+}
+
+// A change through the leader's admin port, retried while it answers
+// `retry_on` (409 not_caught_up while a learner catches up) or while
+// leadership moves (503).
+HttpReply change(LockdCluster& c, const std::string& method, const std::string& target,
+                 const std::string& body = "", const std::string& retry_on = "") {
+  HttpReply r;
+  eventually(
+      [&] {
+        const int leader = c.wait_leader(milliseconds(15000));
+        if (leader == 0) return false;
+        r = admin(c, leader, method, target, body);
+        if (r.status == 503) return false;
+        return retry_on.empty() || r.body.find(retry_on) == std::string::npos;
+      },
+      milliseconds(20000), milliseconds(50));
+  return r;
+}
+
+std::string add_body(LockdCluster& c, int id) {
+  return json{{"id", id}, {"client_addr", c.client_addr(id)}, {"raft_addr", c.raft_addr(id)}}.dump();
+}
+
+// Members of the leader's /v1/cluster: id -> role.
+std::map<int, std::string> roles(LockdCluster& c) {
+  const int leader = c.wait_leader();
+  if (leader == 0) return {};
+  const HttpReply r = http(c.admin_port(leader), "/v1/cluster");
+  const json j = json::parse(r.body, nullptr, false);
+  std::map<int, std::string> out;
+  if (!j.is_object()) return out;
+  for (const json& m : j["members"]) out[m["id"].get<int>()] = m["role"].get<std::string>();
+  return out;
+}
+
+// A light load through whichever node leads: A and R of its own keys,
+// counting grants, while `held` must keep its one holder (alice).
+class Load {
+ public:
+  Load(LockdCluster& c, std::string held) : c_(c), held_(std::move(held)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Load() { stop(); }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    thread_.join();
+  }
+  int grants() const { return grants_; }
+  int second_holders() const { return second_holders_; }
+
+ private:
+  void run() {
+    for (int i = 0; !stop_; ++i) {
+      const std::string key = "load" + std::to_string(i % 50);
+      const std::string reply = call_leader(c_, "A carol " + key + " 5000");
+      if (const std::uint64_t t = token_of(reply); t != 0) {
+        grants_ += 1;
+        call_leader(c_, "R " + std::to_string(t) + " " + key);
+      }
+      // Never two holders: alice holds `held` for the whole test.
+      if (i % 5 == 0 && call_leader(c_, "A bob " + held_).rfind("A ", 0) == 0) second_holders_ += 1;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+
+  LockdCluster& c_;
+  std::string held_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> grants_{0};
+  std::atomic<int> second_holders_{0};
+  std::thread thread_;
+};
+
+// 3 -> 5 -> 3 while alice holds a lock and a light load runs: two learners
+// join (promote refused until each caught up), are promoted, then the
+// leader and one more of the first members are removed. A learner never
+// started cannot be promoted (409 not_caught_up); a removed id cannot be
+// added again and, restarted, exits with one line.
+TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
+  LockdCluster c(6, {"--snapshot-entries", "200"}, {}, 3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::uint64_t held = token_of(call_leader(c, "A alice held 600000"));
+  ASSERT_NE(held, 0u);
+  Load load(c, "held");
+
+  for (int id : {4, 5}) {
+    const HttpReply add = change(c, "POST", "/v1/cluster/members", add_body(c, id));
+    ASSERT_EQ(add.status, 200) << add.body;
+    EXPECT_EQ(roles(c)[id], "learner");
+    // Not started yet: not caught up.
+    const HttpReply early =
+        admin(c, c.wait_leader(), "POST", "/v1/cluster/members/" + std::to_string(id) + "/promote");
+    EXPECT_EQ(early.status, 409) << early.body;
+    EXPECT_EQ(early.body, "{\"error\":\"not_caught_up\"}\n");
+    c.set_peers(id, {1, 2, 3, id});
+    c.set_node_flags(id, {"--initial-cluster-state", "existing"});
+    c.start(id);
+    const HttpReply promote = change(c, "POST", "/v1/cluster/members/" + std::to_string(id) + "/promote",
+                                     "", "not_caught_up");
+    ASSERT_EQ(promote.status, 200) << promote.body;
+  }
+  std::map<int, std::string> r = roles(c);
+  ASSERT_EQ(r.size(), 5u);
+  for (const auto& [id, role] : r) EXPECT_NE(role, "learner") << id;
+
+  // A learner that never started is never promoted.
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members", add_body(c, 6)).status, 200);
+  EXPECT_EQ(admin(c, c.wait_leader(), "POST", "/v1/cluster/members/6/promote").status, 409);
+  ASSERT_EQ(change(c, "DELETE", "/v1/cluster/members/6").status, 200);
+
+  // Remove the leader: it answers once the change committed, then a new
+  // leader serves.
+  const int old_leader = c.wait_leader();
+  ASSERT_NE(old_leader, 0);
+  const HttpReply gone = admin(c, old_leader, "DELETE", "/v1/cluster/members/" + std::to_string(old_leader));
+  ASSERT_EQ(gone.status, 200) << gone.body;
+  EXPECT_TRUE(eventually([&] {
+    const int l = c.wait_leader(milliseconds(15000));
+    return l != 0 && l != old_leader;
+  }));
+  const int other = old_leader == 1 ? 2 : 1;
+  ASSERT_EQ(change(c, "DELETE", "/v1/cluster/members/" + std::to_string(other)).status, 200);
+  r = roles(c);
+  EXPECT_EQ(r.size(), 3u);
+  EXPECT_EQ(r.count(old_leader), 0u);
+  EXPECT_EQ(r.count(other), 0u);
+
+  load.stop();
+  EXPECT_EQ(load.second_holders(), 0) << "a second holder of 'held'";
+  EXPECT_GT(load.grants(), 0);
+  // alice still holds it, with her token.
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(held) + " held"), "R " + std::to_string(held) + " held");
+
+  // A removed id is never added again, and exits when restarted.
+  const HttpReply again = change(c, "POST", "/v1/cluster/members", add_body(c, other));
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_NE(again.body.find("removed_id"), std::string::npos) << again.body;
+  c.kill9(other);
+  // Refused at open when its own log holds the committed removal (no
+  // `listening` line), else by the first member it reaches.
+  try {
+    c.start(other);
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(c.process(other).wait_exit(milliseconds(15000)), 2) << c.process(other).stderr_text();
+  EXPECT_NE(c.process(other).stderr_text().find("was removed from the group"), std::string::npos)
+      << c.process(other).stderr_text();
+}
+
+// The issue's "Why": a member whose data dir was wiped, restarted under
+// its id (the old advice), is refused at start with one line (and, before
+// that, an edited --peer list under a group that never recorded a
+// configuration); replacing it
+// is a removal and a new member, which catches up through the leader's
+// snapshot under load and then holds every grant.
+TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
+  LockdCluster c(4, {"--snapshot-entries", "20"}, {}, 3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint64_t held = token_of(call_leader(c, "A alice held 600000"));
+  ASSERT_NE(held, 0u);
+  for (int i = 0; i < 30; ++i) {  // past a snapshot and compaction
+    const std::uint64_t t = token_of(call_leader(c, "A bob k" + std::to_string(i) + " 60000"));
+    ASSERT_NE(t, 0u);
+    call_leader(c, "R " + std::to_string(t) + " k" + std::to_string(i));
+  }
+  const int wiped = leader == 3 ? 2 : 3;
+  c.kill9(wiped);
+  // This group never changed membership through the log: its --peer lists
+  // are its configuration, and an edited one is refused.
+  c.set_peers(wiped, {1, 2, 3, 4});
+  EXPECT_THROW(c.start(wiped), std::runtime_error);
+  EXPECT_EQ(c.process(wiped).wait_exit(milliseconds(10000)), 2);
+  EXPECT_NE(c.process(wiped).stderr_text().find("never changed membership through the log"),
+            std::string::npos)
+      << c.process(wiped).stderr_text();
+  c.kill9(wiped);  // reaped already: forgets the process
+  c.set_peers(wiped, {});
+  c.wipe(wiped);
+  c.start(wiped);
+  EXPECT_EQ(c.process(wiped).wait_exit(milliseconds(15000)), 2);
+  const std::string err = c.process(wiped).stderr_text();
+  const std::string last = err.substr(err.rfind('\n', err.size() - 2) + 1);
+  EXPECT_NE(last.find("already formed"), std::string::npos) << err;
+  EXPECT_NE(last.find("Remove the old id"), std::string::npos) << last;
+  EXPECT_NE(last.find("add a new member"), std::string::npos) << last;
+
+  Load load(c, "held");
+  ASSERT_EQ(change(c, "DELETE", "/v1/cluster/members/" + std::to_string(wiped)).status, 200);
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members", add_body(c, 4)).status, 200);
+  c.set_peers(4, {1, 2, 3, 4});
+  c.set_node_flags(4, {"--initial-cluster-state", "existing"});
+  c.start(4);
+  EXPECT_TRUE(c.process(4).wait_for_line("installed the leader's snapshot", std::chrono::seconds(15)))
+      << c.process(4).stderr_text();
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members/4/promote", "", "not_caught_up").status, 200);
+  load.stop();
+  EXPECT_EQ(load.second_holders(), 0);
+  // The new member's own table (read locally) has alice's lock.
+  EXPECT_TRUE(eventually([&] {
+    const HttpReply r = http(c.admin_port(4), "/v1/locks/held");
+    return r.status == 200 && r.body.find(std::to_string(held)) != std::string::npos;
+  }));
+  // It counts: with the wiped member gone and another stopped, {leader, 4}
+  // is a majority of 3 that still grants.
+  const int now_leader = c.wait_leader();
+  for (int i = 1; i <= 3; ++i) {
+    if (i != now_leader && i != wiped) c.kill9(i);
+  }
+  EXPECT_EQ(call_leader(c, "A dave after 60000").rfind("A ", 0), 0u);
+  EXPECT_EQ(call_leader(c, "A bob held"), "T bob held");
+}
+
+}  // namespace
+}  // namespace lockd::testing
