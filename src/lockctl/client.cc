@@ -188,6 +188,11 @@ class Conn {
 
 }  // namespace
 
+std::optional<HttpResponse> http_exchange(const net::Endpoint& ep, std::string_view method,
+                                          std::string_view target, std::string_view body,
+                                          int timeout_ms, std::string& error, Failure& failure,
+                                          std::size_t max_bytes);
+
 bool set_client_security(const ClientSecurity& security, std::string& error) {
   g_security = security;
   if (security.tls_ca.empty() && security.tls_cert.empty()) return true;
@@ -210,10 +215,24 @@ bool is_protocol_reply(std::string_view line) {
 std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view target,
                                      int timeout_ms, std::string& error, Failure& failure,
                                      std::size_t max_bytes) {
+  return http_exchange(ep, "GET", target, {}, timeout_ms, error, failure, max_bytes);
+}
+
+std::optional<HttpResponse> http_request(const net::Endpoint& ep, std::string_view method,
+                                         std::string_view target, std::string_view body,
+                                         int timeout_ms, std::string& error, Failure& failure) {
+  return http_exchange(ep, method, target, body, timeout_ms, error, failure, kMaxResponseBytes);
+}
+
+std::optional<HttpResponse> http_exchange(const net::Endpoint& ep, std::string_view method,
+                                          std::string_view target, std::string_view body,
+                                          int timeout_ms, std::string& error, Failure& failure,
+                                          std::size_t max_bytes) {
   failure = Failure::kUnreachable;
   Conn conn(ep, timeout_ms, error);
   if (!conn.ok()) return std::nullopt;
-  std::string req = "GET ";
+  std::string req(method);
+  req.append(" ");
   req.append(target);
   req.append(" HTTP/1.1\r\nHost: ");
   req.append(ep.to_string());
@@ -221,7 +240,13 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
   if (!g_security.credential.empty()) {
     req.append("Authorization: Bearer ").append(g_security.credential).append("\r\n");
   }
+  if (method != "GET") {
+    req.append("Content-Type: application/json\r\nContent-Length: ")
+        .append(std::to_string(body.size()))
+        .append("\r\n");
+  }
   req.append("\r\n");
+  req.append(body);
   if (!conn.send(req, error)) return std::nullopt;
   std::string raw;
   // Read to EOF (we asked for Connection: close), or to Content-Length;

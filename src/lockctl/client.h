@@ -59,6 +59,12 @@ std::optional<HttpResponse> http_get(const net::Endpoint& ep, std::string_view t
                                      int timeout_ms, std::string& error, Failure& failure,
                                      std::size_t max_bytes = kMaxResponseBytes);
 
+// METHOD `target` with `body` (JSON; none when empty): the membership
+// endpoints' POST and DELETE. As http_get otherwise.
+std::optional<HttpResponse> http_request(const net::Endpoint& ep, std::string_view method,
+                                         std::string_view target, std::string_view body,
+                                         int timeout_ms, std::string& error, Failure& failure);
+
 // Sends one request line (without `\n`) and returns the first reply line
 // (without `\n`). nullopt with `error` set on connect/read failure, or
 // when the reply is not the lock protocol (an HTTP server: "this looks

@@ -59,7 +59,7 @@ std::string render_cluster(const nlohmann::ordered_json& j) {
     // A member this node has no connection to is not shown as a healthy
     // follower: its role is whatever it is now, unknown from here.
     std::string role = field(m, "role");
-    if (link == "down" && role != "leader") role = "unreachable";
+    if (link == "down" && role != "leader") role = role == "learner" ? "learner (unreachable)" : "unreachable";
     t.add({field(m, "id"), role, field(m, "client_addr"), field(m, "raft_addr"),
            is_self ? std::string("self") : (link.is_string() ? link.get<std::string>() : "-"),
            field(m, "match_index"), lag,

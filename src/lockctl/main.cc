@@ -18,6 +18,7 @@
 #include "lockd/auth/credentials.h"
 #include "lockd/version/version.h"
 #include "run.h"
+#include "member.h"
 #include "snapshot.h"
 
 namespace {
@@ -60,6 +61,8 @@ const std::map<std::string, std::string> kUsage = {
     {"keep", "lockctl keep TOKEN KEY --lease MS"},
     {"run", "lockctl run KEY [--owner O] [--lease MS] [--wait MS] -- COMMAND [ARGS...]"},
     {"top", "lockctl top [--interval-ms MS] [--iterations N] [--rows N]"},
+    {"member", "lockctl member list | add ID CLIENT_HOST:PORT/RAFT_HOST:PORT | promote ID | remove ID"},
+    {"leader", "lockctl leader transfer [ID]"},
 };
 
 // The command named on the command line (the first word that is one).
@@ -183,6 +186,24 @@ int main(int argc, char** argv) {
   auto* snap_verify = snapshot->add_subcommand("verify", "check a saved snapshot FILE");
   snap_verify->add_option("FILE", snapshot_file, "the file")->required();
 
+  auto* member = app.add_subcommand("member", "membership changes on the leader (v1.2)");
+  member->require_subcommand(1);
+  std::uint64_t member_id = 0;
+  std::string member_addrs;
+  auto* member_list = member->add_subcommand("list", "the members (as lockctl cluster)");
+  auto* member_add = member->add_subcommand("add", "add a learner: ID CLIENT_HOST:PORT/RAFT_HOST:PORT");
+  member_add->add_option("ID", member_id, "the new member's id (never used before)")->required();
+  member_add->add_option("ADDRS", member_addrs, "CLIENT_HOST:PORT/RAFT_HOST:PORT")->required();
+  auto* member_promote = member->add_subcommand("promote", "make a caught-up learner a voter");
+  member_promote->add_option("ID", member_id, "the learner's id")->required();
+  auto* member_remove = member->add_subcommand("remove", "remove a member (its id is never reused)");
+  member_remove->add_option("ID", member_id, "the member's id")->required();
+  auto* leader = app.add_subcommand("leader", "leadership (v1.2)");
+  leader->require_subcommand(1);
+  std::optional<std::uint64_t> transfer_id;
+  auto* leader_transfer = leader->add_subcommand("transfer", "hand leadership to ID (default: the most caught-up voter)");
+  leader_transfer->add_option("ID", transfer_id, "the voter to lead");
+
   auto* credential = app.add_subcommand("credential", "make credentials for lockd's --credentials file");
   credential->require_subcommand(1);
   auto* cred_new = credential->add_subcommand(
@@ -281,5 +302,10 @@ int main(int argc, char** argv) {
   if (*top) return cmd_top(g, top_opt);
   if (*snap_save) return cmd_snapshot_save(g, snapshot_file);
   if (*snap_verify) return cmd_snapshot_verify(g, snapshot_file);
+  if (*member_list) return cmd_member_list(g);
+  if (*member_add) return cmd_member_add(g, member_id, member_addrs);
+  if (*member_promote) return cmd_member_promote(g, member_id);
+  if (*member_remove) return cmd_member_remove(g, member_id);
+  if (*leader_transfer) return cmd_leader_transfer(g, transfer_id);
   return kExitUsage;
 }

@@ -7,6 +7,9 @@
 // through the leader's snapshot.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <chrono>
@@ -72,6 +75,18 @@ HttpReply change(LockdCluster& c, const std::string& method, const std::string& 
       },
       milliseconds(20000), milliseconds(50));
   return r;
+}
+
+// Runs lockctl with `args`; its exit status and what it printed.
+std::pair<int, std::string> lockctl(const std::string& args) {
+  const std::string cmd = std::string(LOCKCTL_BINARY) + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  const int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 std::string add_body(LockdCluster& c, int id) {
@@ -141,10 +156,37 @@ TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
   ASSERT_NE(held, 0u);
   Load load(c, "held");
 
+  {
+    // Through lockctl, asking a follower: it follows the 503 to the leader.
+    const int leader = c.wait_leader();
+    const int follower = leader == 1 ? 2 : 1;
+    const std::string admin_flag = "--admin 127.0.0.1:" + std::to_string(c.admin_port(follower));
+    const auto [rc, out] = lockctl(admin_flag + " member add 5 " + c.client_addr(5) + "/" + c.raft_addr(5));
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("learner"), std::string::npos) << out;
+    const auto [rc2, out2] = lockctl(admin_flag + " member promote 5");
+    EXPECT_EQ(rc2, 1) << out2;  // not started: not caught up
+    EXPECT_NE(out2.find("not_caught_up"), std::string::npos) << out2;
+  }
   for (int id : {4, 5}) {
-    const HttpReply add = change(c, "POST", "/v1/cluster/members", add_body(c, id));
+    const HttpReply add = id == 5 ? HttpReply{200, {}, ""}
+                                  : change(c, "POST", "/v1/cluster/members", add_body(c, id));
     ASSERT_EQ(add.status, 200) << add.body;
     EXPECT_EQ(roles(c)[id], "learner");
+    if (id == 5) {
+      c.set_peers(id, {1, 2, 3, id});
+      c.set_node_flags(id, {"--initial-cluster-state", "existing"});
+      c.start(id);
+      const auto [rc, out] = lockctl("--admin 127.0.0.1:" + std::to_string(c.admin_port(1)) +
+                                     "," + "127.0.0.1:" + std::to_string(c.admin_port(2)) +
+                                     " member promote 5");
+      // Caught up in a moment: lockctl says not_caught_up (exit 1) until then.
+      if (rc != 0) {
+        ASSERT_EQ(change(c, "POST", "/v1/cluster/members/5/promote", "", "not_caught_up").status, 200)
+            << out;
+      }
+      continue;
+    }
     // Not started yet: not caught up.
     const HttpReply early =
         admin(c, c.wait_leader(), "POST", "/v1/cluster/members/" + std::to_string(id) + "/promote");
@@ -159,6 +201,22 @@ TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
   }
   std::map<int, std::string> r = roles(c);
   ASSERT_EQ(r.size(), 5u);
+  {
+    // lockctl leader transfer ID, then --json member list is /v1/cluster.
+    const int leader = c.wait_leader();
+    const int to = leader == 4 ? 5 : 4;
+    const auto [rc, out] = lockctl("--admin 127.0.0.1:" + std::to_string(c.admin_port(leader)) +
+                                   " leader transfer " + std::to_string(to));
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_TRUE(eventually([&] { return c.wait_leader() == to; }, milliseconds(10000)));
+    const auto [rc2, out2] = lockctl("--json --admin 127.0.0.1:" + std::to_string(c.admin_port(to)) +
+                                     " member list");
+    EXPECT_EQ(rc2, 0) << out2;
+    const json j = json::parse(out2, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << out2;
+    EXPECT_EQ(j["leader_id"], to);
+    EXPECT_EQ(j["members"].size(), 5u);
+  }
   for (const auto& [id, role] : r) EXPECT_NE(role, "learner") << id;
 
   // A learner that never started is never promoted.
