@@ -230,6 +230,11 @@ TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
   ASSERT_NE(old_leader, 0);
   const HttpReply gone = admin(c, old_leader, "DELETE", "/v1/cluster/members/" + std::to_string(old_leader));
   ASSERT_EQ(gone.status, 200) << gone.body;
+  // It stepped down as the change committed (before it answered), not an
+  // election timeout later for want of a quorum.
+  const json after = json::parse(c.status_json(old_leader), nullptr, false);
+  ASSERT_TRUE(after.is_object());
+  EXPECT_NE(after["role"], "leader");
   EXPECT_TRUE(eventually([&] {
     const int l = c.wait_leader(milliseconds(15000));
     return l != 0 && l != old_leader;
