@@ -318,7 +318,7 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            std::uint64_t{1});
 
   w.family("lockd_requests_total", "counter",
-           "Requests answered, by verb (A, R, K, or invalid for malformed lines) and result "
+           "Requests answered, by verb (A, R, K, S, or invalid for malformed lines) and result "
            "(the reply's letter). A waiting acquire counts when it is answered.");
   w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "A"}}, reply(ReplyKind::kAcquired));
   w.sample("lockd_requests_total", {{"verb", "A"}, {"result", "T"}}, reply(ReplyKind::kHeld));
@@ -328,6 +328,9 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            reply(ReplyKind::kNotReleased));
   w.sample("lockd_requests_total", {{"verb", "K"}, {"result", "K"}}, reply(ReplyKind::kKept));
   w.sample("lockd_requests_total", {{"verb", "K"}, {"result", "N"}}, reply(ReplyKind::kNotKept));
+  w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "S"}}, reply(ReplyKind::kShared));
+  w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "T"}}, reply(ReplyKind::kSharedHeld));
+  w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "B"}}, reply(ReplyKind::kSharedBusy));
   w.sample("lockd_requests_total", {{"verb", "invalid"}, {"result", "E"}},
            reply(ReplyKind::kError));
 
@@ -336,6 +339,7 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.sample("lockd_requests_received_total", {{"verb", "A"}}, st.requests_acquire);
   w.sample("lockd_requests_received_total", {{"verb", "R"}}, st.requests_release);
   w.sample("lockd_requests_received_total", {{"verb", "K"}}, st.requests_keep);
+  w.sample("lockd_requests_received_total", {{"verb", "S"}}, st.requests_shared);
   w.sample("lockd_requests_received_total", {{"verb", "invalid"}},
            st.requests_malformed + st.lines_too_long);
 
@@ -349,8 +353,8 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   bool exact = false;
   const std::size_t holders = holders_bounded(table, table_time(node, now_ns), exact);
   w.family("lockd_holders", "gauge",
-           "Keys whose holder's lease has not run out (exact up to 10000 keys; above, "
-           "the key count).");
+           "Holders whose lease has not run out, each shared holder counted (exact up to "
+           "10000 keys; above, every registered holder).");
   w.sample("lockd_holders", {}, static_cast<std::uint64_t>(holders));
   w.single("lockd_waiters", "gauge",
            "Acquires queued behind a holder, over all keys.",
@@ -372,9 +376,17 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Fencing tokens handed out (every grant).",
            ls.grants);
   w.family("lockd_handoffs_total", "counter",
-           "Keys handed to their front waiter, by cause (release or expiry).");
+           "Grants to a queued waiter, by cause (release, expiry, or queue: the waiter "
+           "before it left).");
   w.sample("lockd_handoffs_total", {{"cause", "release"}}, ls.handoffs_release);
   w.sample("lockd_handoffs_total", {{"cause", "expiry"}}, ls.handoffs_expiry);
+  w.sample("lockd_handoffs_total", {{"cause", "queue"}}, ls.handoffs_queue);
+  w.single("lockd_shared_grants_total", "counter",
+           "Fencing tokens handed to shared (S) holders.",
+           ls.shared_grants);
+  w.single("lockd_limit_mismatches_total", "counter",
+           "S requests refused with E limit_mismatch.",
+           ls.limit_mismatches);
   w.single("lockd_takeovers_total", "counter",
            "Expired keys taken over on the spot by a new acquire.",
            ls.takeovers);

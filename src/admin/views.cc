@@ -12,7 +12,34 @@ using json = nlohmann::ordered_json;
 namespace {
 
 // The time a holder got its lease.
-TimeNs granted_at_ns(const locks::KeyState& s) { return s.expires_at_ns - ms_to_ns(s.lease_ms); }
+TimeNs granted_at_ns(const locks::Holder& h) { return h.expires_at_ns - ms_to_ns(h.lease_ms); }
+
+const char* mode_name(bool shared) { return shared ? "shared" : "exclusive"; }
+
+// A key's holders, oldest grant first, at most `max` of them.
+json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max) {
+  json out = json::array();
+  s.for_each_holder([&](const locks::Holder& h) {
+    if (out.size() >= max) return;
+    out.push_back(json{{"owner", h.owner},
+                       {"token", h.token},
+                       {"expires_in_ms", ms_until(h.expires_at_ns, now_ns)}});
+  });
+  return out;
+}
+
+// The fields every lock view shares (v1.2): the oldest holder's owner,
+// token and expiry, the mode, the limit of a shared key, and its holders.
+void put_holders(json& j, const locks::KeyState& s, TimeNs now_ns, std::size_t max_listed) {
+  const locks::Holder& oldest = s.oldest();
+  j["owner"] = oldest.owner;
+  j["token"] = oldest.token;
+  j["expires_in_ms"] = ms_until(oldest.expires_at_ns, now_ns);
+  j["mode"] = mode_name(s.shared());
+  if (s.shared()) j["limit"] = s.limit();
+  j["holder_count"] = s.holder_count();
+  j["holders"] = holders_json(s, now_ns, max_listed);
+}
 
 std::int64_t floor_div(std::int64_t a, std::int64_t b) {
   const std::int64_t q = a / b;
@@ -24,6 +51,7 @@ json requests_json(const server::ServerStats& st) {
       {"A", st.requests_acquire},
       {"R", st.requests_release},
       {"K", st.requests_keep},
+      {"S", st.requests_shared},
       {"invalid", st.requests_malformed + st.lines_too_long},
   };
 }
@@ -35,7 +63,9 @@ json replies_json(const server::ServerStats& st) {
               {"B", r(ReplyKind::kBusy)},       {"R", r(ReplyKind::kReleased)},
               {"N", r(ReplyKind::kNotReleased) + r(ReplyKind::kNotKept)},
               {"K", r(ReplyKind::kKept)},       {"E", r(ReplyKind::kError)},
-              {"M", r(ReplyKind::kMoved)},      {"H", r(ReplyKind::kHello)}};
+              {"M", r(ReplyKind::kMoved)},      {"H", r(ReplyKind::kHello)},
+              {"S", r(ReplyKind::kShared)},     {"T_to_S", r(ReplyKind::kSharedHeld)},
+              {"B_to_S", r(ReplyKind::kSharedBusy)}};
 }
 
 // Keeps the `limit` smallest elements of `heap` (a max-heap under `less`).
@@ -69,14 +99,14 @@ std::int64_t ms_until(TimeNs at_ns, TimeNs now_ns) { return floor_div(at_ns - no
 std::size_t count_holders(const locks::LockTable& table, TimeNs now_ns) {
   std::size_t n = 0;
   table.for_each([&](std::string_view, const locks::KeyState& s) {
-    if (s.expires_at_ns > now_ns) ++n;
+    s.for_each_holder([&](const locks::Holder& h) { n += h.expires_at_ns > now_ns ? 1 : 0; });
   });
   return n;
 }
 
 std::size_t holders_bounded(const locks::LockTable& table, TimeNs now_ns, bool& exact) {
   exact = table.key_count() <= kExactHoldersMaxKeys;
-  return exact ? count_holders(table, now_ns) : table.key_count();
+  return exact ? count_holders(table, now_ns) : table.holder_count();
 }
 
 json cluster_json(const ClusterStatus& c) {
@@ -198,11 +228,10 @@ json ListScan::finish(TimeNs now_ns) {
   for (const std::string& key : heap_) {
     const locks::KeyState* s = table_.find(key);
     if (s == nullptr) continue;  // deleted during a split scan
-    locks.push_back(json{{"key", key},
-                         {"owner", s->owner},
-                         {"token", s->token},
-                         {"expires_in_ms", ms_until(s->expires_at_ns, now_ns)},
-                         {"waiters", s->waiter_count()}});
+    json row{{"key", key}};
+    put_holders(row, *s, now_ns, kMaxHoldersListedPerKey);
+    row["waiters"] = s->waiter_count();
+    locks.push_back(std::move(row));
   }
   json out{{"locks", std::move(locks)}, {"truncated", truncated}};
   if (truncated && !heap_.empty()) out["next_after"] = heap_.back();
@@ -227,24 +256,30 @@ std::optional<json> lock_json(const locks::LockTable& table, std::string_view ke
   const locks::KeyState* s = table.find(key);
   if (s == nullptr) return std::nullopt;
   json waiters = json::array();
-  if (s->waiters) {
-    for (const locks::Waiter& w : *s->waiters) {
+  if (const std::list<locks::Waiter>* queue = s->waiters()) {
+    for (const locks::Waiter& w : *queue) {
       if (waiters.size() >= kMaxWaitersListed) break;
-      waiters.push_back(json{{"owner", w.owner},
-                             {"lease_ms", w.lease_ms},
-                             {"wait_left_ms", std::max<std::int64_t>(
-                                                  0, ms_until(w.wait_deadline_ns, now_ns))}});
+      json row{{"owner", w.owner},
+               {"lease_ms", w.lease_ms},
+               {"wait_left_ms", std::max<std::int64_t>(0, ms_until(w.wait_deadline_ns, now_ns))},
+               {"mode", mode_name(w.shared)}};
+      if (w.shared) row["limit"] = w.limit;
+      waiters.push_back(std::move(row));
     }
   }
-  return json{{"key", key},
-              {"owner", s->owner},
-              {"token", s->token},
-              {"expires_in_ms", ms_until(s->expires_at_ns, now_ns)},
-              {"expired", s->expires_at_ns <= now_ns},
-              {"lease_ms", s->lease_ms},
-              {"held_ms", floor_div(now_ns - granted_at_ns(*s), kNsPerMs)},
-              {"waiter_count", s->waiter_count()},
-              {"waiters", std::move(waiters)}};
+  const locks::Holder& oldest = s->oldest();
+  json out{{"key", key}};
+  put_holders(out, *s, now_ns, kMaxHoldersListed);
+  // Expired: no holder's lease is running (each shared holder's own lease
+  // shows in `holders`).
+  bool expired = true;
+  s->for_each_holder([&](const locks::Holder& h) { expired = expired && h.expires_at_ns <= now_ns; });
+  out["expired"] = expired;
+  out["lease_ms"] = oldest.lease_ms;
+  out["held_ms"] = floor_div(now_ns - granted_at_ns(oldest), kNsPerMs);
+  out["waiter_count"] = s->waiter_count();
+  out["waiters"] = std::move(waiters);
+  return out;
 }
 
 TopScan::TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
@@ -258,10 +293,13 @@ void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
 
 void TopScan::offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) {
   if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), std::string(key)});
-  if (s.expires_at_ns > now_ns) {
+  bool live = false;
+  s.for_each_holder([&](const locks::Holder& h) {
+    if (h.expires_at_ns <= now_ns) return;
     ++holders_;
-    keep(oldest_, {granted_at_ns(s), std::string(key)});
-  }
+    live = true;
+  });
+  if (live) keep(oldest_, {granted_at_ns(s.oldest()), std::string(key)});
 }
 
 void TopScan::reset() {
@@ -278,11 +316,14 @@ json TopScan::finish(TimeNs now_ns) {
     for (const auto& [rank, key] : heap) {
       const locks::KeyState* s = table.find(key);
       if (s == nullptr) continue;  // gone since it was seen
+      const locks::Holder& oldest = s->oldest();
       out.push_back(json{{"key", key},
-                         {"owner", s->owner},
+                         {"owner", oldest.owner},
                          {"waiters", s->waiter_count()},
-                         {"held_ms", floor_div(now_ns - granted_at_ns(*s), kNsPerMs)},
-                         {"expires_in_ms", ms_until(s->expires_at_ns, now_ns)}});
+                         {"held_ms", floor_div(now_ns - granted_at_ns(oldest), kNsPerMs)},
+                         {"expires_in_ms", ms_until(oldest.expires_at_ns, now_ns)},
+                         {"mode", mode_name(s->shared())},
+                         {"holder_count", s->holder_count()}});
     }
     return out;
   };
@@ -303,9 +344,10 @@ json TopScan::finish(TimeNs now_ns) {
     const auto& [key, count] = by_count[i];
     json r{{"key", key}, {"requests", count}};
     if (const locks::KeyState* s = table.find(key)) {
-      r["owner"] = s->owner;
+      r["owner"] = s->oldest().owner;
       r["waiters"] = s->waiter_count();
-      r["expires_in_ms"] = ms_until(s->expires_at_ns, now_ns);
+      r["expires_in_ms"] = ms_until(s->oldest().expires_at_ns, now_ns);
+      r["mode"] = mode_name(s->shared());
     } else {
       r["owner"] = nullptr;
       r["waiters"] = 0;

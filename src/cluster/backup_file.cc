@@ -85,8 +85,10 @@ bool load_backup(const DecodedBackup& backup, LockStateMachine& sm, BackupSummar
   summary = BackupSummary{};
   summary.keys = sm.table().key_count();
   sm.table().for_each([&](std::string_view, const locks::KeyState& s) {
-    ++summary.holders;
-    summary.largest_token = std::max(summary.largest_token, s.token);
+    s.for_each_holder([&](const locks::Holder& h) {  // every shared holder too (§5b)
+      ++summary.holders;
+      summary.largest_token = std::max(summary.largest_token, h.token);
+    });
   });
   if (summary.largest_token > backup.meta.token_floor ||
       sm.table().next_token() > backup.meta.token_floor + 1) {

@@ -18,6 +18,7 @@ bool fields_valid(const LockCommand& c) {
   const bool key_ok = !c.key.empty() && c.key.size() <= proto::kMaxKeyBytes;
   switch (c.type) {
     case LockCommandType::kAcquire:
+    case LockCommandType::kAcquireShared:
       return key_ok && !c.owner.empty() && c.owner.size() <= proto::kMaxOwnerBytes &&
              c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs && c.wait_ms <= kMaxLockCommandMs;
     case LockCommandType::kRelease:
@@ -71,6 +72,8 @@ std::string encode_lock_command(const LockCommand& c, std::uint16_t version) {
     w.u64(c.max_waiters);
     w.u64(c.token_floor);
   }
+  // Only kAcquireShared carries the limit: every other kind keeps its bytes.
+  if (c.type == LockCommandType::kAcquireShared) w.u32(c.limit);
   return out;
 }
 
@@ -98,6 +101,11 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
     c.max_waiters_per_key = r.u64();
     c.max_waiters = r.u64();
     c.token_floor = r.u64();
+  }
+  if (c.type == LockCommandType::kAcquireShared) {
+    const std::uint32_t limit = r.u32();
+    if (limit > proto::kMaxLimit) return LockCommandError::kBadField;
+    c.limit = static_cast<std::uint16_t>(limit);
   }
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;

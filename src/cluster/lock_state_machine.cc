@@ -137,10 +137,10 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
     error = "snapshot: token base out of range";
     return false;
   }
-  // The next entry sets the token counter to base + index + 1: the
-  // snapshot's counter must not be above it (tokens only grow).
-  if ((base == 0 && fresh->key_count() != 0) ||
-      (base != 0 && fresh->next_token() > base + index + 1)) {
+  // The next entry sets the token counter to at least base + index + 1;
+  // a counter past that is fine (an entry that handed a run of readers
+  // several tokens), but a table without a base cannot hold any.
+  if (base == 0 && fresh->key_count() != 0) {
     error = "snapshot: token counter inconsistent with the token base";
     return false;
   }
@@ -149,8 +149,9 @@ bool LockStateMachine::restore(std::string_view bytes, raft::Index index, std::s
   // acquire applied at that index later (an assertion in the table).
   locks::WaiterId last_waiter = 0;
   fresh->for_each([&](std::string_view, const locks::KeyState& s) {
-    if (!s.waiters) return;
-    for (const locks::Waiter& w : *s.waiters) last_waiter = std::max(last_waiter, w.id);
+    const std::list<locks::Waiter>* queue = s.waiters();
+    if (queue == nullptr) return;
+    for (const locks::Waiter& w : *queue) last_waiter = std::max(last_waiter, w.id);
   });
   if (last_waiter > index) {
     error = "snapshot: waiter id " + std::to_string(last_waiter) + " is beyond its index " +
@@ -260,11 +261,16 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
     result_.cmd = std::move(c);
     return result_;
   }
-  table_->set_next_token(token_base_ + e.index);
+  // One entry may grant several tokens (a hand-off to a run of readers,
+  // §5b): the next entry's tokens then start past them, not at base + index.
+  table_->set_next_token(std::max(table_->next_token(), token_base_ + e.index));
   switch (c.type) {
-    case LockCommandType::kAcquire: {
+    case LockCommandType::kAcquire:
+    case LockCommandType::kAcquireShared: {
+      const bool shared = c.type == LockCommandType::kAcquireShared;
       const locks::AcquireResult r = table_->acquire(
-          now, {c.owner, c.key, c.lease_ms, c.wait_ms, c.client, static_cast<locks::WaiterId>(e.index)});
+          now, {c.owner, c.key, c.lease_ms, c.wait_ms, c.client,
+                static_cast<locks::WaiterId>(e.index), shared, c.limit});
       result_.acquire = r.outcome;
       result_.granted = r.token;
       break;
@@ -281,7 +287,8 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
       result_.changed = table_->expire(now, c.key, c.token, result_.deliveries);
       break;
     case LockCommandType::kCancelWaiter:
-      result_.changed = table_->cancel_waiter(c.waiter);
+      // The front leaving may hand the key on (§5b).
+      result_.changed = table_->cancel_waiter(now, c.waiter, result_.deliveries);
       break;
     case LockCommandType::kLeaderStart:
     case LockCommandType::kClock:

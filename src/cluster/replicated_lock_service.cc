@@ -14,6 +14,7 @@ namespace {
 // than the live ones.
 constexpr std::size_t kHeapSlack = 1024;
 
+// `A` and `S` echo the same fields: `<owner> <key>`.
 proto::Request acquire_echo(std::string_view owner, std::string_view key) {
   proto::Request r{};
   r.verb = proto::Verb::kAcquire;
@@ -50,6 +51,13 @@ bool ReplicatedLockService::cluster_supports(std::uint16_t v) const {
   return !options_.cluster_supports || options_.cluster_supports(v);
 }
 
+bool ReplicatedLockService::shared_entries_allowed() const {
+  // kAcquireShared needs entry version 4 (kEntryVersionShared): a member of
+  // an older build cannot apply it, so it is proposed only once every
+  // member's handshake says it applies that version.
+  return cluster_supports(kEntryVersionShared);
+}
+
 bool ReplicatedLockService::is_leader() const {
   return leader_term_ != 0 && leader_start_proposed_ && raft_.role() == raft::Role::kLeader &&
          raft_.term() == leader_term_;
@@ -77,12 +85,28 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
   Pending p;
   p.client = client;
   p.key.assign(req.key);
-  if (req.verb == proto::Verb::kAcquire) {
-    c.type = LockCommandType::kAcquire;
+  if (req.verb == proto::Verb::kShared && !shared_entries_allowed()) {
+    // Some member could not apply it: refuse before anything is proposed
+    // (not processed, so the client retries; docs/cluster.md "A versioned log").
+    if (!shared_refusal_logged_) {
+      spdlog::warn("S is answered E no_leader until every member applies log entry version {} "
+                   "(a member runs an older lockd: finish the rolling upgrade)",
+                   kEntryVersionShared);
+      shared_refusal_logged_ = true;
+    }
+    stats.count(server::ReplyKind::kError);
+    proto::append_error_echo(out, "no_leader", req);
+    return true;
+  }
+  if (req.echoes_owner()) {
+    const bool shared = req.verb == proto::Verb::kShared;
+    c.type = shared ? LockCommandType::kAcquireShared : LockCommandType::kAcquire;
     c.owner.assign(req.owner);
     c.lease_ms = req.lease_ms;
     c.wait_ms = req.wait_ms;
+    c.limit = req.limit;
     p.kind = PendingKind::kAcquire;
+    p.shared = shared;
     p.owner.assign(req.owner);
     p.wait_deadline_ns = now_ns + ms_to_ns(req.wait_ms);
   } else if (req.verb == proto::Verb::kKeep) {
@@ -107,7 +131,7 @@ bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request&
       // enqueued). `R` and `K` have no busy reply in the protocol: they get
       // `E indeterminate`, true as far as it goes (not proposed, so it did
       // not take effect) and what a client already retries on.
-      if (req.verb == proto::Verb::kAcquire) {
+      if (req.echoes_owner()) {
         stats.count(server::ReplyKind::kBusy);
         proto::append_busy(out, req.owner, req.key);
       } else {
@@ -215,11 +239,12 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
     return;
   }
   if (!leader_ready_) return;
-  if (r.granted != 0 || (r.cmd.type == LockCommandType::kKeep && r.changed)) {
-    watch_lease(r.cmd.key);  // a keep moved the deadline: the heap follows
+  if (r.granted != 0) watch_lease(r.cmd.key, r.granted);
+  if (r.cmd.type == LockCommandType::kKeep && r.changed) {
+    watch_lease(r.cmd.key, r.cmd.token);  // a keep moved the deadline: the heap follows
   }
   for (const locks::Delivery& d : r.deliveries) {
-    if (d.kind == locks::DeliveryKind::kGranted) watch_lease(d.key);
+    if (d.kind == locks::DeliveryKind::kGranted) watch_lease(d.key, d.token);
   }
 }
 
@@ -257,11 +282,11 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
         // is always registered with its client and answered at the end
         // (A, T, or E indeterminate when leadership is lost).
         if (p.client_gone) {
-          waiters_.emplace(w, Waiter{0, p.owner, p.key, p.wait_deadline_ns, false});
+          waiters_.emplace(w, Waiter{0, p.owner, p.key, p.wait_deadline_ns, false, p.shared});
           to_cancel_.push_back(w);
           return;
         }
-        waiters_.emplace(w, Waiter{p.client, p.owner, p.key, p.wait_deadline_ns, false});
+        waiters_.emplace(w, Waiter{p.client, p.owner, p.key, p.wait_deadline_ns, false, p.shared});
         client_waiters_[p.client].insert(w);
         wait_heap_.push({p.wait_deadline_ns, w});
         return;
@@ -271,16 +296,25 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
         return;
       }
       if (replies_ == nullptr) return;
-      server::ReplyKind kind = server::ReplyKind::kHeld;
-      if (r.acquire == locks::AcquireOutcome::kGranted) kind = server::ReplyKind::kAcquired;
-      if (r.acquire == locks::AcquireOutcome::kBusy) kind = server::ReplyKind::kBusy;
+      using server::ServerStats;
+      server::ReplyKind kind = ServerStats::held(p.shared);
+      if (r.acquire == locks::AcquireOutcome::kGranted) kind = ServerStats::granted(p.shared);
+      if (r.acquire == locks::AcquireOutcome::kBusy) kind = ServerStats::busy(p.shared);
+      if (r.acquire == locks::AcquireOutcome::kLimitMismatch) kind = server::ReplyKind::kError;
       std::string* out = replies_->reply_buffer(p.client, kind);
       if (out == nullptr) return;
       switch (r.acquire) {
         case locks::AcquireOutcome::kGranted:
-          proto::append_acquired(*out, r.granted, p.owner, p.key);
+          if (p.shared) {
+            proto::append_shared(*out, r.granted, p.owner, p.key);
+          } else {
+            proto::append_acquired(*out, r.granted, p.owner, p.key);
+          }
           break;
         case locks::AcquireOutcome::kBusy: proto::append_busy(*out, p.owner, p.key); break;
+        case locks::AcquireOutcome::kLimitMismatch:
+          proto::append_error_echo(*out, "limit_mismatch", acquire_echo(p.owner, p.key));
+          break;
         default: proto::append_held(*out, p.owner, p.key); break;
       }
       replies_->reply_queued(p.client);
@@ -331,7 +365,7 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
       // `T` only when the cancel took the waiter out of the queue: had a
       // hand-off come first, the waiter holds the key (and got `A`).
       if (!r.changed || replies_ == nullptr) return;
-      std::string* out = replies_->reply_buffer(w.client, server::ReplyKind::kHeld);
+      std::string* out = replies_->reply_buffer(w.client, server::ServerStats::held(w.shared));
       if (out == nullptr) return;
       proto::append_held(*out, w.owner, w.key);
       replies_->reply_queued(w.client);
@@ -358,9 +392,11 @@ void ReplicatedLockService::deliver(const locks::Delivery& d) {
   auto cw = client_waiters_.find(w.client);
   if (cw != client_waiters_.end()) cw->second.erase(d.waiter);
   std::string* out = replies_->reply_buffer(
-      w.client, granted ? server::ReplyKind::kAcquired : server::ReplyKind::kHeld);
+      w.client, granted ? server::ServerStats::granted(d.shared) : server::ServerStats::held(d.shared));
   if (out == nullptr) return;
-  if (granted) {
+  if (granted && d.shared) {
+    proto::append_shared(*out, d.token, d.owner, d.key);
+  } else if (granted) {
     proto::append_acquired(*out, d.token, d.owner, d.key);
   } else {
     proto::append_held(*out, d.owner, d.key);
@@ -374,21 +410,26 @@ void ReplicatedLockService::release_orphan(locks::Token token, std::string_view 
   to_release_.push_back(Orphan{token, std::string(key)});
 }
 
-void ReplicatedLockService::watch_lease(std::string_view key) {
+void ReplicatedLockService::watch_lease(std::string_view key, locks::Token token) {
   const locks::KeyState* s = sm_.table().find(key);
   if (s == nullptr) return;
-  lease_heap_.push({s->expires_at_ns, s->token, std::string(key)});
+  const locks::Holder* h = s->holder_with(token);
+  if (h == nullptr) return;
+  lease_heap_.push({h->expires_at_ns, token, std::string(key)});
 }
 
 void ReplicatedLockService::rebuild_lease_heap() {
   lease_heap_ = {};
+  // One entry per holder: each shared holder's lease ends on its own.
   sm_.table().for_each([this](std::string_view key, const locks::KeyState& s) {
-    lease_heap_.push({s.expires_at_ns, s.token, std::string(key)});
+    s.for_each_holder([&](const locks::Holder& h) {
+      lease_heap_.push({h.expires_at_ns, h.token, std::string(key)});
+    });
   });
 }
 
 void ReplicatedLockService::compact_heaps() {
-  if (lease_heap_.size() > 2 * sm_.table().key_count() + kHeapSlack) rebuild_lease_heap();
+  if (lease_heap_.size() > 2 * sm_.table().holder_count() + kHeapSlack) rebuild_lease_heap();
   if (wait_heap_.size() > 2 * waiters_.size() + kHeapSlack) {
     wait_heap_ = {};
     for (const auto& [id, w] : waiters_) {
@@ -541,9 +582,10 @@ void ReplicatedLockService::on_time(TimeNs now_ns) {
     TimedLease t = lease_heap_.top();
     lease_heap_.pop();
     const locks::KeyState* s = sm_.table().find(t.key);
-    if (s == nullptr || s->token != t.token) continue;  // released or handed on
-    if (s->expires_at_ns > table_now) {                  // moved later: watch again
-      if (s->expires_at_ns != t.at_table_ns) lease_heap_.push({s->expires_at_ns, t.token, t.key});
+    const locks::Holder* h = s == nullptr ? nullptr : s->holder_with(t.token);
+    if (h == nullptr) continue;             // released or handed on
+    if (h->expires_at_ns > table_now) {     // moved later: watch again
+      if (h->expires_at_ns != t.at_table_ns) lease_heap_.push({h->expires_at_ns, t.token, t.key});
       continue;
     }
     LockCommand c;

@@ -177,7 +177,13 @@ int cmd_lock(const Globals& g, const std::string& key) {
   if (rc != kExitOk || g.json) return rc;
   Table t({"FIELD", "VALUE"});
   t.add({"key", str_or_dash(j, "key")});
-  t.add({"owner", str_or_dash(j, "owner")});
+  const bool shared = j.value("mode", "") == "shared";
+  if (j.contains("mode")) {
+    std::string mode = str_or_dash(j, "mode");
+    if (shared) mode += fmt::format(" (limit {})", j.value("limit", 0) == 0 ? std::string("none") : std::to_string(j.value("limit", 0)));
+    t.add({"mode", mode});
+  }
+  t.add({"owner", str_or_dash(j, "owner") + (shared ? " (oldest holder)" : "")});
   t.add({"token", str_or_dash(j, "token")});
   std::string expires = "-";
   if (j.value("expires_in_ms", json()).is_number()) {
@@ -193,13 +199,28 @@ int cmd_lock(const Globals& g, const std::string& key) {
   t.add({"expires", expires});
   const json waiters = j.value("waiters", json::array());
   t.add({"waiters", std::to_string(j.value("waiter_count", waiters.size()))});
+  const json holders = j.value("holders", json::array());
+  if (j.contains("holder_count")) t.add({"holders", std::to_string(j["holder_count"].get<std::uint64_t>())});
   const std::string out = t.render();
   print(out.substr(out.find('\n') + 1));
+  if (holders.size() > 1 || shared) {
+    // Every holder, oldest grant first (v1.2: a shared key has several).
+    Table h({"#", "HOLDER", "TOKEN", "EXPIRES"});
+    std::size_t n = 0;
+    for (const json& x : holders) {
+      h.add({std::to_string(++n), str_or_dash(x, "owner"), str_or_dash(x, "token"),
+             x.value("expires_in_ms", json()).is_number()
+                 ? human_expiry_ms(x["expires_in_ms"].get<std::int64_t>())
+                 : "-"});
+    }
+    print("\n");
+    print(h.render("  "));
+  }
   if (!waiters.empty()) {
-    Table w({"#", "OWNER", "LEASE", "WAIT LEFT"});
+    Table w({"#", "OWNER", "MODE", "LEASE", "WAIT LEFT"});
     std::size_t n = 0;
     for (const json& x : waiters) {
-      w.add({std::to_string(++n), str_or_dash(x, "owner"),
+      w.add({std::to_string(++n), str_or_dash(x, "owner"), str_or_dash(x, "mode"),
              x.value("lease_ms", json()).is_number()
                  ? human_duration_ms(x["lease_ms"].get<std::int64_t>())
                  : "-",
@@ -327,14 +348,16 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
         i = sp + 1;
       }
       const bool token_key = (kind == 'R' || kind == 'N' || kind == 'K') && f.size() == 3;
-      if ((kind == 'A' && f.size() == 4) || token_key) {
+      const bool granted = (kind == 'A' || kind == 'S') && f.size() == 4;
+      if (granted || token_key) {
         std::uint64_t token = 0;
         std::from_chars(f[1].data(), f[1].data() + f[1].size(), token);
         j["token"] = token;
       }
-      if (kind == 'A' && f.size() == 4) {
+      if (granted) {
         j["owner"] = f[2];
         j["key"] = f[3];
+        if (kind == 'S') j["mode"] = "shared";
       } else if ((kind == 'T' || kind == 'B') && f.size() == 3) {
         j["owner"] = f[1];
         j["key"] = f[2];
@@ -349,11 +372,14 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
     }
     switch (kind) {
       case 'A':
+      case 'S':
       case 'R':
       case 'K':
         return kExitOk;
       case 'E':
-        return reply->starts_with("E no_leader") || reply->starts_with("E indeterminate")
+        // A limit mismatch is a refusal like T, not a usage error.
+        return reply->starts_with("E no_leader") || reply->starts_with("E indeterminate") ||
+                       reply->starts_with("E limit_mismatch")
                    ? kExitNegative
                    : kExitUsage;
       default:
@@ -380,6 +406,21 @@ int cmd_acquire(const Globals& g, const std::string& owner, const std::string& k
     return kExitUsage;
   }
   std::string line = fmt::format("A {} {}", owner, key);
+  if (lease_ms || wait_ms) line += fmt::format(" {}", lease_ms.value_or(kDefaultLeaseWithWaitMs));
+  if (wait_ms) line += fmt::format(" {}", *wait_ms);
+  // The wait is the server's to spend; --timeout is for the answer after it.
+  const std::uint64_t timeout_ms = static_cast<std::uint64_t>(g.timeout_ms) + wait_ms.value_or(0);
+  return protocol_request(g, line, static_cast<int>(std::min<std::uint64_t>(timeout_ms, INT32_MAX)));
+}
+
+int cmd_acquire_shared(const Globals& g, const std::string& owner, const std::string& key,
+                       std::uint64_t limit, std::optional<std::uint64_t> lease_ms,
+                       std::optional<std::uint64_t> wait_ms) {
+  if (!visible_ascii(owner) || !visible_ascii(key)) {
+    fail("OWNER and KEY must be non-empty visible ASCII without spaces");
+    return kExitUsage;
+  }
+  std::string line = fmt::format("S {} {} {}", owner, key, limit);
   if (lease_ms || wait_ms) line += fmt::format(" {}", lease_ms.value_or(kDefaultLeaseWithWaitMs));
   if (wait_ms) line += fmt::format(" {}", *wait_ms);
   // The wait is the server's to spend; --timeout is for the answer after it.

@@ -46,6 +46,11 @@ int cmd_lock(const Globals& g, const std::string& key);
 int cmd_cluster(const Globals& g);
 int cmd_acquire(const Globals& g, const std::string& owner, const std::string& key,
                 std::optional<std::uint64_t> lease_ms, std::optional<std::uint64_t> wait_ms);
+// `S OWNER KEY LIMIT [LEASE [WAIT]]` (protocol v1.2, §5b): 0 for `S`, 1 for
+// `T`/`B`/`E limit_mismatch`.
+int cmd_acquire_shared(const Globals& g, const std::string& owner, const std::string& key,
+                       std::uint64_t limit, std::optional<std::uint64_t> lease_ms,
+                       std::optional<std::uint64_t> wait_ms);
 int cmd_release(const Globals& g, const std::string& token, const std::string& key);
 // `K TOKEN KEY MS` (protocol v1.1): extends the lease; 0 for `K`, 1 for `N`.
 int cmd_keep(const Globals& g, const std::string& token, const std::string& key,

@@ -56,10 +56,10 @@ const std::map<std::string, std::string> kUsage = {
     {"locks", "lockctl locks [--prefix P] [--after K] [--limit N]"},
     {"lock", "lockctl lock KEY"},
     {"cluster", "lockctl cluster"},
-    {"acquire", "lockctl acquire OWNER KEY [--lease MS] [--wait MS]"},
+    {"acquire", "lockctl acquire OWNER KEY [--shared [--limit N]] [--lease MS] [--wait MS]"},
     {"release", "lockctl release TOKEN KEY"},
     {"keep", "lockctl keep TOKEN KEY --lease MS"},
-    {"run", "lockctl run KEY [--owner O] [--lease MS] [--wait MS] -- COMMAND [ARGS...]"},
+    {"run", "lockctl run KEY [--owner O] [--shared [--limit N]] [--lease MS] [--wait MS] -- COMMAND [ARGS...]"},
     {"top", "lockctl top [--interval-ms MS] [--iterations N] [--rows N]"},
     {"member", "lockctl member list | add ID CLIENT_HOST:PORT/RAFT_HOST:PORT | promote ID | remove ID"},
     {"leader", "lockctl leader transfer [ID]"},
@@ -135,6 +135,12 @@ int main(int argc, char** argv) {
   acquire->add_option("KEY", key, "the key")->required();
   acquire->add_option("--lease", lease_ms, "lease in ms (server default when omitted)");
   acquire->add_option("--wait", wait_ms, "wait up to MS for the lock (blocks)");
+  bool acquire_shared = false;
+  std::optional<std::uint64_t> acquire_limit;
+  acquire->add_flag("--shared", acquire_shared,
+                    "shared (`S`, v1.2): a read lock, or with --limit N one of N permits");
+  acquire->add_option("--limit", acquire_limit, "with --shared: most holders at once (0: no cap)")
+      ->check(CLI::Range(0, 65535));
 
   auto* release = app.add_subcommand("release", "release a lock over the text protocol");
   std::string token;
@@ -155,6 +161,10 @@ int main(int argc, char** argv) {
   run->add_option("--lease", run_opt.lease_ms, "lease in ms, kept alive while the command runs (default 30000)")
       ->check(CLI::PositiveNumber);
   run->add_option("--wait", run_opt.wait_ms, "wait up to MS for the lock (default 0)");
+  run->add_flag("--shared", run_opt.shared,
+                "hold it shared (`S`, v1.2): a read lock, or with --limit N one of N permits");
+  run->add_option("--limit", run_opt.limit, "with --shared: most holders at once (0: no cap)")
+      ->check(CLI::Range(0, 65535));
   run->add_option("COMMAND", run_opt.command, "the command and its arguments, after --");
   // What follows `run`'s `--` is the command, never KEY: cut it off before
   // CLI11 fills the positionals from it (`run -- true` lacks a KEY).
@@ -282,7 +292,14 @@ int main(int argc, char** argv) {
   if (*locks) return cmd_locks(g, prefix, after, limit);
   if (*lock) return cmd_lock(g, key);
   if (*cluster) return cmd_cluster(g);
-  if (*acquire) return cmd_acquire(g, owner, key, lease_ms, wait_ms);
+  if (*acquire) {
+    if (acquire_limit && !acquire_shared) {
+      std::fprintf(stderr, "lockctl: --limit needs --shared\n");
+      return lockd::lockctl::kExitUsage;
+    }
+    if (acquire_shared) return cmd_acquire_shared(g, owner, key, acquire_limit.value_or(0), lease_ms, wait_ms);
+    return cmd_acquire(g, owner, key, lease_ms, wait_ms);
+  }
   if (*release) return cmd_release(g, token, key);
   if (*keep) return cmd_keep(g, token, key, keep_lease_ms);
   if (*run) {
@@ -297,6 +314,10 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     if (!run_owner.empty()) run_opt.owner = run_owner;
+    if (run_opt.limit != 0 && !run_opt.shared) {
+      std::fprintf(stderr, "lockctl: --limit needs --shared\n");
+      return lockd::lockctl::kExitUsage;
+    }
     return cmd_run(g, run_opt);
   }
   if (*top) return cmd_top(g, top_opt);

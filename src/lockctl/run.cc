@@ -85,7 +85,9 @@ int cmd_run(const Globals& g, const RunOptions& opt) {
   // Signals keep their default action during the acquire: Ctrl-C while
   // waiting just ends lockctl, and lockd cancels the waiting acquire when
   // the connection closes.
-  auto acquired = client.acquire(owner, opt.key, opt.lease_ms, opt.wait_ms);
+  auto acquired = opt.shared
+                      ? client.acquire_shared(owner, opt.key, opt.limit, opt.lease_ms, opt.wait_ms)
+                      : client.acquire(owner, opt.key, opt.lease_ms, opt.wait_ms);
   if (!acquired.ok()) {
     const lc::Status& s = acquired.status();
     if (s.code == lc::Code::kInvalidArgument) {

@@ -1,4 +1,4 @@
-// `lockctl run KEY [--owner O] [--lease MS] [--wait MS] -- CMD ARGS...`:
+// `lockctl run KEY [--owner O] [--lease MS] [--wait MS] [--shared [--limit N]] -- CMD ARGS...`:
 // holds a lock while a command runs (flock(1), `consul lock`, `etcdctl
 // lock` for lockd). Kept in its own file, apart from the other commands.
 #pragma once
@@ -17,6 +17,8 @@ struct RunOptions {
   std::optional<std::string> owner;  // default: lockctl-run@HOST:PID
   std::uint64_t lease_ms = 30'000;   // kept alive every lease/3 while the command runs
   std::uint64_t wait_ms = 0;         // how long to wait for the lock
+  bool shared = false;               // `S` (v1.2): a read lock or a semaphore permit
+  std::uint32_t limit = 0;           // with `shared`: the key's limit (0: no cap)
   std::vector<std::string> command;  // program and arguments
 };
 

@@ -1,7 +1,7 @@
 #include "lockd/locks/lock_table.h"
 
 #include <algorithm>
-#include <unordered_set>
+#include <set>
 #include <utility>
 
 #include "lockd/common/check.h"
@@ -23,15 +23,115 @@ LockTable::LockTable(Limits limits, Token first_token)
   LOCKD_CHECK(first_token > 0);
 }
 
-Token LockTable::grant(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+Token LockTable::grant(Holder& holder, std::string_view owner, std::uint64_t lease_ms,
                        TimeNs now) {
   LOCKD_CHECK(next_token_ != 0);  // wrapped past 2^64: cannot happen in practice
-  state.owner.assign(owner);
-  state.token = next_token_++;
-  state.lease_ms = lease_ms;
-  state.expires_at_ns = now + ms_to_ns(lease_ms);
+  holder.owner.assign(owner);
+  holder.token = next_token_++;
+  holder.lease_ms = lease_ms;
+  holder.expires_at_ns = now + ms_to_ns(lease_ms);
   ++stats_.grants;
-  return state.token;
+  return holder.token;
+}
+
+Token LockTable::grant_exclusive(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+                                 TimeNs now) {
+  LOCKD_CHECK(state.holder_count() == 0);
+  if (state.shared()) {
+    state.extra->shared = false;
+    --shared_keys_;
+  }
+  return grant(state, owner, lease_ms, now);
+}
+
+Token LockTable::grant_shared(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+                              std::uint16_t limit, TimeNs now) {
+  if (!state.extra) state.extra = std::make_unique<KeyExtra>();
+  KeyExtra& x = *state.extra;
+  if (!x.shared) {
+    LOCKD_CHECK(state.token == 0);  // an exclusive holder left first
+    x.shared = true;
+    ++shared_keys_;
+  }
+  x.limit = limit;
+  Holder h;
+  const Token token = grant(h, owner, lease_ms, now);
+  // Tokens only grow, so the newest grant always goes last.
+  x.holders.emplace_hint(x.holders.end(), token, std::move(h));
+  ++shared_holders_;
+  ++stats_.shared_grants;
+  return token;
+}
+
+bool LockTable::remove_holder(KeyState& state, Token token) {
+  if (state.shared()) {
+    if (state.extra->holders.erase(token) == 0) return false;
+    --shared_holders_;
+    return true;
+  }
+  if (state.token != token || token == 0) return false;
+  state.token = 0;
+  state.owner.clear();
+  state.expires_at_ns = 0;
+  state.lease_ms = 0;
+  return true;
+}
+
+std::size_t LockTable::drop_expired_holders(KeyState& state, TimeNs now) {
+  std::size_t n = 0;
+  if (state.shared()) {
+    n = std::erase_if(state.extra->holders,
+                      [now](const auto& entry) { return entry.second.expires_at_ns <= now; });
+    shared_holders_ -= n;
+  } else if (state.token != 0 && state.expires_at_ns <= now) {
+    remove_holder(state, state.token);
+    n = 1;
+  }
+  stats_.expirations += n;
+  return n;
+}
+
+bool LockTable::has_live_exclusive(const KeyState& state, TimeNs now) {
+  return !state.shared() && state.token != 0 && state.expires_at_ns > now;
+}
+
+bool LockTable::has_live_holder(const KeyState& state, TimeNs now) {
+  if (!state.shared()) return has_live_exclusive(state, now);
+  for (const auto& [t, h] : state.extra->holders) {
+    if (h.expires_at_ns > now) return true;
+  }
+  return false;
+}
+
+std::size_t LockTable::live_shared(const KeyState& state, TimeNs now) {
+  if (!state.shared()) return 0;
+  std::size_t n = 0;
+  for (const auto& [t, h] : state.extra->holders) n += h.expires_at_ns > now ? 1 : 0;
+  return n;
+}
+
+std::optional<std::uint16_t> LockTable::limit_in_force(const KeyState& state, TimeNs now) {
+  if (!state.extra) return std::nullopt;
+  if (state.extra->queued_shared > 0 || (state.shared() && has_live_holder(state, now))) {
+    return state.extra->limit;
+  }
+  return std::nullopt;
+}
+
+bool LockTable::can_grant(const KeyState& state, const Waiter& w) {
+  if (state.holder_count() == 0) return true;
+  if (!w.shared || !state.shared()) return false;
+  return w.limit == 0 || state.extra->holders.size() < w.limit;
+}
+
+void LockTable::drop_extra_if_unused(KeyState& state) {
+  if (state.extra && !state.extra->shared && state.extra->waiters.empty()) state.extra.reset();
+}
+
+void LockTable::arm_holder_deadlines(std::string_view key, const KeyState& state) {
+  state.for_each_holder([&](const Holder& h) {
+    push_deadline({h.expires_at_ns, Deadline::Kind::kLease, h.token, std::string(key)});
+  });
 }
 
 AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
@@ -40,17 +140,35 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
   if (it == keys_.end()) {
     if (keys_.size() >= limits_.max_keys) return {AcquireOutcome::kBusy};
     it = keys_.emplace(KeyString(req.key), KeyState{}).first;
-    return {AcquireOutcome::kGranted, grant(it->second, req.owner, req.lease_ms, now)};
+    const Token token = req.shared
+                            ? grant_shared(it->second, req.owner, req.lease_ms, req.limit, now)
+                            : grant_exclusive(it->second, req.owner, req.lease_ms, now);
+    return {AcquireOutcome::kGranted, token};
   }
   KeyState& state = it->second;
-  if (state.expires_at_ns <= now) {
+  if (req.shared) {
+    // §5b: the limit of the live shared holders and queued `S` waiters rules.
+    if (const auto limit = limit_in_force(state, now); limit && *limit != req.limit) {
+      ++stats_.limit_mismatches;
+      return {AcquireOutcome::kLimitMismatch};
+    }
+    // Never past a queued waiter; ended leases do not count (and are
+    // replaced by this grant).
+    if (state.waiter_count() == 0 && !has_live_exclusive(state, now) &&
+        (req.limit == 0 || live_shared(state, now) < req.limit)) {
+      if (drop_expired_holders(state, now) > 0 && state.holder_count() == 0) ++stats_.takeovers;
+      return {AcquireOutcome::kGranted,
+              grant_shared(state, req.owner, req.lease_ms, req.limit, now)};
+    }
+  } else if (!has_live_holder(state, now)) {
     // Lazy takeover: the newcomer goes ahead of any queue (spec §9).
     ++stats_.takeovers;
-    ++stats_.expirations;
-    const Token token = grant(state, req.owner, req.lease_ms, now);
+    drop_expired_holders(state, now);
+    const Token token = grant_exclusive(state, req.owner, req.lease_ms, now);
     if (state.waiter_count() > 0) {
       push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
     }
+    drop_extra_if_unused(state);
     return {AcquireOutcome::kGranted, token};
   }
   if (req.wait_ms == 0) return {AcquireOutcome::kHeld};
@@ -59,21 +177,22 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     return {AcquireOutcome::kBusy};
   }
   LOCKD_CHECK(!waiter_index_.contains(req.waiter));
-  if (!state.waiters) {
-    state.waiters = std::make_unique<std::list<Waiter>>();
-  }
-  const bool first_waiter = state.waiters->empty();
-  if (first_waiter) ++keys_with_waiters_;
+  if (!state.extra) state.extra = std::make_unique<KeyExtra>();
+  KeyExtra& x = *state.extra;
+  const bool first_waiter = x.waiters.empty();
   const TimeNs wait_deadline = now + ms_to_ns(req.wait_ms);
-  state.waiters->push_back(
-      Waiter{req.waiter, req.client, std::string(req.owner), req.lease_ms, wait_deadline});
-  waiter_index_.emplace(req.waiter, WaiterRef{&*it, std::prev(state.waiters->end())});
-  // Deadlines only once the waiter is in: a push may compact the heap, and
-  // a lease entry is live only while its key has waiters (pushed before,
-  // the compaction it set off dropped it and the hand-off never came).
+  x.waiters.push_back(Waiter{req.waiter, req.client, std::string(req.owner), req.lease_ms,
+                             wait_deadline, req.shared, req.shared ? req.limit : std::uint16_t{0}});
+  if (req.shared) {
+    ++x.queued_shared;
+    x.limit = req.limit;
+  }
+  waiter_index_.emplace(req.waiter, WaiterRef{&*it, std::prev(x.waiters.end())});
   if (first_waiter) {
-    // The holder's lease end now matters before the next sweep.
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, state.token, std::string(it->first.view())});
+    ++keys_with_waiters_;
+    // The holders' lease ends now matter before the next sweep. Armed with
+    // the waiter already queued, so that a compaction keeps them.
+    arm_holder_deadlines(it->first.view(), state);
   }
   push_deadline({wait_deadline, Deadline::Kind::kWait, req.waiter, {}});
   return {AcquireOutcome::kQueued};
@@ -82,8 +201,8 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
 ReleaseOutcome LockTable::release(TimeNs now, Token token, std::string_view key,
                                   std::vector<Delivery>& out) {
   auto it = keys_.find(key);
-  if (it == keys_.end() || it->second.token != token) return ReleaseOutcome::kNotReleased;
-  hand_off_or_delete(it, now, HandoffCause::kRelease, out);
+  if (it == keys_.end() || !remove_holder(it->second, token)) return ReleaseOutcome::kNotReleased;
+  settle(it, now, HandoffCause::kRelease, out);
   return ReleaseOutcome::kReleased;
 }
 
@@ -91,26 +210,28 @@ KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
                            std::uint64_t lease_ms) {
   LOCKD_CHECK(lease_ms > 0);
   auto it = keys_.find(key);
-  if (it == keys_.end() || it->second.token != token) return KeepOutcome::kNotKept;
+  if (it == keys_.end()) return KeepOutcome::kNotKept;
   KeyState& state = it->second;
+  auto* holder = const_cast<Holder*>(state.holder_with(token));
+  if (holder == nullptr) return KeepOutcome::kNotKept;
   // An ended lease stays ended: between its end and the sweep (or a
   // takeover) someone may already have acted on it being free.
-  if (state.expires_at_ns <= now) return KeepOutcome::kNotKept;
-  const TimeNs granted_at_ns = state.expires_at_ns - ms_to_ns(state.lease_ms);
+  if (holder->expires_at_ns <= now) return KeepOutcome::kNotKept;
+  const TimeNs granted_at_ns = holder->expires_at_ns - ms_to_ns(holder->lease_ms);
   const TimeNs span_ns = now + ms_to_ns(lease_ms) - granted_at_ns;
   // Rounded up to whole milliseconds; at least 1 ms even if a caller's
   // clock went back past the grant.
   const TimeNs total_ms = std::max<TimeNs>(1, (span_ns + kNsPerMs - 1) / kNsPerMs);
-  const TimeNs old_expiry_ns = state.expires_at_ns;
-  state.lease_ms = static_cast<std::uint64_t>(total_ms);
-  state.expires_at_ns = granted_at_ns + ms_to_ns(state.lease_ms);
+  const TimeNs old_expiry_ns = holder->expires_at_ns;
+  holder->lease_ms = static_cast<std::uint64_t>(total_ms);
+  holder->expires_at_ns = granted_at_ns + ms_to_ns(holder->lease_ms);
   ++stats_.keeps;
   // With waiters, the hand-off must follow the new expiry, earlier or
   // later: the entry armed for the old one turns stale (its time no longer
   // matches) and this one takes over. Same expiry: the entry already in
   // the heap stays live, and pushing another would only add a duplicate.
-  if (state.waiter_count() > 0 && state.expires_at_ns != old_expiry_ns) {
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
+  if (state.waiter_count() > 0 && holder->expires_at_ns != old_expiry_ns) {
+    push_deadline({holder->expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
   }
   return KeepOutcome::kKept;
 }
@@ -118,56 +239,109 @@ KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
 bool LockTable::expire(TimeNs now, std::string_view key, Token token,
                        std::vector<Delivery>& out) {
   auto it = keys_.find(key);
-  if (it == keys_.end() || it->second.token != token || it->second.expires_at_ns > now) {
-    return false;
-  }
+  if (it == keys_.end()) return false;
+  const Holder* holder = it->second.holder_with(token);
+  if (holder == nullptr || holder->expires_at_ns > now) return false;
+  remove_holder(it->second, token);
   ++stats_.expirations;
-  hand_off_or_delete(it, now, HandoffCause::kExpiry, out);
+  settle(it, now, HandoffCause::kExpiry, out);
   return true;
 }
 
-void LockTable::hand_off_or_delete(KeyMap::iterator it, TimeNs now, HandoffCause cause,
-                                   std::vector<Delivery>& out) {
+void LockTable::settle(KeyMap::iterator it, TimeNs now, HandoffCause cause,
+                       std::vector<Delivery>& out) {
   KeyState& state = it->second;
-  if (state.waiter_count() == 0) {
-    keys_.erase(it);
+  if (state.waiter_count() > 0) {
+    // Holders whose lease has ended do not count (§5b); they are replaced.
+    drop_expired_holders(state, now);
+    KeyExtra& x = *state.extra;
+    const std::size_t first_grant = out.size();
+    while (!x.waiters.empty() && can_grant(state, x.waiters.front())) {
+      Waiter w = std::move(x.waiters.front());
+      x.waiters.pop_front();
+      waiter_index_.erase(w.id);
+      if (w.shared) --x.queued_shared;
+      const Token token = w.shared ? grant_shared(state, w.owner, w.lease_ms, w.limit, now)
+                                   : grant_exclusive(state, w.owner, w.lease_ms, now);
+      switch (cause) {
+        case HandoffCause::kRelease: ++stats_.handoffs_release; break;
+        case HandoffCause::kExpiry: ++stats_.handoffs_expiry; break;
+        case HandoffCause::kQueue: ++stats_.handoffs_queue; break;
+      }
+      out.push_back(Delivery{w.client, w.id, DeliveryKind::kGranted, token, std::move(w.owner),
+                             std::string(it->first.view()), w.shared});
+    }
+    if (x.waiters.empty()) {
+      drop_empty_queue(state);
+    } else {
+      for (std::size_t i = first_grant; i < out.size(); ++i) {
+        const Holder* h = state.holder_with(out[i].token);
+        push_deadline({h->expires_at_ns, Deadline::Kind::kLease, out[i].token, out[i].key});
+      }
+    }
+  }
+  if (state.holder_count() == 0) {
+    // Nobody holds it and (the front being grantable to anyone) nobody waits.
+    LOCKD_CHECK(state.waiter_count() == 0);
+    erase_key(it);
     return;
   }
-  Waiter w = std::move(state.waiters->front());
-  state.waiters->pop_front();
-  waiter_index_.erase(w.id);
-  const Token token = grant(state, w.owner, w.lease_ms, now);
-  if (cause == HandoffCause::kRelease) {
-    ++stats_.handoffs_release;
-  } else {
-    ++stats_.handoffs_expiry;
+  drop_extra_if_unused(state);
+}
+
+void LockTable::erase_key(KeyMap::iterator it) {
+  if (it->second.shared()) {
+    --shared_keys_;
+    shared_holders_ -= it->second.extra->holders.size();
   }
-  if (state.waiters->empty()) {
-    drop_empty_queue(state);
-  } else {
-    push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
-  }
-  out.push_back(
-      Delivery{w.client, w.id, DeliveryKind::kGranted, token, std::move(w.owner),
-               std::string(it->first.view())});
+  keys_.erase(it);
 }
 
 void LockTable::drop_empty_queue(KeyState& state) {
-  LOCKD_CHECK(state.waiters && state.waiters->empty());
-  state.waiters.reset();
+  LOCKD_CHECK(state.extra && state.extra->waiters.empty());
+  LOCKD_CHECK(state.extra->queued_shared == 0);
   LOCKD_CHECK(keys_with_waiters_ > 0);
   --keys_with_waiters_;
 }
 
-bool LockTable::cancel_waiter(WaiterId id) {
-  auto ref = waiter_index_.find(id);
-  if (ref == waiter_index_.end()) return false;
+void LockTable::unlink_waiter(std::unordered_map<WaiterId, WaiterRef>::iterator ref) {
   KeyState& state = ref->second.entry->second;
-  state.waiters->erase(ref->second.it);
+  KeyExtra& x = *state.extra;
+  if (ref->second.it->shared) --x.queued_shared;
+  x.waiters.erase(ref->second.it);
   waiter_index_.erase(ref);
-  ++stats_.waiters_cancelled;
-  if (state.waiters->empty()) drop_empty_queue(state);
-  return true;
+  if (x.waiters.empty()) {
+    drop_empty_queue(state);
+    drop_extra_if_unused(state);
+  }
+}
+
+bool LockTable::cancel_waiter(TimeNs now, WaiterId id, std::vector<Delivery>& out) {
+  return cancel_waiters(now, std::span<const WaiterId>(&id, 1), out) == 1;
+}
+
+std::size_t LockTable::cancel_waiters(TimeNs now, std::span<const WaiterId> ids,
+                                      std::vector<Delivery>& out) {
+  std::size_t cancelled = 0;
+  std::vector<std::string> fronts;  // keys whose front left
+  for (const WaiterId id : ids) {
+    auto ref = waiter_index_.find(id);
+    if (ref == waiter_index_.end()) continue;
+    KeyMap::value_type* entry = ref->second.entry;
+    if (ref->second.it == entry->second.extra->waiters.begin()) fronts.emplace_back(entry->first.view());
+    unlink_waiter(ref);
+    ++stats_.waiters_cancelled;
+    ++cancelled;
+  }
+  // The new front may be grantable now (readers queued behind a writer
+  // that left).
+  for (const std::string& key : fronts) {
+    auto it = keys_.find(key);
+    if (it != keys_.end() && it->second.waiter_count() > 0) {
+      settle(it, now, HandoffCause::kQueue, out);
+    }
+  }
+  return cancelled;
 }
 
 void LockTable::set_next_token(Token next) {
@@ -179,7 +353,10 @@ std::size_t LockTable::cancel_all_waiters() {
   std::vector<WaiterId> ids;
   ids.reserve(waiter_index_.size());
   for (const auto& [id, ref] : waiter_index_) ids.push_back(id);
-  for (const WaiterId id : ids) cancel_waiter(id);
+  for (const WaiterId id : ids) {
+    unlink_waiter(waiter_index_.find(id));
+    ++stats_.waiters_cancelled;
+  }
   return ids.size();
 }
 
@@ -193,10 +370,11 @@ bool LockTable::deadline_is_live(const Deadline& d) const {
   switch (d.kind) {
     case Deadline::Kind::kLease: {
       auto it = keys_.find(d.key);
+      if (it == keys_.end() || it->second.waiter_count() == 0) return false;
       // The token alone is not enough: a keep moves the expiry of the same
       // token, leaving its earlier entries behind.
-      return it != keys_.end() && it->second.token == d.id && it->second.waiter_count() > 0 &&
-             it->second.expires_at_ns == d.at_ns;
+      const Holder* h = it->second.holder_with(d.id);
+      return h != nullptr && h->expires_at_ns == d.at_ns;
     }
     case Deadline::Kind::kWait: {
       auto it = waiter_index_.find(d.id);
@@ -207,16 +385,20 @@ bool LockTable::deadline_is_live(const Deadline& d) const {
 }
 
 void LockTable::compact_deadlines_if_needed() {
-  const std::size_t live = waiter_index_.size() + keys_with_waiters_;
+  // At most one live entry per waiter and per holder of a key with
+  // waiters (shared holders over-counted: all of them, not only those on
+  // keys with waiters, which is a bound all the same).
+  const std::size_t live = waiter_index_.size() + keys_with_waiters_ + shared_holders_;
   if (deadlines_.size() <= kDeadlineSlackFactor * live + kDeadlineSlackFloor) return;
   // Stale entries go, and so do copies of a live lease entry (a key whose
   // queue emptied and refilled under the same holder, or whose keeps moved
   // its expiry back to an earlier value, can have several identical live
   // entries), so a compaction leaves at most `live` entries.
-  std::unordered_set<std::string_view> armed;  // views into keys_, which stay put
+  std::set<std::pair<std::string_view, Token>> armed;  // views into keys_, which stay put
   std::erase_if(deadlines_, [this, &armed](const Deadline& d) {
     if (!deadline_is_live(d)) return true;
-    return d.kind == Deadline::Kind::kLease && !armed.insert(keys_.find(d.key)->first.view()).second;
+    return d.kind == Deadline::Kind::kLease &&
+           !armed.insert({keys_.find(d.key)->first.view(), d.id}).second;
   });
   std::make_heap(deadlines_.begin(), deadlines_.end(), DeadlineLater{});
 }
@@ -230,23 +412,27 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
     switch (d.kind) {
       case Deadline::Kind::kLease: {
         auto it = keys_.find(d.key);
-        // A live lease entry means the key exists, has waiters, this token
-        // and this very expiry, so the lease has run out.
-        LOCKD_CHECK(it != keys_.end() && it->second.expires_at_ns <= now);
+        // A live lease entry means the key exists, has waiters and a holder
+        // with this token and this very expiry, so the lease has run out.
+        LOCKD_CHECK(it != keys_.end() && it->second.holder_with(d.id)->expires_at_ns <= now);
+        remove_holder(it->second, d.id);
         ++stats_.expirations;
-        hand_off_or_delete(it, now, HandoffCause::kExpiry, out);
+        settle(it, now, HandoffCause::kExpiry, out);
         break;
       }
       case Deadline::Kind::kWait: {
         auto ref = waiter_index_.find(d.id);
         KeyMap::value_type* entry = ref->second.entry;
-        Waiter w = std::move(*ref->second.it);
-        entry->second.waiters->erase(ref->second.it);
-        waiter_index_.erase(ref);
+        const bool was_front = ref->second.it == entry->second.extra->waiters.begin();
+        Waiter w = *ref->second.it;
+        unlink_waiter(ref);
         ++stats_.wait_timeouts;
-        if (entry->second.waiters->empty()) drop_empty_queue(entry->second);
         out.push_back(Delivery{w.client, w.id, DeliveryKind::kTimedOut, 0, std::move(w.owner),
-                               std::string(entry->first.view())});
+                               std::string(entry->first.view()), w.shared});
+        // The front left: whoever is behind it may be grantable now.
+        if (was_front && entry->second.waiter_count() > 0) {
+          settle(keys_.find(entry->first.view()), now, HandoffCause::kQueue, out);
+        }
         break;
       }
     }
@@ -272,16 +458,25 @@ bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& fre
   sweep_scratch_.clear();
   for (std::size_t b = sweep_cursor_; b < end; ++b) {
     for (auto it = keys_.cbegin(b); it != keys_.cend(b); ++it) {
-      if (it->second.expires_at_ns <= now && it->second.waiter_count() == 0) {
+      const KeyState& s = it->second;
+      if (s.waiter_count() != 0) continue;  // its deadlines hand it off
+      if (s.shared() ? live_shared(s, now) < s.holder_count() : s.expires_at_ns <= now) {
         sweep_scratch_.push_back(it->first.view());
       }
     }
   }
   // Each view points into its own node, which only its own erase frees.
-  for (const std::string_view key : sweep_scratch_) keys_.erase(keys_.find(key));
-  freed += sweep_scratch_.size();
-  stats_.swept_keys += sweep_scratch_.size();
-  stats_.expirations += sweep_scratch_.size();
+  std::size_t erased = 0;
+  for (const std::string_view key : sweep_scratch_) {
+    auto it = keys_.find(key);
+    drop_expired_holders(it->second, now);  // per holder: a shared key may keep some
+    if (it->second.holder_count() == 0) {
+      erase_key(it);
+      ++erased;
+    }
+  }
+  freed += erased;
+  stats_.swept_keys += erased;
   sweep_cursor_ = end;
   if (end < buckets) return false;
   sweep_cursor_ = 0;
@@ -307,31 +502,66 @@ void LockTable::check_invariants() const {
   LOCKD_CHECK(waiter_index_.size() <= invariant_limits_.max_waiters);
   std::size_t waiters = 0;
   std::size_t with_waiters = 0;
+  std::size_t shared_keys = 0;
+  std::size_t shared_holders = 0;
+  std::size_t armed_wanted = 0;
   for (const auto& [key, state] : keys_) {
-    LOCKD_CHECK(state.token > 0 && state.token < next_token_);
-    LOCKD_CHECK(!state.owner.empty());
-    if (state.waiters) {
-      LOCKD_CHECK(!state.waiters->empty());  // empty queues are dropped
-      LOCKD_CHECK(state.waiters->size() <= invariant_limits_.max_waiters_per_key);
+    // Every key has a holder; an exclusive key exactly one, a shared one
+    // only `S` holders (its own slot empty), oldest first.
+    LOCKD_CHECK(state.holder_count() >= 1);
+    if (state.shared()) {
+      ++shared_keys;
+      shared_holders += state.extra->holders.size();
+      LOCKD_CHECK(state.token == 0 && state.owner.empty());
+      for (const auto& [t, h] : state.extra->holders) {
+        LOCKD_CHECK(t == h.token && t > 0 && t < next_token_ && !h.owner.empty());
+      }
+    } else {
+      LOCKD_CHECK(state.token > 0 && state.token < next_token_);
+      LOCKD_CHECK(!state.owner.empty());
+      if (state.extra) LOCKD_CHECK(state.extra->holders.empty());
+    }
+    if (state.extra) {
+      // Allocated only while needed.
+      LOCKD_CHECK(state.extra->shared || !state.extra->waiters.empty());
+    }
+    if (state.waiter_count() > 0) {
+      const KeyExtra& x = *state.extra;
+      LOCKD_CHECK(x.waiters.size() <= invariant_limits_.max_waiters_per_key);
       ++with_waiters;
-      for (const Waiter& w : *state.waiters) {
+      armed_wanted += state.holder_count();
+      // Hand-off ran as far as it could: the front cannot be granted by
+      // the holders still registered (§5b).
+      LOCKD_CHECK(!can_grant(state, x.waiters.front()));
+      std::uint32_t queued_shared = 0;
+      for (const Waiter& w : x.waiters) {
         auto ref = waiter_index_.find(w.id);
         LOCKD_CHECK(ref != waiter_index_.end());
         LOCKD_CHECK(ref->second.entry->first == key);
         LOCKD_CHECK(&*ref->second.it == &w);
+        if (w.shared) {
+          ++queued_shared;
+          LOCKD_CHECK(w.limit == x.limit);  // one limit per key (§5b)
+        }
         ++waiters;
       }
+      LOCKD_CHECK(queued_shared == x.queued_shared);
     }
   }
   LOCKD_CHECK(waiters == waiter_index_.size());
   LOCKD_CHECK(with_waiters == keys_with_waiters_);
-  // Every key with waiters has a live lease entry at its current expiry:
-  // otherwise its hand-off would wait for a later entry, or never come.
-  std::unordered_set<std::string_view> armed;
+  LOCKD_CHECK(shared_keys == shared_keys_);
+  LOCKD_CHECK(shared_holders == shared_holders_);
+  // Every holder of a key with waiters has a live lease entry at its
+  // current expiry: otherwise its hand-off would wait for a later entry,
+  // or never come.
+  std::set<std::pair<std::string_view, Token>> armed;
   for (const Deadline& d : deadlines_) {
-    if (d.kind == Deadline::Kind::kLease && deadline_is_live(d)) armed.insert(d.key);
+    if (d.kind == Deadline::Kind::kLease && deadline_is_live(d)) {
+      armed.insert({keys_.find(d.key)->first.view(), d.id});
+    }
   }
-  LOCKD_CHECK(armed.size() == keys_with_waiters_);
+  LOCKD_CHECK(armed.size() == armed_wanted);
 }
 
 }  // namespace lockd::locks

@@ -2,6 +2,7 @@
 #include "lockd/locks/lock_table_snapshot.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
 #include "lockd/common/byte_io.h"
@@ -21,29 +22,57 @@ constexpr std::size_t kMaxField = 1u << 20;
 }  // namespace
 
 struct SnapshotAccess {
+  // Version 1 has no room for shared keys or `S` waiters; a table without
+  // either is still written as version 1, so that a node of an older build
+  // can load it (a rolling upgrade never meets a version-2 snapshot before
+  // the first `S`).
+  static bool needs_v2(const LockTable& t) {
+    if (t.shared_keys_ > 0) return true;
+    for (const auto& [id, ref] : t.waiter_index_) {
+      if (ref.it->shared) return true;
+    }
+    return false;
+  }
+
   static std::string serialize(const LockTable& t, std::string_view app_header) {
     std::string out;
     // ~ key + owner + 40 bytes per key; reserve to avoid regrowth copies.
     out.reserve(64 + app_header.size() + t.keys_.size() * 96 + t.deadlines_.size() * 32);
     ByteWriter w(out);
-    w.u8(kTableSnapshotVersion);
+    const bool v2 = needs_v2(t);
+    w.u8(v2 ? kTableSnapshotVersion : 1);
     w.bytes(app_header);
     w.u64(t.next_token_);
     w.u64(t.keys_.size());
+    auto put_holder = [&w](const Holder& h) {
+      w.bytes(h.owner);
+      w.u64(h.token);
+      w.u64(static_cast<std::uint64_t>(h.expires_at_ns));
+      w.u64(h.lease_ms);
+    };
     for (const auto& [key, s] : t.keys_) {
       w.bytes(key.view());
-      w.bytes(s.owner);
-      w.u64(s.token);
-      w.u64(static_cast<std::uint64_t>(s.expires_at_ns));
-      w.u64(s.lease_ms);
+      if (v2) {
+        w.u8(s.shared() ? 1 : 0);
+        const bool has_limit = s.shared() || (s.extra && s.extra->queued_shared > 0);
+        w.u32(has_limit ? s.limit() : 0);
+        w.u32(static_cast<std::uint32_t>(s.holder_count()));
+        s.for_each_holder(put_holder);
+      } else {
+        put_holder(s);
+      }
       w.u32(static_cast<std::uint32_t>(s.waiter_count()));
-      if (s.waiters) {
-        for (const Waiter& wt : *s.waiters) {
+      if (const std::list<Waiter>* waiters = s.waiters()) {
+        for (const Waiter& wt : *waiters) {
           w.u64(wt.id);
           w.u64(wt.client);
           w.bytes(wt.owner);
           w.u64(wt.lease_ms);
           w.u64(static_cast<std::uint64_t>(wt.wait_deadline_ns));
+          if (v2) {
+            w.u8(wt.shared ? 1 : 0);
+            w.u32(wt.limit);
+          }
         }
       }
     }
@@ -65,6 +94,8 @@ struct SnapshotAccess {
       t.waiter_index_.clear();
       t.deadlines_.clear();
       t.keys_with_waiters_ = 0;
+      t.shared_keys_ = 0;
+      t.shared_holders_ = 0;
       return false;
     }
     return true;
@@ -82,11 +113,12 @@ struct SnapshotAccess {
     }
     Reader r(bytes.substr(0, bytes.size() - 4), Err::kOk, Err::kTruncated);
     const std::uint8_t version = r.u8();
-    if (version != kTableSnapshotVersion) {
-      error = "lock table snapshot: version " + std::to_string(version) + " is not " +
+    if (version != 1 && version != kTableSnapshotVersion) {
+      error = "lock table snapshot: version " + std::to_string(version) + " is not 1 or " +
               std::to_string(kTableSnapshotVersion);
       return false;
     }
+    const bool v2 = version == 2;
     std::string header = r.bytes(bytes.size(), Err::kTooLong);
     const Token next_token = r.u64();
     const std::uint64_t key_count = r.u64();
@@ -103,21 +135,57 @@ struct SnapshotAccess {
     if (key_count > t.limits_.max_keys) return bad("more keys than --max-keys allows");
     t.next_token_ = next_token;
     t.keys_.reserve(static_cast<std::size_t>(key_count));
+    auto get_holder = [&](Holder& h) {
+      h.owner = r.bytes(kMaxField, Err::kTooLong);
+      h.token = r.u64();
+      h.expires_at_ns = static_cast<TimeNs>(r.u64());
+      h.lease_ms = r.u64();
+      return r.ok() && !h.owner.empty() && h.token != 0 && h.token < next_token;
+    };
     for (std::uint64_t k = 0; k < key_count; ++k) {
       const std::string_view key = r.bytes_view(kMaxField, Err::kTooLong);
       KeyState s;
-      s.owner = r.bytes(kMaxField, Err::kTooLong);
-      s.token = r.u64();
-      s.expires_at_ns = static_cast<TimeNs>(r.u64());
-      s.lease_ms = r.u64();
+      bool shared = false;
+      std::uint32_t limit = 0;
+      if (v2) {
+        const std::uint8_t mode = r.u8();
+        limit = r.u32();
+        const std::uint32_t holders = r.u32();
+        if (!r.ok()) return bad("truncated key");
+        if (mode > 1 || limit > 0xFFFF) return bad("bad mode or limit of key '" + std::string(key) + "'");
+        shared = mode == 1;
+        if (holders == 0 || (!shared && holders != 1)) return bad("bad holder count of key '" + std::string(key) + "'");
+        // Each holder takes at least 28 bytes.
+        if (holders > r.remaining() / 28) return bad("holder count beyond the snapshot's size");
+        if (shared) {
+          s.extra = std::make_unique<KeyExtra>();
+          s.extra->shared = true;
+          s.extra->limit = static_cast<std::uint16_t>(limit);
+          for (std::uint32_t i = 0; i < holders; ++i) {
+            Holder h;
+            if (!get_holder(h)) return bad("bad holder of key '" + std::string(key) + "'");
+            const Token token = h.token;
+            if (!s.extra->holders.emplace(token, std::move(h)).second) return bad("duplicate holder token");
+          }
+        } else if (!get_holder(s)) {
+          return bad("bad holder of key '" + std::string(key) + "'");
+        }
+      } else if (!get_holder(s)) {
+        if (!r.ok()) return bad("truncated key");
+        return bad("bad holder of key '" + std::string(key) + "'");
+      }
       const std::uint32_t waiters = r.u32();
       if (!r.ok()) return bad("truncated key");
-      if (s.owner.empty() || s.token == 0 || s.token >= next_token) return bad("bad holder of key '" + std::string(key) + "'");
       if (waiters > t.limits_.max_waiters_per_key) return bad("more waiters on a key than allowed");
       auto [it, inserted] = t.keys_.emplace(KeyString(key), std::move(s));
       if (!inserted) return bad("duplicate key '" + std::string(key) + "'");
+      if (shared) {
+        ++t.shared_keys_;
+        t.shared_holders_ += it->second.extra->holders.size();
+      }
       if (waiters == 0) continue;
-      it->second.waiters = std::make_unique<std::list<Waiter>>();
+      if (!it->second.extra) it->second.extra = std::make_unique<KeyExtra>();
+      KeyExtra& x = *it->second.extra;
       ++t.keys_with_waiters_;
       for (std::uint32_t i = 0; i < waiters; ++i) {
         Waiter wt;
@@ -126,14 +194,30 @@ struct SnapshotAccess {
         wt.owner = r.bytes(kMaxField, Err::kTooLong);
         wt.lease_ms = r.u64();
         wt.wait_deadline_ns = static_cast<TimeNs>(r.u64());
+        if (v2) {
+          const std::uint8_t mode = r.u8();
+          const std::uint32_t wlimit = r.u32();
+          if (mode > 1 || wlimit > 0xFFFF) return bad("bad waiter mode or limit");
+          wt.shared = mode == 1;
+          wt.limit = static_cast<std::uint16_t>(wlimit);
+        }
         if (!r.ok()) return bad("truncated waiter");
         if (wt.lease_ms == 0) return bad("waiter with a zero lease");
+        if (wt.shared) {
+          if (wt.limit != limit) return bad("a shared waiter's limit is not its key's");
+          ++x.queued_shared;
+        }
         if (t.waiter_index_.size() >= t.limits_.max_waiters) return bad("more waiters than --max-waiters allows");
         const WaiterId id = wt.id;
-        it->second.waiters->push_back(std::move(wt));
-        if (!t.waiter_index_.emplace(id, LockTable::WaiterRef{&*it, std::prev(it->second.waiters->end())}).second) {
+        x.waiters.push_back(std::move(wt));
+        if (!t.waiter_index_.emplace(id, LockTable::WaiterRef{&*it, std::prev(x.waiters.end())}).second) {
           return bad("duplicate waiter id " + std::to_string(id));
         }
+      }
+      if (x.queued_shared > 0) x.limit = static_cast<std::uint16_t>(limit);
+      // The hand-off always runs as far as it can (§5b).
+      if (LockTable::can_grant(it->second, x.waiters.front())) {
+        return bad("the front waiter of key '" + std::string(key) + "' could be granted");
       }
     }
     const std::uint64_t deadline_count = r.u64();
@@ -157,17 +241,21 @@ struct SnapshotAccess {
     }
     // Every live lease and wait must have its deadline, or it would never fire.
     std::unordered_set<WaiterId> waits;
-    std::unordered_set<std::string> leases;
+    std::set<std::pair<std::string, Token>> leases;
     for (const LockTable::Deadline& d : t.deadlines_) {
       if (!t.deadline_is_live(d)) continue;
       if (d.kind == LockTable::Deadline::Kind::kWait) {
         waits.insert(d.id);
       } else {
-        leases.insert(d.key);
+        leases.insert({d.key, d.id});
       }
     }
     if (waits.size() != t.waiter_index_.size()) return bad("a waiter has no deadline");
-    if (leases.size() != t.keys_with_waiters_) return bad("a key with waiters has no lease deadline");
+    std::size_t armed_wanted = 0;
+    for (const auto& [key, s] : t.keys_) {
+      if (s.waiter_count() > 0) armed_wanted += s.holder_count();
+    }
+    if (leases.size() != armed_wanted) return bad("a holder of a key with waiters has no lease deadline");
     app_header = std::move(header);
     return true;
   }

@@ -7,9 +7,9 @@ namespace lockd::proto {
 
 namespace {
 
-// Most fields any valid request has; one more is enough to know the arity
-// is wrong.
-constexpr std::size_t kMaxFields = 5;
+// Most fields any valid request has (`S`); one more is enough to know the
+// arity is wrong.
+constexpr std::size_t kMaxFields = 6;
 
 // Splits on runs of 0x20. Returns the number of fields, capped at
 // kMaxFields + 1 ("too many"). Field ends are found with memchr: the byte
@@ -49,6 +49,7 @@ std::string_view error_code(ParseError e) {
     case ParseError::kBadLease: return "bad_lease";
     case ParseError::kBadWait: return "bad_wait";
     case ParseError::kBadToken: return "bad_token";
+    case ParseError::kBadLimit: return "bad_limit";
     case ParseError::kLineTooLong: return "line_too_long";
     case ParseError::kBadCredential: return "unauthenticated";
   }
@@ -121,6 +122,27 @@ ParseResult parse_line(std::string_view line, const ParseLimits& limits) {
     if (!visible_ascii(f[1], kMaxCredentialBytes)) return ParseError::kBadCredential;
     req.verb = Verb::kHello;
     req.credential = f[1];
+    return req;
+  }
+  if (f[0] == "S") {
+    // Owner, key, limit, then lease and wait as in `A` (§5b, §7).
+    if (n < 4 || n > 6) return ParseError::kBadArity;
+    if (!visible_ascii(f[1], kMaxOwnerBytes)) return ParseError::kBadOwner;
+    if (!visible_ascii(f[2], kMaxKeyBytes)) return ParseError::kBadKey;
+    std::uint64_t limit = 0;
+    if (!parse_u64(f[3], limit) || limit > kMaxLimit) return ParseError::kBadLimit;
+    req.verb = Verb::kShared;
+    req.owner = f[1];
+    req.key = f[2];
+    req.limit = static_cast<std::uint16_t>(limit);
+    req.lease_ms = limits.default_lease_ms;
+    if (n >= 5 && (!parse_u64(f[4], req.lease_ms) || req.lease_ms == 0 ||
+                   req.lease_ms > limits.max_lease_ms)) {
+      return ParseError::kBadLease;
+    }
+    if (n == 6 && (!parse_u64(f[5], req.wait_ms) || req.wait_ms > limits.max_wait_ms)) {
+      return ParseError::kBadWait;
+    }
     return req;
   }
   return ParseError::kUnknownCommand;

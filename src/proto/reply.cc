@@ -12,9 +12,9 @@ void append_u64(std::string& out, std::uint64_t v) {
   out.append(buf, static_cast<std::size_t>(end - buf));
 }
 
-// `<owner> <key>` for A, `<token> <key>` for R and K.
+// `<owner> <key>` for A and S, `<token> <key>` for R and K.
 void append_echo(std::string& out, const Request& req) {
-  if (req.verb == Verb::kAcquire) {
+  if (req.echoes_owner()) {
     out.append(req.owner);
   } else {
     append_u64(out, req.token);
@@ -46,6 +46,17 @@ void append_token_key(std::string& out, char verb, std::uint64_t token, std::str
 void append_acquired(std::string& out, std::uint64_t token, std::string_view owner,
                      std::string_view key) {
   out.append("A ");
+  append_u64(out, token);
+  out.push_back(' ');
+  out.append(owner);
+  out.push_back(' ');
+  out.append(key);
+  out.push_back('\n');
+}
+
+void append_shared(std::string& out, std::uint64_t token, std::string_view owner,
+                   std::string_view key) {
+  out.append("S ");
   append_u64(out, token);
   out.push_back(' ');
   out.append(owner);

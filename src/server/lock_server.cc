@@ -137,6 +137,7 @@ char acl_verb(proto::Verb v) {
     case proto::Verb::kAcquire: return 'A';
     case proto::Verb::kRelease: return 'R';
     case proto::Verb::kKeep: return 'K';
+    case proto::Verb::kShared: return 'S';
     case proto::Verb::kHello: return 'H';  // never checked against the ACL
   }
   return '?';
@@ -188,32 +189,42 @@ bool LockServer::admitted(Client& client, const proto::Request& req) {
 bool LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
   std::string& out = client.conn->out();
   if (service_ != nullptr) {
-    if (req.verb == proto::Verb::kAcquire) {
-      ++stats_.requests_acquire;
-    } else if (req.verb == proto::Verb::kKeep) {
-      ++stats_.requests_keep;
-    } else {
-      ++stats_.requests_release;
+    switch (req.verb) {
+      case proto::Verb::kAcquire: ++stats_.requests_acquire; break;
+      case proto::Verb::kShared: ++stats_.requests_shared; break;
+      case proto::Verb::kKeep: ++stats_.requests_keep; break;
+      case proto::Verb::kRelease: ++stats_.requests_release; break;
+      case proto::Verb::kHello: break;  // answered before it gets here
     }
     return service_->handle(client.conn->id(), req, now, out, stats_);
   }
-  if (req.verb == proto::Verb::kAcquire) {
-    ++stats_.requests_acquire;
+  if (req.verb == proto::Verb::kAcquire || req.verb == proto::Verb::kShared) {
+    const bool shared = req.verb == proto::Verb::kShared;
+    ++(shared ? stats_.requests_shared : stats_.requests_acquire);
     const locks::WaiterId waiter = next_waiter_id_++;
     const locks::AcquireResult r = table_.acquire(
-        now, {req.owner, req.key, req.lease_ms, req.wait_ms, client.conn->id(), waiter});
+        now, {req.owner, req.key, req.lease_ms, req.wait_ms, client.conn->id(), waiter, shared,
+              req.limit});
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
-        stats_.count(ReplyKind::kAcquired);
-        proto::append_acquired(out, r.token, req.owner, req.key);
+        stats_.count(ServerStats::granted(shared));
+        if (shared) {
+          proto::append_shared(out, r.token, req.owner, req.key);
+        } else {
+          proto::append_acquired(out, r.token, req.owner, req.key);
+        }
         break;
       case locks::AcquireOutcome::kHeld:
-        stats_.count(ReplyKind::kHeld);
+        stats_.count(ServerStats::held(shared));
         proto::append_held(out, req.owner, req.key);
         break;
       case locks::AcquireOutcome::kBusy:
-        stats_.count(ReplyKind::kBusy);
+        stats_.count(ServerStats::busy(shared));
         proto::append_busy(out, req.owner, req.key);
+        break;
+      case locks::AcquireOutcome::kLimitMismatch:
+        stats_.count(ReplyKind::kError);
+        proto::append_error_echo(out, "limit_mismatch", req);
         break;
       case locks::AcquireOutcome::kQueued:
         client.waiting.insert(waiter);
@@ -259,10 +270,14 @@ void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {
     Client& c = it->second;
     c.waiting.erase(d.waiter);
     if (d.kind == locks::DeliveryKind::kGranted) {
-      stats_.count(ReplyKind::kAcquired);
-      proto::append_acquired(c.conn->out(), d.token, d.owner, d.key);
+      stats_.count(ServerStats::granted(d.shared));
+      if (d.shared) {
+        proto::append_shared(c.conn->out(), d.token, d.owner, d.key);
+      } else {
+        proto::append_acquired(c.conn->out(), d.token, d.owner, d.key);
+      }
     } else {
-      stats_.count(ReplyKind::kHeld);
+      stats_.count(ServerStats::held(d.shared));
       proto::append_held(c.conn->out(), d.owner, d.key);
     }
     c.conn->reply_queued();
@@ -281,8 +296,17 @@ void LockServer::on_closed(net::Connection& conn) {
   }
   // A waiter belongs to its connection (§9): cancel without a reply.
   if (service_ != nullptr) service_->client_closed(conn.id());
-  for (const locks::WaiterId w : it->second.waiting) table_.cancel_waiter(w);
-  it->second.waiting.clear();
+  if (!it->second.waiting.empty()) {
+    // All of them at once, so none is handed a key on its way out; the
+    // front leaving may hand the key to waiters of other connections.
+    const std::vector<locks::WaiterId> ids(it->second.waiting.begin(), it->second.waiting.end());
+    it->second.waiting.clear();
+    // Its own vector: a close can happen inside deliver() (an output
+    // overflow), which is iterating deliveries_.
+    std::vector<locks::Delivery> handed;
+    table_.cancel_waiters(net::monotonic_now_ns(), ids, handed);
+    deliver(handed);
+  }
   closed_.push_back(conn.id());
 }
 

@@ -24,6 +24,11 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
+// The entry encoding lockd-next writes (this tree's newest + 1) and this
+// tree's newest, as text.
+const std::string kNext = std::to_string(LOCKD_NEXT_ENTRY_VERSION);
+const std::string kCurrent = std::to_string(LOCKD_NEXT_ENTRY_VERSION - 1);
+
 std::uint64_t token_of(const std::string& reply) {
   const auto f = fields(reply);
   return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
@@ -176,14 +181,15 @@ TEST(LogDecides, NodeOfARecreatedClusterIsRefused) {
   EXPECT_EQ(c.wait_leader(milliseconds(2000)), leader);
 }
 
-// The leader writes encoding 4 only once every member runs lockd-next;
+// The leader writes lockd-next's encoding only once every member runs it;
 // a node that later meets such an entry with the old binary stops with one
 // line naming the index and the version, instead of skipping it.
 TEST(LogDecides, NewEncodingOnlyOnceEveryMemberAppliesItAndAnOldNodeStopsOnIt) {
   LockdCluster c(3);
   ASSERT_TRUE(eventually([&] { return formed(c); }, milliseconds(10000)));
   ASSERT_NE(token_of(call_leader(c, "A alice k0 60000")), 0u);
-  // Two of three upgraded: still version 3 (node 3 would not apply 4).
+  // Two of three upgraded: still this tree's version (node 3 would not apply
+  // the next).
   for (int i = 1; i <= 2; ++i) {
     c.kill9(i);
     c.set_binary(i, LOCKD_NEXT_BINARY);
@@ -191,17 +197,19 @@ TEST(LogDecides, NewEncodingOnlyOnceEveryMemberAppliesItAndAnOldNodeStopsOnIt) {
     ASSERT_NE(token_of(call_leader(c, "A alice a" + std::to_string(i) + " 60000")), 0u);
   }
   for (int i = 1; i <= 2; ++i) {
-    EXPECT_FALSE(c.process(i).wait_for_line("encoding version 4", milliseconds(300)))
+    EXPECT_FALSE(c.process(i).wait_for_line("encoding version " + kNext, milliseconds(300)))
         << c.process(i).stderr_text();
   }
+  // `S` (entry version 4) works while the members run two builds.
+  EXPECT_EQ(call_leader(c, "S r1 s 0 60000").substr(0, 2), "S ");
   c.kill9(3);
   c.set_binary(3, LOCKD_NEXT_BINARY);
   c.start(3);
-  // Every member applies 4 now: the leader switches once it has heard from all.
+  // Every member applies the next now: the leader switches once it has heard from all.
   ASSERT_TRUE(eventually([&] {
     call_leader(c, "A alice b 1");
     for (int i = 1; i <= 3; ++i) {
-      if (c.process(i).wait_for_line("leader writes log entries in encoding version 4",
+      if (c.process(i).wait_for_line("leader writes log entries in encoding version " + kNext,
                                      milliseconds(50))) {
         return true;
       }
@@ -209,7 +217,8 @@ TEST(LogDecides, NewEncodingOnlyOnceEveryMemberAppliesItAndAnOldNodeStopsOnIt) {
     return false;
   }, milliseconds(10000)));
   for (int k = 0; k < 5; ++k) ASSERT_NE(token_of(call_leader(c, "A alice c" + std::to_string(k) + " 60000")), 0u);
-  // Back to the old binary on a follower: it meets a version-4 entry.
+  EXPECT_EQ(call_leader(c, "S r2 s 0 60000").substr(0, 2), "S ");
+  // Back to the old binary on a follower: it meets an entry of the next version.
   const int leader = c.wait_leader();
   const int old = leader == 3 ? 2 : 3;
   c.kill9(old);
@@ -219,7 +228,7 @@ TEST(LogDecides, NewEncodingOnlyOnceEveryMemberAppliesItAndAnOldNodeStopsOnIt) {
   ASSERT_TRUE(status.has_value()) << c.process(old).stderr_text();
   EXPECT_NE(*status, 0);
   const std::string err = c.process(old).stderr_text();
-  EXPECT_NE(err.find("has encoding version 4, this binary applies 2..3: stopping"),
+  EXPECT_NE(err.find("has encoding version " + kNext + ", this binary applies 2.." + kCurrent + ": stopping"),
             std::string::npos)
       << err;
   // One line, and it is the last: nothing applied after it.

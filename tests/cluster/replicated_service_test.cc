@@ -226,7 +226,7 @@ TEST(LockCommandCodec, NewTypesDecodeStrictly) {
   bad.key = "k";
   EXPECT_EQ(decode_lock_command(encode_lock_command(bad), back), LockCommandError::kBadField);
   std::string bytes = encode_lock_command(ls);
-  bytes[1] = 8;
+  bytes[1] = 9;
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }
 
@@ -386,6 +386,44 @@ TEST(LockStateMachine, TokensStayAboveTheFloor) {
   EXPECT_EQ(copy.apply(entry(1, i + 1, acquire(kSec, "a", "k2", 60000))).granted, floor + 3);
 }
 
+// `S` travels as its own type (9, entry version 4 and later) with the limit
+// after the common fields; every other type's bytes are as before.
+TEST(LockCommandCodec, SharedAcquireCarriesItsLimit) {
+  LockCommand c;
+  c.type = LockCommandType::kAcquireShared;
+  c.now_ns = kSec;
+  c.owner = "reader";
+  c.key = "cfg";
+  c.lease_ms = 1000;
+  c.wait_ms = 50;
+  c.client = 3;
+  c.limit = 65535;
+  LockCommand back;
+  const std::string bytes = encode_lock_command(c, kEntryVersionShared);
+  EXPECT_EQ(lock_command_version(bytes), 4);
+  ASSERT_EQ(decode_lock_command(bytes, back), LockCommandError::kOk);
+  EXPECT_EQ(back, c);
+  LockCommand plain = c;
+  plain.type = LockCommandType::kAcquire;
+  plain.limit = 0;
+  EXPECT_EQ(encode_lock_command(plain, kEntryVersionShared).size() + 4, bytes.size());
+  // A limit past 65535, or a missing one: refused.
+  std::string big = bytes;
+  big[big.size() - 2] = 1;  // 0x0001FFFF
+  EXPECT_EQ(decode_lock_command(big, back), LockCommandError::kBadField);
+  EXPECT_EQ(decode_lock_command(bytes.substr(0, bytes.size() - 1), back), LockCommandError::kTruncated);
+  // An exclusive acquire with trailing limit bytes is not an `S`.
+  EXPECT_EQ(decode_lock_command(encode_lock_command(plain, kEntryVersionShared) + std::string(4, '\0'), back),
+            LockCommandError::kTrailing);
+  // Versions 2 and 3 have no kAcquireShared: a node of those builds never
+  // takes one for something else.
+  for (char v : {2, 3}) {
+    std::string old = bytes;
+    old[0] = v;
+    EXPECT_EQ(decode_lock_command(old, back), LockCommandError::kBadType);
+  }
+}
+
 // --- the service on a one-node Raft ---
 
 class FakeReplies final : public server::ClientReplies {
@@ -410,7 +448,7 @@ class FakeReplies final : public server::ClientReplies {
 
 class Node final : public raft::ReadyHandler {
  public:
-  Node() : raft_(config(), storage_), svc_(raft_, options()) {
+  explicit Node(ReplicatedServiceOptions o = options()) : raft_(config(), storage_), svc_(raft_, std::move(o)) {
     svc_.attach(replies_);
     raft_.campaign();
     settle();
@@ -647,6 +685,30 @@ TEST(ReplicatedLockService, RefusedClockEntryBacksOff) {
   const std::uint64_t before = n.svc_.stats().proposals;
   n.svc_.on_time(n.now);
   EXPECT_EQ(n.svc_.stats().proposals, before + 1);
+}
+
+// `S` needs entry version 4: while a member's handshake says it applies
+// less (a rolling upgrade from a 1.2 build before `S`), it is not proposed
+// and gets E no_leader (not processed: the client retries), while every
+// other verb keeps working; once every member applies 4, it is.
+TEST(ReplicatedLockService, SharedIsProposedOnlyOnceEveryMemberAppliesVersionFour) {
+  std::uint16_t newest = kEntryVersionConfig;  // what "every member" applies
+  ReplicatedServiceOptions o = Node::options();
+  o.cluster_supports = [&newest](std::uint16_t v) { return v <= newest; };
+  Node n(std::move(o));
+  ASSERT_TRUE(n.svc_.serving());
+  const raft::Index before = n.raft_.last_index();
+  EXPECT_EQ(n.request(7, "S reader cfg 0 1000"), "E no_leader reader cfg\n");
+  EXPECT_EQ(n.raft_.last_index(), before);  // nothing proposed
+  EXPECT_EQ(n.request(7, "A writer k 1000"), "");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7).substr(0, 2), "A ");
+  newest = kEntryVersionShared;
+  EXPECT_EQ(n.request(7, "S reader cfg 0 1000"), "");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7).substr(0, 2), "S ");
+  ASSERT_FALSE(n.storage_.entries().empty());
+  EXPECT_EQ(lock_command_version(n.storage_.entries().back().data), kEntryVersionShared);
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         });
         break;
       case 3:
-        if (!waiters.empty()) table.cancel_waiter(waiters[in.next() % waiters.size()]);
+        if (!waiters.empty()) table.cancel_waiter(now, waiters[in.next() % waiters.size()], out);
         break;
       case 4:
         table.sweep(now);

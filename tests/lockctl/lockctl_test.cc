@@ -143,6 +143,51 @@ TEST(LockctlTest, AcquireReleaseAndTheirExitStatuses) {
   EXPECT_TRUE(jj["token"].is_number_unsigned());
 }
 
+// `acquire --shared [--limit N]` (v1.2) and `lock KEY` with several
+// holders and waiters of both modes.
+TEST(LockctlTest, SharedAcquireAndLockShowEveryHolderAndWaiterMode) {
+  Fixture f;
+  Outcome r1 = f.ctl({"acquire", "alice", "cfg", "--shared", "--limit", "2", "--lease", "60000"});
+  ASSERT_EQ(r1.status, 0) << r1.err;
+  EXPECT_EQ(fields(r1.out.substr(0, r1.out.find('\n')))[0], "S");
+  Outcome r2 = f.ctl({"--json", "acquire", "bob", "cfg", "--shared", "--limit", "2", "--lease", "60000"});
+  ASSERT_EQ(r2.status, 0) << r2.err;
+  const json j2 = json::parse(r2.out);
+  EXPECT_EQ(j2["reply"], "S");
+  EXPECT_EQ(j2["mode"], "shared");
+  EXPECT_EQ(j2["owner"], "bob");
+  const std::string bob_token = std::to_string(j2["token"].get<std::uint64_t>());
+  Outcome full = f.ctl({"acquire", "carol", "cfg", "--shared", "--limit", "2"});
+  EXPECT_EQ(full.status, 1);
+  EXPECT_EQ(full.out, "T carol cfg\n");
+  Outcome mismatch = f.ctl({"acquire", "carol", "cfg", "--shared"});
+  EXPECT_EQ(mismatch.status, 1);
+  EXPECT_EQ(mismatch.out, "E limit_mismatch carol cfg\n");
+  Outcome usage = f.ctl({"acquire", "carol", "cfg", "--limit", "2"});
+  EXPECT_EQ(usage.status, 2);
+  EXPECT_NE(usage.err.find("--limit needs --shared"), std::string::npos) << usage.err;
+  // Waiters of both modes, queued through the protocol.
+  LineClient w(f.lockd.port());
+  w.send("A writer cfg 60000 60000\nS reader cfg 2 60000 60000\nA probe cfg\n");
+  ASSERT_EQ(w.read_line(), "T probe cfg");
+  Outcome lock = f.ctl({"lock", "cfg"});
+  ASSERT_EQ(lock.status, 0) << lock.err;
+  EXPECT_NE(lock.out.find("shared (limit 2)"), std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find("alice"), std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find(bob_token), std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find("HOLDER"), std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find("writer"), std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find("exclusive"), std::string::npos) << lock.out;
+  const auto reader_row = lock.out.find("reader");
+  ASSERT_NE(reader_row, std::string::npos) << lock.out;
+  EXPECT_NE(lock.out.find("shared", reader_row), std::string::npos) << lock.out;
+  // Releasing one reader releases only it.
+  Outcome rel = f.ctl({"release", bob_token, "cfg"});
+  EXPECT_EQ(rel.status, 0);
+  Outcome again = f.ctl({"--json", "lock", "cfg"});
+  EXPECT_EQ(json::parse(again.out)["holders"].size(), 1u);
+}
+
 TEST(LockctlTest, KeepExtendsTheLeaseAndMapsRepliesToExitStatuses) {
   Fixture f;
   Outcome a = f.ctl({"acquire", "alice", "orders/42", "--lease", "1000"});

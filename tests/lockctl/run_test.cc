@@ -88,6 +88,32 @@ TEST_F(LockctlRun, PassesTheExitStatusAndTokenAndReleasesAfterwards) {
   EXPECT_TRUE(free_now(lockd.port(), "jobs/nightly"));
 }
 
+// `run --shared [--limit N]` (v1.2): two readers run side by side with a
+// reader already holding the key; a semaphore of 1 that is taken refuses.
+TEST_F(LockctlRun, SharedRunsBesideOtherReadersAndASemaphoreRefusesWhenFull) {
+  LockdProcess lockd;
+  LineClient holder(lockd.port());
+  ASSERT_EQ(fields(holder.call("S other cfg 0 60000"))[0], "S");
+  // Both commands wait for the other's file: they can only finish if they
+  // hold the key at the same time as each other (and as `other`).
+  const std::string a = "touch " + path("a") + "; while [ ! -e " + path("b") + " ]; do sleep 0.01; done";
+  const std::string b = "touch " + path("b") + "; while [ ! -e " + path("a") + " ]; do sleep 0.01; done";
+  auto ra = start(lockd.port(), {"cfg", "--shared", "--", "sh", "-c", a});
+  auto rb = start(lockd.port(), {"cfg", "--shared", "--limit", "0", "--", "sh", "-c", b});
+  EXPECT_EQ(ra->wait_exit(15s), 0) << ra->stderr_text();
+  EXPECT_EQ(rb->wait_exit(15s), 0) << rb->stderr_text();
+  // A writer is refused while `other` reads; and a semaphore of one, taken.
+  auto w = start(lockd.port(), {"cfg", "--", "touch", path("w")});
+  EXPECT_EQ(w->wait_exit(15s), 1);
+  EXPECT_FALSE(fs::exists(path("w")));
+  ASSERT_EQ(fields(holder.call("S other sem 1 60000"))[0], "S");
+  auto s = start(lockd.port(), {"sem", "--shared", "--limit", "1", "--", "touch", path("s")});
+  EXPECT_EQ(s->wait_exit(15s), 1);
+  EXPECT_FALSE(fs::exists(path("s")));
+  auto bad = start(lockd.port(), {"sem", "--limit", "1", "--", "true"});
+  EXPECT_EQ(bad->wait_exit(15s), 2);
+}
+
 TEST_F(LockctlRun, HeldElsewhereExitsOneWithoutRunningTheCommand) {
   LockdProcess lockd;
   LineClient holder(lockd.port());

@@ -192,8 +192,8 @@ TEST_F(LockTableTest, CancelledWaiterIsSkippedAndGetsNothing) {
   acquire("bob", "k", 1000, 10'000);
   const WaiterId bob = last_waiter_;
   acquire("carol", "k", 1000, 10'000);
-  EXPECT_TRUE(table_.cancel_waiter(bob));
-  EXPECT_FALSE(table_.cancel_waiter(bob));
+  EXPECT_TRUE(table_.cancel_waiter(now_, bob, out_));
+  EXPECT_FALSE(table_.cancel_waiter(now_, bob, out_));
   table_.check_invariants();
   release(held.token, "k");
   auto d = take();
@@ -269,7 +269,7 @@ TEST_F(LockTableTest, DeadlineIndexStaysBoundedUnderWaiterChurn) {
               AcquireOutcome::kQueued);
     // Every refill of the queue arms the same lease end again.
     ASSERT_LE(table_.deadline_count(), 2'000u);
-    ASSERT_TRUE(table_.cancel_waiter(w));
+    ASSERT_TRUE(table_.cancel_waiter(now_, w, out_));
   }
   table_.check_invariants();
   EXPECT_EQ(table_.waiter_count(), 0u);
@@ -511,7 +511,9 @@ TEST(LockTableDeadlines, AWaiterQueuedAsTheHeapCompactsIsStillHandedTheKey) {
     // for `a` and its wait entry both turn stale).
     for (std::size_t i = 0; i < stale; ++i, ++w) {
       ASSERT_EQ(t.acquire(now, {"x", "a", 1'000, 60'000, 2, w}).outcome, AcquireOutcome::kQueued);
-      ASSERT_TRUE(t.cancel_waiter(w));
+      std::vector<Delivery> none;
+      ASSERT_TRUE(t.cancel_waiter(now, w, none));
+      ASSERT_TRUE(none.empty());
     }
     const WaiterId last = w;
     ASSERT_EQ(t.acquire(now, {"y", "b", 1'000, 60'000, 3, last}).outcome, AcquireOutcome::kQueued);

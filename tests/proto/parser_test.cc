@@ -219,6 +219,65 @@ TEST(ParserTest, KeepFieldsAreCheckedTokenKeyLease) {
   EXPECT_EQ(request_of("K 5 100 200").key, "100");
 }
 
+// --- `S` (v1.2, §3, §5b, §7) ---
+
+TEST(ParserTest, SharedWithDefaults) {
+  Request r = request_of("S reader cfg/main 0");
+  EXPECT_EQ(r.verb, Verb::kShared);
+  EXPECT_EQ(r.owner, "reader");
+  EXPECT_EQ(r.key, "cfg/main");
+  EXPECT_EQ(r.limit, 0u);
+  EXPECT_EQ(r.lease_ms, 30'000u);
+  EXPECT_EQ(r.wait_ms, 0u);
+  EXPECT_TRUE(r.echoes_owner());
+}
+
+TEST(ParserTest, SharedWithLimitLeaseAndWait) {
+  Request r = request_of("  S  w pool 8 5000 250 \r");
+  EXPECT_EQ(r.limit, 8u);
+  EXPECT_EQ(r.lease_ms, 5000u);
+  EXPECT_EQ(r.wait_ms, 250u);
+}
+
+TEST(ParserTest, SharedArityIsThreeToFiveFields) {
+  EXPECT_EQ(error_of("S"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("S o"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("S o k"), ParseError::kBadArity);  // the limit is required
+  EXPECT_EQ(error_of("S o k 1 2 3 4"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("S o k 1 2 3 4 5 6 7"), ParseError::kBadArity);
+}
+
+TEST(ParserTest, SharedLimitRange) {
+  EXPECT_EQ(request_of("S o k 65535").limit, 65535u);
+  EXPECT_EQ(request_of("S o k 00007").limit, 7u);
+  EXPECT_EQ(error_of("S o k 65536"), ParseError::kBadLimit);
+  EXPECT_EQ(error_of("S o k -1"), ParseError::kBadLimit);
+  EXPECT_EQ(error_of("S o k +1"), ParseError::kBadLimit);
+  EXPECT_EQ(error_of("S o k x"), ParseError::kBadLimit);
+  EXPECT_EQ(error_of("S o k 18446744073709551616"), ParseError::kBadLimit);
+}
+
+TEST(ParserTest, SharedLeaseAndWaitUseTheAcquireBounds) {
+  EXPECT_EQ(error_of("S o k 0 0"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("S o k 0 3600001"), ParseError::kBadLease);
+  EXPECT_EQ(request_of("S o k 0 3600000 300000").wait_ms, 300'000u);
+  EXPECT_EQ(error_of("S o k 0 1 300001"), ParseError::kBadWait);
+}
+
+TEST(ParserTest, SharedFieldsAreCheckedOwnerKeyLimitLeaseWait) {
+  const std::string long_owner(65, 'o');
+  EXPECT_EQ(error_of("S " + long_owner + " \x01 x 0 x"), ParseError::kBadOwner);
+  EXPECT_EQ(error_of("S o \x01 x 0 x"), ParseError::kBadKey);
+  EXPECT_EQ(error_of("S o k x 0 x"), ParseError::kBadLimit);
+  EXPECT_EQ(error_of("S o k 1 0 x"), ParseError::kBadLease);
+  EXPECT_EQ(error_of("S o k 1 1 x"), ParseError::kBadWait);
+  EXPECT_EQ(error_code(ParseError::kBadLimit), "bad_limit");
+}
+
+TEST(ParserTest, SharedVerbIsUpperCaseOnly) {
+  EXPECT_EQ(error_of("s o k 0"), ParseError::kUnknownCommand);
+}
+
 }  // namespace
 }  // namespace lockd::proto
 

@@ -79,6 +79,7 @@ TEST(AuthTest, TokenAuthentication) {
   EXPECT_EQ(c.call("A alice k1 60000"), "E unauthenticated alice k1");
   EXPECT_EQ(c.call("R 12 k1"), "E unauthenticated 12 k1");
   EXPECT_EQ(c.call("K 12 k1 1000"), "E unauthenticated 12 k1");
+  EXPECT_EQ(c.call("S alice k1 0 60000"), "E unauthenticated alice k1");
   EXPECT_EQ(c.call("A alice"), "E bad_arity");  // malformed lines still get their error
   EXPECT_EQ(c.call("H billing-token"), "H billing");
   const std::string t = token_of(c.call("A alice k1 60000"));
@@ -125,6 +126,17 @@ TEST(AuthTest, AclRows) {
   EXPECT_EQ(alice.call("A a orders/1 60000"), "E forbidden a orders/1");
   EXPECT_EQ(ops.call("A o2 orders/1 1000 0"), "T o2 orders/1");  // still held by ops
   EXPECT_EQ(ops.call("R " + ot + " orders/1"), "R " + ot + " orders/1");
+  // S is its own verb in the ACL (§11): granted with "S", never implied by
+  // "A". billing's rule has it; the "*" rule (A, R) and ops' (A, R, K) do not.
+  const auto st = fields(billing.call("S b billing/cfg 0 60000"));
+  ASSERT_EQ(st.size(), 4u);
+  EXPECT_EQ(st[0], "S");
+  EXPECT_EQ(billing.call("R " + st[1] + " billing/cfg"), "R " + st[1] + " billing/cfg");
+  EXPECT_EQ(alice.call("S a shared/y 0 60000"), "E forbidden a shared/y");
+  EXPECT_EQ(ops.call("S o orders/2 3 60000"), "E forbidden o orders/2");
+  EXPECT_EQ(billing.call("S b orders/2 3 60000"), "E forbidden b orders/2");
+  // Nothing was registered by the refused ones.
+  EXPECT_EQ(fields(ops.call("A o orders/2 60000 0"))[0], "A");
 }
 
 TEST(AuthTest, CertificateOrTokenWithAuthAny) {

@@ -54,7 +54,10 @@ class Runner {
         const std::uint64_t lease = 1 + c.a % 50;
         const std::uint64_t wait = c.b % 3 == 0 ? 0 : c.c % 100;
         const WaiterId w = next_waiter++;
-        const auto r = t_.acquire(now, {"o" + std::to_string(c.d % 3), key, lease, wait, c.d, w});
+        // One in three is an `S` (v1.2), with limit 0, 1 or 2.
+        const bool shared = c.d % 3 == 2;
+        const auto limit = static_cast<std::uint16_t>(c.a % 3);
+        const auto r = t_.acquire(now, {"o" + std::to_string(c.d % 3), key, lease, wait, c.d, w, shared, limit});
         o << "acquire " << static_cast<int>(r.outcome) << " " << r.token;
         if (r.outcome == AcquireOutcome::kGranted) tokens.push_back(r.token);
         if (r.outcome == AcquireOutcome::kQueued) waiters.push_back(w);
@@ -71,14 +74,14 @@ class Runner {
         o << "advance";
         break;
       case 3:
-        if (!waiters.empty()) o << "cancel " << t_.cancel_waiter(waiters[c.a % waiters.size()]);
+        if (!waiters.empty()) o << "cancel " << t_.cancel_waiter(now, waiters[c.a % waiters.size()], out);
         break;
       case 4:
         o << "sweep " << t_.sweep(now);
         break;
       case 5: {
         const KeyState* s = t_.find(key);
-        if (s != nullptr) o << "expire " << t_.expire(now, key, s->token, out);
+        if (s != nullptr) o << "expire " << t_.expire(now, key, s->oldest().token, out);
         break;
       }
       case 6: {  // keep (K): moves a live lease's expiry, earlier or later
@@ -89,7 +92,7 @@ class Runner {
     }
     for (const Delivery& d : out) {
       o << " | delivery " << d.client << " " << d.waiter << " " << static_cast<int>(d.kind) << " " << d.token
-        << " " << d.owner << " " << d.key;
+        << " " << d.owner << " " << d.key << " " << d.shared;
       if (d.kind == DeliveryKind::kGranted) tokens.push_back(d.token);
     }
     t_.check_invariants();
@@ -103,11 +106,14 @@ class Runner {
     std::map<std::string, std::string> keys;
     t_.for_each([&](std::string_view k, const KeyState& s) {
       std::ostringstream o;
-      o << s.owner << "/" << s.token << "/" << s.expires_at_ns << "/" << s.lease_ms;
-      if (s.waiters) {
-        for (const Waiter& w : *s.waiters) {
+      o << (s.shared() ? "shared/" : "exclusive/") << s.limit();
+      s.for_each_holder([&](const Holder& h) {
+        o << " " << h.owner << "/" << h.token << "/" << h.expires_at_ns << "/" << h.lease_ms;
+      });
+      if (const std::list<Waiter>* queue = s.waiters()) {
+        for (const Waiter& w : *queue) {
           o << " [" << w.id << " " << w.client << " " << w.owner << " " << w.lease_ms << " " << w.wait_deadline_ns
-            << "]";
+            << " " << w.shared << " " << w.limit << "]";
         }
       }
       keys[std::string(k)] = o.str();
@@ -129,6 +135,8 @@ TEST(LockTableSnapshot, RestoredTableBehavesExactlyLikeTheOriginal) {
   constexpr std::uint64_t kSeeds = 120;
 #endif
   std::size_t cuts_with_waiters = 0;
+  std::size_t cuts_with_shared = 0;
+  std::size_t cuts_with_many_readers = 0;
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     const std::vector<Command> history = random_history(seed, 400);
     for (std::size_t cut : {0ul, 1ul, 17ul, 100ul, 250ul}) {
@@ -136,6 +144,10 @@ TEST(LockTableSnapshot, RestoredTableBehavesExactlyLikeTheOriginal) {
       Runner a(original);
       for (std::size_t i = 0; i < cut; ++i) a.apply(history[i]);
       if (original.waiter_count() > 0) ++cuts_with_waiters;
+      bool any_shared = false;
+      original.for_each([&](std::string_view, const KeyState& s) { any_shared = any_shared || s.shared(); });
+      if (any_shared) ++cuts_with_shared;
+      if (original.holder_count() > original.key_count()) ++cuts_with_many_readers;
       const std::string bytes = serialize(original, "app header " + std::to_string(seed));
       LockTable restored(kLimits, 1);
       std::string header, error;
@@ -155,6 +167,33 @@ TEST(LockTableSnapshot, RestoredTableBehavesExactlyLikeTheOriginal) {
   }
   // The histories must reach the interesting states (queues at the cut).
   EXPECT_GT(cuts_with_waiters, kSeeds * 5 / 6);  // of 5 cuts per seed
+  EXPECT_GT(cuts_with_shared, kSeeds * 5 / 3);
+  EXPECT_GT(cuts_with_many_readers, kSeeds / 24);  // keys with several shared holders
+}
+
+// A table with nothing shared is written as version 1, which a v1.1 node
+// reads; a shared key makes it version 2. Both load.
+TEST(LockTableSnapshot, VersionOneUnlessSomethingIsShared) {
+  LockTable t(kLimits, 100);
+  ASSERT_EQ(t.acquire(5, {"a", "x", 1000, 0, 1, 1}).outcome, AcquireOutcome::kGranted);
+  ASSERT_EQ(t.acquire(5, {"b", "x", 1000, 50, 1, 2}).outcome, AcquireOutcome::kQueued);
+  std::string bytes = serialize(t);
+  EXPECT_EQ(bytes[0], 1);
+  // A queued `S` alone needs version 2.
+  ASSERT_EQ(t.acquire(5, {"c", "x", 1000, 50, 1, 3, true, 4}).outcome, AcquireOutcome::kQueued);
+  EXPECT_EQ(serialize(t)[0], 2);
+  ASSERT_EQ(t.acquire(5, {"r", "y", 1000, 0, 1, 4, true, 0}).outcome, AcquireOutcome::kGranted);
+  ASSERT_EQ(t.acquire(5, {"r2", "y", 1000, 0, 1, 5, true, 0}).outcome, AcquireOutcome::kGranted);
+  bytes = serialize(t);
+  EXPECT_EQ(bytes[0], 2);
+  LockTable r(kLimits, 1);
+  std::string header, error;
+  ASSERT_TRUE(restore(bytes, r, header, error)) << error;
+  r.check_invariants();
+  EXPECT_EQ(r.holder_count(), 3u);
+  EXPECT_TRUE(r.find("y")->shared());
+  EXPECT_EQ(r.find("x")->limit(), 4);
+  EXPECT_TRUE(r.find("x")->waiters()->back().shared);
 }
 
 TEST(LockTableSnapshot, EmptyTableRoundTripsItsTokenCounter) {

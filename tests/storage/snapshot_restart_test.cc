@@ -45,14 +45,14 @@ struct Machine {
                             b(3) % 3 == 0 ? 0u : b(4) % 300u, b(5), next_waiter++});
         break;
       case 1:
-        if (const locks::KeyState* s = table.find(key)) table.release(now, s->token, key, out);
+        if (const locks::KeyState* s = table.find(key)) table.release(now, s->oldest().token, key, out);
         break;
       case 2:
         now += static_cast<TimeNs>(b(2) % 20) * kNsPerMs;
         table.advance(now, out);
         break;
       case 3:
-        table.cancel_waiter(1 + b(2) % next_waiter);
+        table.cancel_waiter(now, 1 + b(2) % next_waiter, out);
         break;
       case 4:
         table.sweep(now);
@@ -86,9 +86,12 @@ struct Machine {
     std::map<std::string, std::string> keys;
     table.for_each([&](std::string_view k, const locks::KeyState& s) {
       std::ostringstream o;
-      o << s.owner << "/" << s.token << "/" << s.expires_at_ns << "/" << s.lease_ms;
-      if (s.waiters) {
-        for (const locks::Waiter& w : *s.waiters) o << " [" << w.id << " " << w.client << " " << w.wait_deadline_ns << "]";
+      o << s.shared() << "/" << s.limit();
+      s.for_each_holder([&](const locks::Holder& h) {
+        o << " " << h.owner << "/" << h.token << "/" << h.expires_at_ns << "/" << h.lease_ms;
+      });
+      if (const auto* waiters = s.waiters()) {
+        for (const locks::Waiter& w : *waiters) o << " [" << w.id << " " << w.client << " " << w.wait_deadline_ns << " " << w.shared << "]";
       }
       keys[std::string(k)] = o.str();
     });

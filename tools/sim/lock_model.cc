@@ -92,6 +92,8 @@ std::string LockModel::apply(const cluster::LockCommand& c, std::uint64_t index,
     case cluster::LockCommandType::kClock:
     case cluster::LockCommandType::kConfig:
       return "unreachable";  // handled above
+    case cluster::LockCommandType::kAcquireShared:
+      return "unmodelled";  // the simulator proposes no `S` yet
     case cluster::LockCommandType::kCancelWaiter: {
       // §9: a waiter whose connection closed leaves its queue, no reply.
       for (auto& [key, k] : keys_) {

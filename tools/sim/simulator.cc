@@ -438,11 +438,13 @@ class Simulation {
     } else {
       switch (c.type) {
         case T::kAcquire:
+        case T::kAcquireShared:
           switch (r.acquire) {
             case locks::AcquireOutcome::kGranted: canonical = "granted " + std::to_string(r.granted); break;
             case locks::AcquireOutcome::kHeld: canonical = "held"; break;
             case locks::AcquireOutcome::kQueued: canonical = "queued"; break;
             case locks::AcquireOutcome::kBusy: canonical = "busy"; break;
+            case locks::AcquireOutcome::kLimitMismatch: canonical = "limit-mismatch"; break;
           }
           break;
         case T::kRelease: canonical = r.changed ? "released" : "not-released"; break;
@@ -517,8 +519,8 @@ class Simulation {
       };
       std::string got = row(k->owner, k->token, k->expires_at_ns);
       std::string want = row(m.owner, m.token, m.expires_ns);
-      if (k->waiters) {
-        for (const locks::Waiter& w : *k->waiters) {
+      if (const auto* waiters = k->waiters()) {
+        for (const locks::Waiter& w : *waiters) {
           got += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
                  std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
         }
@@ -1238,9 +1240,9 @@ class Simulation {
       // one still queued, sometimes any index (gone, or never a waiter).
       c.type = cluster::LockCommandType::kCancelWaiter;
       c.waiter = rng_.range(1, std::max<Index>(1, target->raft->last_index()));
-      if (ks->waiters && !ks->waiters->empty() && rng_.chance(0.8)) {
-        auto w = ks->waiters->begin();
-        std::advance(w, static_cast<std::ptrdiff_t>(rng_.below(ks->waiters->size())));
+      if (ks->waiters() != nullptr && rng_.chance(0.8)) {
+        auto w = ks->waiters()->begin();
+        std::advance(w, static_cast<std::ptrdiff_t>(rng_.below(ks->waiters()->size())));
         c.waiter = w->id;
       }
     }
@@ -1448,8 +1450,8 @@ class Simulation {
     t.for_each([&](std::string_view key, const locks::KeyState& k) {
       std::string row = std::string(key) + " " + k.owner + " " + std::to_string(k.token) + " " +
                         std::to_string(k.expires_at_ns) + " " + std::to_string(k.lease_ms);
-      if (k.waiters) {
-        for (const locks::Waiter& w : *k.waiters) {
+      if (const auto* waiters = k.waiters()) {
+        for (const locks::Waiter& w : *waiters) {
           row += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.wait_deadline_ns);
         }
       }

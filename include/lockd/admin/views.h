@@ -42,6 +42,11 @@ constexpr std::size_t kMaxTopLimit = 100;
 // Waiters listed by `/v1/locks/KEY` (the queue itself is bounded by
 // --max-waiters-per-key, which an operator may set very high).
 constexpr std::size_t kMaxWaitersListed = 10'000;
+// Shared holders listed per key by `/v1/locks/KEY` (a read lock with limit 0
+// has no cap of its own); `holder_count` always gives them all.
+constexpr std::size_t kMaxHoldersListed = 10'000;
+// ... and per key of a `/v1/locks` page, which lists up to 1000 keys.
+constexpr std::size_t kMaxHoldersListedPerKey = 100;
 
 // One cluster member as a node sees it (for /v1/cluster).
 struct ClusterMember {

@@ -27,19 +27,23 @@ namespace lockd::cluster {
 // version only once every member's handshake says it applies it
 // (ReplicatedLockService::cluster_supports).
 //   2: lockd 1.1 (kinds 1..7)
-//   3: lockd 1.2: adds kConfig (the cluster-wide caps, the token floor)
-//   4+: test builds only (-DLOCKD_ENTRY_VERSION_MAX=4): the layout of 3
-//       under a new number, to test rolling upgrades and the stop.
+//   3: lockd 1.2 with kConfig (the cluster-wide caps, the token floor)
+//   4: lockd 1.2 with kAcquireShared (`S`, its limit)
+//   5+: test builds only (-DLOCKD_ENTRY_VERSION_MAX=5, bin/lockd-next): the
+//       layout of 4 under a new number, to test rolling upgrades and the stop.
+// A build with -DLOCKD_ENTRY_VERSION_MAX=3 is a 1.2 node from before `S`
+// (it answers `S` with E no_leader).
 constexpr std::uint16_t kEntryVersionMin = 2;
 constexpr std::uint16_t kEntryVersionConfig = 3;  // the first with kConfig
+constexpr std::uint16_t kEntryVersionShared = 4;  // the first with kAcquireShared
 #if defined(LOCKD_ENTRY_VERSION_NEXT)  // the lockd-next test binary (src/CMakeLists.txt)
 constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_NEXT;
-static_assert(kEntryVersionMax >= 4 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_NEXT is 4..255");
+static_assert(kEntryVersionMax >= 5 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_NEXT is 5..255");
 #elif defined(LOCKD_ENTRY_VERSION_MAX)
 constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
 static_assert(kEntryVersionMax >= 3 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_MAX is 3..255");
 #else
-constexpr std::uint16_t kEntryVersionMax = 3;
+constexpr std::uint16_t kEntryVersionMax = 4;
 #endif
 
 // Which LockTable operation a command replays.
@@ -58,23 +62,26 @@ enum class LockCommandType : std::uint8_t {
   kConfig = 8,        // (version 3) replicated configuration: the caps every replica
                       // applies with, and the token floor (docs/cluster.md "What is
                       // cluster-wide")
+  kAcquireShared = 9, // (version 4) LockTable::acquire of an `S` (v1.2, §5b): as
+                      // kAcquire, plus `limit`. Proposed only once every member
+                      // applies version 4 (ReplicatedLockService::shared_entries_allowed()).
 };
-constexpr std::uint8_t kMaxLockCommandType = 8;
+constexpr std::uint8_t kMaxLockCommandType = 9;
 // The last kind each entry version knows.
 constexpr std::uint8_t max_lock_command_type(std::uint16_t version) {
-  return version >= kEntryVersionConfig ? 8 : 7;
+  return version >= kEntryVersionShared ? 9 : version >= kEntryVersionConfig ? 8 : 7;
 }
 
 // One command; which fields matter depends on `type`.
 struct LockCommand {
   LockCommandType type = LockCommandType::kAcquire;
   TimeNs now_ns = 0;           // the proposing leader's clock
-  std::string owner;           // kAcquire
-  std::string key;             // kAcquire, kRelease, kExpire, kKeep
-  std::uint64_t lease_ms = 0;  // kAcquire, kKeep
-  std::uint64_t wait_ms = 0;   // kAcquire
-  locks::ClientId client = 0;  // kAcquire: who gets a later Delivery
-  locks::WaiterId waiter = 0;  // kAcquire (if it waits), kCancelWaiter
+  std::string owner;           // kAcquire, kAcquireShared
+  std::string key;             // kAcquire, kAcquireShared, kRelease, kExpire, kKeep
+  std::uint64_t lease_ms = 0;  // kAcquire, kAcquireShared, kKeep
+  std::uint64_t wait_ms = 0;   // kAcquire, kAcquireShared
+  locks::ClientId client = 0;  // kAcquire, kAcquireShared: who gets a later Delivery
+  locks::WaiterId waiter = 0;  // kAcquire, kAcquireShared (if it waits), kCancelWaiter
   locks::Token token = 0;      // kRelease, kExpire, kKeep
   std::uint64_t token_base = 0;  // kLeaderStart: wall-clock ns, the token base if none is set yet
   // kConfig:
@@ -82,6 +89,7 @@ struct LockCommand {
   std::uint64_t max_waiters_per_key = 0;
   std::uint64_t max_waiters = 0;
   std::uint64_t token_floor = 0;  // every later token is above it (0: none)
+  std::uint16_t limit = 0;       // kAcquireShared: the `S` limit (encoded for that type only)
 
   bool operator==(const LockCommand&) const = default;
 };

@@ -2,9 +2,11 @@
 // from the Raft log. Pure: no clock, socket or file.
 //
 // It wraps a LockTable with the three things replication adds:
-// - Tokens from the log. The token granted by the entry at index i is
-//   token_base + i (an entry grants at most one token), so every replica
-//   grants the same tokens and they only grow. The base is the wall clock
+// - Tokens from the log. The first token granted by the entry at index i
+//   is token_base + i, or the table's next token if that is already
+//   higher (an entry that hands a key to a run of shared waiters grants
+//   several, §5b), so every replica grants the same tokens and they only
+//   grow. The base is the wall clock
 //   in ns of the first leader, carried by its LeaderStart entry: a cluster's
 //   tokens start above every single-mode token handed out before (§10).
 //   Nothing is granted before the base is set.
@@ -60,8 +62,8 @@ struct EntryResult {
   // machine applies nothing more. The node stops (cluster_node.h).
   bool undecodable = false;
   std::uint16_t version = 0;  // the encoding version the entry claims
-  locks::AcquireOutcome acquire = locks::AcquireOutcome::kHeld;  // kAcquire
-  locks::Token granted = 0;  // kAcquire: the token granted to the caller
+  locks::AcquireOutcome acquire = locks::AcquireOutcome::kHeld;  // kAcquire, kAcquireShared
+  locks::Token granted = 0;  // kAcquire, kAcquireShared: the token granted to the caller
   bool changed = false;  // kRelease released, kKeep kept, kExpire expired, kCancelWaiter cancelled
   std::size_t waiters_dropped = 0;  // kLeaderStart
   bool rebased = false;  // kLeaderStart: the first of a restored group moved the token base

@@ -125,7 +125,7 @@ class ReplicatedLockService final : public server::LockService {
  private:
   // What an accepted proposal is waiting for.
   enum class PendingKind : std::uint8_t {
-    kAcquire,        // a client's `A`
+    kAcquire,        // a client's `A` or `S` (`shared`)
     kRelease,        // a client's `R`
     kKeep,           // a client's `K`
     kTimeoutCancel,  // a waiter's wait ran out: `T` if the cancel takes effect
@@ -140,6 +140,7 @@ class ReplicatedLockService final : public server::LockService {
     locks::Token token = 0;  // kRelease, kKeep
     TimeNs wait_deadline_ns = 0;  // kAcquire: local clock
     bool client_gone = false;     // kAcquire: cancel it if it queues
+    bool shared = false;          // kAcquire: an `S`
   };
   // A queued acquire proposed by this leader.
   struct Waiter {
@@ -148,6 +149,7 @@ class ReplicatedLockService final : public server::LockService {
     std::string key;
     TimeNs wait_deadline_ns = 0;  // local clock
     bool cancel_proposed = false;
+    bool shared = false;          // an `S`: its `T` is counted as such
   };
   struct TimedWaiter {
     TimeNs at_ns;  // local clock
@@ -168,7 +170,12 @@ class ReplicatedLockService final : public server::LockService {
   void deliver(const locks::Delivery& d);
   // A grant nobody will hear of (its client left): queue its release.
   void release_orphan(locks::Token token, std::string_view key);
-  void watch_lease(std::string_view key);
+  // Watches the lease of the holder of `key` carrying `token` (one heap
+  // entry per holder: shared holders expire one by one).
+  void watch_lease(std::string_view key, locks::Token token);
+  // Whether the kAcquireShared entry kind may be proposed (every member
+  // can apply it); `S` is refused before any proposal otherwise.
+  bool shared_entries_allowed() const;
   void rebuild_lease_heap();
   void compact_heaps();
   void reply_indeterminate(locks::ClientId client, const proto::Request& echo);
@@ -180,6 +187,7 @@ class ReplicatedLockService final : public server::LockService {
 
   raft::Raft& raft_;
   ReplicatedServiceOptions options_;
+  bool shared_refusal_logged_ = false;  // "S refused: a member is older" said once
   LockStateMachine sm_;
   server::ClientReplies* replies_ = nullptr;
   bool accepting_ = true;

@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,13 +57,16 @@ struct AcquireRequest {
   std::uint64_t wait_ms = 0;   // 0 = do not wait
   ClientId client = 0;         // who gets the later reply if it waits
   WaiterId waiter = 0;         // its name if it waits
+  bool shared = false;         // `S` (v1.2, §5b) rather than `A`
+  std::uint16_t limit = 0;     // `S` only: most shared holders, 0 = no cap
 };
 
 enum class AcquireOutcome {
-  kGranted,  // `A token owner key` now
-  kHeld,     // `T owner key` now: held by someone else and wait_ms == 0
-  kQueued,   // no reply now; a Delivery answers it later
-  kBusy,     // `B owner key` now: a cap is full, nothing changed
+  kGranted,        // `A token owner key` (or `S ...` for a shared acquire) now
+  kHeld,           // `T owner key` now: held by someone else and wait_ms == 0
+  kQueued,         // no reply now; a Delivery answers it later
+  kBusy,           // `B owner key` now: a cap is full, nothing changed
+  kLimitMismatch,  // `E limit_mismatch owner key` now: the key carries another limit (§5b)
 };
 
 struct AcquireResult {
@@ -79,14 +84,15 @@ enum class KeepOutcome {
   kNotKept,  // `N token key`: unknown key, other token, or the lease had ended
 };
 
-// How a lease came to an end, for hand-off accounting.
+// How a holder came to leave, for hand-off accounting.
 enum class HandoffCause {
-  kRelease,  // the holder released with waiters queued
-  kExpiry,   // the lease ran out with waiters queued
+  kRelease,  // a holder released with waiters queued
+  kExpiry,   // a lease ran out with waiters queued
+  kQueue,    // the front waiter left the queue (wait ran out, connection closed)
 };
 
 enum class DeliveryKind {
-  kGranted,   // the waiter now holds the key: `A token owner key`
+  kGranted,   // the waiter now holds the key: `A token owner key` (`S ...` if shared)
   kTimedOut,  // its wait ran out: `T owner key`
 };
 
@@ -98,18 +104,22 @@ struct Delivery {
   Token token;  // set when kGranted
   std::string owner;
   std::string key;
+  bool shared = false;  // the waiter asked with `S`: its grant is `S token owner key`
 };
 
 // Counters a metrics layer exposes; only ever grow.
 struct LockStats {
   std::uint64_t grants = 0;               // every token handed out
+  std::uint64_t shared_grants = 0;        // ... of them to `S` holders
   std::uint64_t handoffs_release = 0;     // to a waiter because of a release
   std::uint64_t handoffs_expiry = 0;      // to a waiter because a lease ran out
+  std::uint64_t handoffs_queue = 0;       // to a waiter because the one before it left
   std::uint64_t takeovers = 0;            // lazy takeovers of an expired key
   std::uint64_t keeps = 0;                // leases extended (or shortened) by `K`
-  std::uint64_t expirations = 0;          // leases that ended by expiry
+  std::uint64_t expirations = 0;          // leases that ended by expiry (per holder)
   std::uint64_t wait_timeouts = 0;        // waiters answered `T` by their deadline
   std::uint64_t waiters_cancelled = 0;    // waiters dropped without a reply
+  std::uint64_t limit_mismatches = 0;     // `S` refused with `E limit_mismatch`
   std::uint64_t sweeps = 0;               // sweep() calls
   std::uint64_t swept_keys = 0;           // keys deleted by sweeps
 };
@@ -121,12 +131,15 @@ struct Waiter {
   std::string owner;
   std::uint64_t lease_ms;
   TimeNs wait_deadline_ns;
+  bool shared = false;      // an `S` waiter
+  std::uint16_t limit = 0;  // its limit when shared
 };
 
-// One registered key: it always has a holder (maybe with an expired lease).
-struct KeyState {
+// One holder of a key: an exclusive `A` holder, or one of a shared key's
+// `S` holders. Each has its own fencing token, owner and lease.
+struct Holder {
   std::string owner;
-  Token token = 0;
+  Token token = 0;  // 0 only in an exclusive slot that is empty (see KeyState)
   TimeNs expires_at_ns = 0;
   // The span from the grant to expires_at_ns: the acquire's lease, then
   // whatever each keep made it (so it can exceed the max lease of one
@@ -134,11 +147,60 @@ struct KeyState {
   // stays exact for the admin views without a field of its own (8 bytes
   // would cost every key 16 in its hash node).
   std::uint64_t lease_ms = 0;
-  // FIFO of waiters, allocated only while the key has any: most keys never
-  // do, and an empty std::list would cost every key its size.
-  std::unique_ptr<std::list<Waiter>> waiters;
+};
 
-  std::size_t waiter_count() const { return waiters ? waiters->size() : 0; }
+// What a key needs beyond one exclusive holder: its wait queue and its
+// shared holders. Allocated only while the key has waiters or is shared,
+// so a plain exclusive key costs exactly what it did before v1.2.
+struct KeyExtra {
+  // FIFO of `A` and `S` waiters: one queue, strict order (§5b).
+  std::list<Waiter> waiters;
+  // Shared holders by token: tokens only grow, so this is oldest grant
+  // first. Empty unless `shared`.
+  std::map<Token, Holder> holders;
+  bool shared = false;       // the key's holders are `S` holders
+  std::uint16_t limit = 0;   // the limit of its shared holders / queued `S` waiters
+  std::uint32_t queued_shared = 0;  // `S` waiters in `waiters`
+};
+
+// One registered key: it always has at least one holder (maybe with an
+// expired lease). Its own fields (the Holder base) are the exclusive
+// holder; a shared key leaves them empty (token 0) and keeps its holders in
+// `extra`. 64 bytes: the hash node stays one 128-byte malloc chunk.
+struct KeyState : Holder {
+  std::unique_ptr<KeyExtra> extra;
+
+  bool shared() const { return extra && extra->shared; }
+  std::size_t waiter_count() const { return extra ? extra->waiters.size() : 0; }
+  // The queue, front first; nullptr when nobody waits.
+  const std::list<Waiter>* waiters() const {
+    return extra && !extra->waiters.empty() ? &extra->waiters : nullptr;
+  }
+  std::size_t holder_count() const { return shared() ? extra->holders.size() : (token != 0 ? 1 : 0); }
+  // The limit the key's shared holders and queued `S` waiters carry (0 =
+  // no cap, or nothing shared).
+  std::uint16_t limit() const {
+    return extra && (extra->shared || extra->queued_shared > 0) ? extra->limit : 0;
+  }
+  // The oldest holder (the exclusive one, or the first shared grant).
+  const Holder& oldest() const {
+    if (shared()) return extra->holders.begin()->second;
+    return *this;
+  }
+  // The holder carrying `token`, or nullptr.
+  const Holder* holder_with(Token t) const {
+    if (!shared()) return token == t && t != 0 ? static_cast<const Holder*>(this) : nullptr;
+    auto it = extra->holders.find(t);
+    return it == extra->holders.end() ? nullptr : &it->second;
+  }
+  template <typename Fn>  // Fn(const Holder&), oldest grant first
+  void for_each_holder(Fn&& fn) const {
+    if (!shared()) {
+      if (token != 0) fn(static_cast<const Holder&>(*this));
+      return;
+    }
+    for (const auto& [t, h] : extra->holders) fn(h);
+  }
 };
 
 class LockTable {
@@ -150,12 +212,15 @@ class LockTable {
   LockTable(const LockTable&) = delete;
   LockTable& operator=(const LockTable&) = delete;
 
-  // §5 of the protocol. Never produces Deliveries (a lazy takeover leaves
-  // the queue as it is).
+  // §5 (`A`) and §5b (`S`) of the protocol. Never produces Deliveries: a
+  // lazy takeover leaves the queue as it is, and an `S` is granted at once
+  // only when nobody is queued.
   AcquireResult acquire(TimeNs now, const AcquireRequest& req);
 
-  // §6. A release with waiters hands the key to the front waiter and
-  // appends its Delivery to `out`.
+  // §6. Removes the one holder of `key` carrying `token` (a holder whose
+  // lease ended but that is still registered matches), then hands off from
+  // the front of the queue for as long as the front can be granted, with a
+  // Delivery in `out` for each grant (§5b "Hand-off").
   ReleaseOutcome release(TimeNs now, Token token, std::string_view key,
                          std::vector<Delivery>& out);
 
@@ -168,20 +233,27 @@ class LockTable {
   // Deliveries: the new expiry is at least 1 ms away.
   KeepOutcome keep(TimeNs now, Token token, std::string_view key, std::uint64_t lease_ms);
 
-  // Ends the lease of `key` if it still carries `token` and has run out at
-  // `now`: hands it to the front waiter, or deletes the key. Returns whether
-  // anything changed. This is the cluster `Expire` command; single mode
-  // reaches the same code through advance().
+  // Ends the lease of the holder of `key` carrying `token` if it has run
+  // out at `now`: removes it, then hands off from the front as release()
+  // does (or deletes the key when nobody is left). Returns whether anything
+  // changed. This is the cluster `Expire` command; single mode reaches the
+  // same code through advance().
   bool expire(TimeNs now, std::string_view key, Token token, std::vector<Delivery>& out);
 
-  // Removes a waiter without a reply (its connection closed). Returns false
-  // if it is not waiting (already served or timed out).
-  bool cancel_waiter(WaiterId id);
+  // Removes a waiter without a reply (its connection closed). If it was at
+  // the front, the new front may now be grantable (a run of readers behind
+  // a writer that left): those grants go to `out`, with `now` their grant
+  // time. Returns false if it is not waiting (already served or timed out).
+  bool cancel_waiter(TimeNs now, WaiterId id, std::vector<Delivery>& out);
+  // The same for several waiters at once (one closed connection's): all
+  // leave before any hand-off, so none of them is granted on its way out.
+  // Returns how many were waiting.
+  std::size_t cancel_waiters(TimeNs now, std::span<const WaiterId> ids, std::vector<Delivery>& out);
 
   // Cluster mode: the token of the next grant. Each replicated entry sets
-  // it to (token base + entry index) before it applies, so every replica
-  // grants the same tokens. Tokens only grow: `next` below the current
-  // next token is our bug (checked).
+  // it to at least (token base + entry index) before it applies, so every
+  // replica grants the same tokens. Tokens only grow: `next` below the
+  // current next token is our bug (checked).
   void set_next_token(Token next);
 
   // Cluster mode: drops every queued waiter without a reply (a new leader's
@@ -212,6 +284,9 @@ class LockTable {
 
   // --- read-only views (admin API, metrics, tests) ---
   const KeyState* find(std::string_view key) const;
+  // Every registered holder, shared ones each counted (expired ones too,
+  // until swept or replaced).
+  std::size_t holder_count() const { return keys_.size() - shared_keys_ + shared_holders_; }
   template <typename Fn>  // Fn(std::string_view key, const KeyState&)
   void for_each(Fn&& fn) const {
     for (const auto& [k, s] : keys_) fn(k.view(), s);
@@ -250,14 +325,14 @@ class LockTable {
   friend struct SnapshotAccess;
 
   // An entry of the deadline index. Entries are never removed in place: an
-  // entry whose waiter left, whose key changed token, or whose key's
-  // expiry was moved by a keep is stale and is skipped when it reaches the
-  // top (STYLE §9).
+  // entry whose waiter left, whose holder left, or whose holder's expiry
+  // was moved by a keep is stale and is skipped when it reaches the top
+  // (STYLE §9).
   struct Deadline {
     TimeNs at_ns;
     enum class Kind : std::uint8_t {
-      kLease,  // key's lease ends; `id` is the token it was armed for, live
-               // only while the key has waiters, that token and expiry at_ns
+      kLease,  // a holder's lease ends; `id` is its token, live only while
+               // the key has waiters and that holder, with expiry at_ns
       kWait,   // a waiter's wait ends; `id` is the WaiterId
     } kind;
     std::uint64_t id;
@@ -278,10 +353,39 @@ class LockTable {
     std::list<Waiter>::iterator it;
   };
 
-  Token grant(KeyState& state, std::string_view owner, std::uint64_t lease_ms, TimeNs now);
-  // Gives `it`'s key to its front waiter, or deletes the key when none.
-  void hand_off_or_delete(KeyMap::iterator it, TimeNs now, HandoffCause cause,
-                          std::vector<Delivery>& out);
+  Token grant(Holder& holder, std::string_view owner, std::uint64_t lease_ms, TimeNs now);
+  // Makes `state` exclusive with one new holder (any old holders must be gone).
+  Token grant_exclusive(KeyState& state, std::string_view owner, std::uint64_t lease_ms, TimeNs now);
+  // Adds one shared holder; `state` must be shared or have no holder.
+  Token grant_shared(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+                     std::uint16_t limit, TimeNs now);
+  // Removes the holder carrying `token`; false when there is none.
+  bool remove_holder(KeyState& state, Token token);
+  // Removes every holder whose lease has ended at `now`; returns how many.
+  std::size_t drop_expired_holders(KeyState& state, TimeNs now);
+  // Whether a live holder (lease not ended at `now`) blocks an `A`, and how
+  // many live shared holders count against an `S`'s limit.
+  static bool has_live_holder(const KeyState& state, TimeNs now);
+  static bool has_live_exclusive(const KeyState& state, TimeNs now);
+  static std::size_t live_shared(const KeyState& state, TimeNs now);
+  // §5b: the limit the key's live shared holders or queued `S` waiters carry.
+  static std::optional<std::uint16_t> limit_in_force(const KeyState& state, TimeNs now);
+  // Whether `w` could be granted now by the holders still registered (the
+  // caller has dropped the expired ones).
+  static bool can_grant(const KeyState& state, const Waiter& w);
+  // After a holder or the front waiter left: drops expired holders, grants
+  // from the front while the front can be granted (§5b "Hand-off"), arms
+  // the new holders' lease deadlines if waiters remain, and deletes the key
+  // when it has neither holders nor waiters.
+  void settle(KeyMap::iterator it, TimeNs now, HandoffCause cause, std::vector<Delivery>& out);
+  // Deletes a key (keeping the shared counters right).
+  void erase_key(KeyMap::iterator it);
+  // Arms a lease deadline for every holder (the key just got waiters).
+  void arm_holder_deadlines(std::string_view key, const KeyState& state);
+  // Frees `extra` once it carries nothing (no waiters, not shared).
+  static void drop_extra_if_unused(KeyState& state);
+  // Removes waiter `ref` from its queue (index, counters, empty queue).
+  void unlink_waiter(std::unordered_map<WaiterId, WaiterRef>::iterator ref);
   void push_deadline(Deadline d);
   bool deadline_is_live(const Deadline& d) const;
   void compact_deadlines_if_needed();
@@ -294,6 +398,8 @@ class LockTable {
   std::unordered_map<WaiterId, WaiterRef> waiter_index_;
   std::vector<Deadline> deadlines_;  // min-heap on at_ns
   std::size_t keys_with_waiters_ = 0;
+  std::size_t shared_keys_ = 0;     // keys whose holders are shared
+  std::size_t shared_holders_ = 0;  // holders of those keys
   std::size_t sweep_cursor_ = 0;  // next bucket of the pass under way
   std::vector<std::string_view> sweep_scratch_;  // keys to erase in a slice
   LockStats stats_;

@@ -16,13 +16,19 @@
 // and gets it back from restore().
 //
 // Layout (little-endian; docs/storage.md has the table):
-//   u8 version (1) | bytes app_header | u64 next_token | u64 key count |
+//   u8 version (2) | bytes app_header | u64 next_token | u64 key count |
 //   keys | u64 deadline count | deadlines | u32 crc32c of all before
 // where `bytes` is u32 length + bytes, a key is
-//   bytes key | bytes owner | u64 token | i64 expires_at_ns | u64 lease_ms |
-//   u32 waiter count | waiters (u64 id | u64 client | bytes owner |
-//   u64 lease_ms | i64 wait_deadline_ns)
+//   bytes key | u8 mode (0 exclusive, 1 shared) | u32 limit |
+//   u32 holder count | holders (bytes owner | u64 token |
+//   i64 expires_at_ns | u64 lease_ms), oldest first | u32 waiter count |
+//   waiters (u64 id | u64 client | bytes owner | u64 lease_ms |
+//   i64 wait_deadline_ns | u8 mode | u32 limit), front first
 // and a deadline is i64 at_ns | u8 kind (0 lease, 1 wait) | u64 id | bytes key.
+// Version 1 (v1.1; still read, and still written for a table with no
+// shared key and no `S` waiter, so an older node can load it) has neither
+// mode nor limit: a key is one holder (bytes owner | u64 token |
+// i64 expires_at_ns | u64 lease_ms) and waiters stop after the deadline.
 //
 // restore() treats the bytes as untrusted input: it checks the CRC, every
 // length, and the table's invariants (unique keys and waiter ids, tokens
@@ -37,7 +43,7 @@
 
 namespace lockd::locks {
 
-constexpr std::uint8_t kTableSnapshotVersion = 1;
+constexpr std::uint8_t kTableSnapshotVersion = 2;
 
 std::string serialize(const LockTable& table, std::string_view app_header = {});
 

@@ -16,6 +16,8 @@ constexpr std::size_t kMaxLineBytes = 1024;
 constexpr std::size_t kMaxOwnerBytes = 64;
 constexpr std::size_t kMaxKeyBytes = 250;
 constexpr std::size_t kMaxCredentialBytes = 512;
+// Largest `S` limit (§2, v1.2).
+constexpr std::uint64_t kMaxLimit = 65'535;
 
 // Server settings the parser enforces.
 struct ParseLimits {

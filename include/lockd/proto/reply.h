@@ -13,6 +13,9 @@ namespace lockd::proto {
 // `A <token> <owner> <key>`
 void append_acquired(std::string& out, std::uint64_t token, std::string_view owner,
                      std::string_view key);
+// `S <token> <owner> <key>`: acquired shared (v1.2, §5b).
+void append_shared(std::string& out, std::uint64_t token, std::string_view owner,
+                   std::string_view key);
 // `T <owner> <key>`
 void append_held(std::string& out, std::string_view owner, std::string_view key);
 // `B <owner> <key>`

@@ -11,28 +11,34 @@ enum class Verb : std::uint8_t {
   kRelease,  // `R <token> <key>`
   kKeep,     // `K <token> <key> <lease_ms>` (v1.1): extend a held lease
   kHello,    // `H <credential>` (v1.2, §11): authenticate the connection
+  kShared,   // `S <owner> <key> <limit> [<lease_ms> [<wait_ms>]]` (v1.2, §5b)
 };
 
 // A well-formed request. Views point into the line it was parsed from.
 struct Request {
   Verb verb;
-  std::string_view owner;     // kAcquire
-  std::string_view key;       // kAcquire, kRelease, kKeep
-  std::uint64_t lease_ms = 0; // kAcquire (the server default when omitted), kKeep (required)
-  std::uint64_t wait_ms = 0;  // kAcquire
+  std::string_view owner;     // kAcquire, kShared
+  std::string_view key;       // kAcquire, kShared, kRelease, kKeep
+  std::uint64_t lease_ms = 0; // kAcquire, kShared (the server default when omitted), kKeep (required)
+  std::uint64_t wait_ms = 0;  // kAcquire, kShared
   std::uint64_t token = 0;    // kRelease, kKeep
+  std::uint16_t limit = 0;    // kShared: most shared holders, 0 = no cap
   std::string_view credential;  // kHello
+
+  // `A` and `S` echo `<owner> <key>`; `R` and `K` echo `<token> <key>`.
+  bool echoes_owner() const { return verb == Verb::kAcquire || verb == Verb::kShared; }
 };
 
 // Why a line is not a request; each maps to one `E <code>` of §7.
 enum class ParseError : std::uint8_t {
-  kUnknownCommand,  // first field is not `A`, `R` or `K`
+  kUnknownCommand,  // first field is not `A`, `R`, `K`, `S` or `H`
   kBadArity,        // wrong number of fields for the verb
   kBadOwner,        // owner not 1..64 bytes of 0x21..0x7E
   kBadKey,          // key not 1..250 bytes of 0x21..0x7E
   kBadLease,        // lease_ms not a decimal in 1..max lease
   kBadWait,         // wait_ms not a decimal in 0..max wait
   kBadToken,        // token not a decimal in 1..2^64-1
+  kBadLimit,        // limit not a decimal in 0..65535 (v1.2)
   kLineTooLong,     // more than kMaxLineBytes including the terminator
   kBadCredential,   // `H` credential not 1..512 bytes of 0x21..0x7E: `E unauthenticated`, closed (§11)
 };

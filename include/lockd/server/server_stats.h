@@ -23,6 +23,9 @@ enum class ReplyKind : std::uint8_t {
   kError,        // `E`
   kMoved,        // `M` (cluster)
   kHello,        // `H` (v1.2): authenticated
+  kShared,       // `S` (v1.2): acquired shared
+  kSharedHeld,   // `T` to an `S`
+  kSharedBusy,   // `B` to an `S`
   kCount,        // number of kinds; not a reply
 };
 
@@ -30,6 +33,7 @@ struct ServerStats {
   std::uint64_t requests_acquire = 0;  // well-formed `A` lines
   std::uint64_t requests_release = 0;  // well-formed `R` lines
   std::uint64_t requests_keep = 0;     // well-formed `K` lines
+  std::uint64_t requests_shared = 0;   // well-formed `S` lines (v1.2)
   std::uint64_t requests_malformed = 0;
   std::uint64_t requests_hello = 0;    // well-formed `H` lines (v1.2)
   std::uint64_t requests_refused = 0;  // `E unauthenticated <echo>` or `E forbidden <echo>`
@@ -48,6 +52,10 @@ struct ServerStats {
   RecentKeys recent_keys;  // keys of the latest well-formed requests
 
   void count(ReplyKind k) { ++replies[static_cast<std::size_t>(k)]; }
+  // The reply kinds of an acquire's outcome, for `A` or `S`.
+  static ReplyKind granted(bool shared) { return shared ? ReplyKind::kShared : ReplyKind::kAcquired; }
+  static ReplyKind held(bool shared) { return shared ? ReplyKind::kSharedHeld : ReplyKind::kHeld; }
+  static ReplyKind busy(bool shared) { return shared ? ReplyKind::kSharedBusy : ReplyKind::kBusy; }
 };
 
 }  // namespace lockd::server

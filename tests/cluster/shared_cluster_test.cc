@@ -1,0 +1,139 @@
+// `S` (protocol.md §5b, v1.2) on a real 3-node cluster: replicated shared
+// grants, E limit_mismatch, the FIFO hand-off of a run of readers through
+// the log (one entry, several tokens), per-holder expiry proposed by the
+// leader's heap, a leader kill that keeps every shared holder, and a
+// follower that catches up through a snapshot carrying shared holders.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "eventually.h"
+#include "http_get.h"
+#include "lockd_cluster.h"
+
+namespace lockd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using json = nlohmann::json;
+
+// The token of an `S`/`A` reply with verb `verb`, or 0.
+std::uint64_t token_of(const std::string& reply, const char* verb = "S") {
+  const auto f = fields(reply);
+  return f.size() == 4 && f[0] == verb ? std::stoull(f[1]) : 0;
+}
+
+// Retries `line` on the current leader until it gets a reply that is not
+// a redirect, no_leader or indeterminate (leadership may move meanwhile).
+std::string call_leader(LockdCluster& c, const std::string& line) {
+  const auto deadline = steady_clock::now() + milliseconds(20000);
+  std::string reply;
+  while (steady_clock::now() < deadline) {
+    const int leader = c.wait_leader(milliseconds(10000));
+    if (leader == 0) return "<no leader>";
+    reply = call_once(c.client_port(leader), line);
+    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
+        reply.rfind("E indeterminate", 0) != 0) {
+      return reply;
+    }
+  }
+  return reply;
+}
+
+// Waits until node `id`'s status shows `n` waiters.
+bool waiters_are(LockdCluster& c, int id, int n) {
+  return eventually([&] {
+    return c.status_json(id).find("\"waiters\":" + std::to_string(n) + ",") != std::string::npos;
+  });
+}
+
+TEST(SharedCluster, ReplicatedReadersWritersSemaphoresAcrossALeaderKill) {
+  LockdCluster c(3, {"--snapshot-entries", "20"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const std::uint16_t port = c.client_port(leader);
+  // Two permits of a semaphore, a mismatching limit, a writer and a reader
+  // queued behind it in that order.
+  LineClient a(port), b(port), w(port), r(port);
+  const std::uint64_t ta = token_of(a.call("S a k 2 60000"));
+  const std::uint64_t tb = token_of(b.call("S b k 2 60000"));
+  ASSERT_NE(ta, 0u);
+  ASSERT_GT(tb, ta);
+  EXPECT_EQ(a.call("S x k 3"), "E limit_mismatch x k");
+  EXPECT_EQ(a.call("S x k 2"), "T x k");
+  w.send("A w k 60000 20000\n");
+  ASSERT_TRUE(waiters_are(c, leader, 1)) << c.status_json(leader);
+  r.send("S r k 2 60000 20000\n");
+  ASSERT_TRUE(waiters_are(c, leader, 2)) << c.status_json(leader);
+  // One permit back: the writer at the front still waits for the other.
+  EXPECT_EQ(a.call("R " + std::to_string(ta) + " k"), "R " + std::to_string(ta) + " k");
+  EXPECT_FALSE(w.read_line(milliseconds(300)).has_value());
+  EXPECT_EQ(b.call("R " + std::to_string(tb) + " k"), "R " + std::to_string(tb) + " k");
+  const std::uint64_t tw = token_of(w.read_line().value_or(""), "A");
+  ASSERT_GT(tw, tb);
+  EXPECT_FALSE(r.read_line(milliseconds(100)).has_value());
+  EXPECT_EQ(w.call("R " + std::to_string(tw) + " k"), "R " + std::to_string(tw) + " k");
+  const std::uint64_t tr = token_of(r.read_line().value_or(""));
+  ASSERT_GT(tr, tw);
+
+  // A writer's release hands a run of three readers in one entry: three
+  // tokens from one index, and the next entry's token above all of them.
+  const std::uint64_t th = token_of(a.call("A h run 60000"), "A");
+  ASSERT_NE(th, 0u);
+  LineClient q1(port), q2(port), q3(port);
+  LineClient* q[3] = {&q1, &q2, &q3};
+  for (int i = 0; i < 3; ++i) {
+    q[i]->send("S q" + std::to_string(i) + " run 0 60000 20000\n");
+    ASSERT_TRUE(waiters_are(c, leader, i + 1)) << c.status_json(leader);
+  }
+  EXPECT_EQ(a.call("R " + std::to_string(th) + " run"), "R " + std::to_string(th) + " run");
+  std::uint64_t last = th;
+  for (int i = 0; i < 3; ++i) {
+    const std::uint64_t t = token_of(q[i]->read_line().value_or(""));
+    ASSERT_GT(t, last) << i;
+    last = t;
+  }
+  const std::uint64_t after = token_of(a.call("S z other 0 60000"));
+  EXPECT_GT(after, last);
+
+  // Per-holder expiry through the leader's heap: a short permit ends and
+  // its waiter gets it; the long one is untouched.
+  const std::uint64_t shorty = token_of(a.call("S s sem 1 300"));
+  ASSERT_NE(shorty, 0u);
+  LineClient sw(port);
+  const std::uint64_t handed = token_of(sw.call("S sw sem 1 60000 20000"));
+  EXPECT_GT(handed, shorty);
+
+  // Enough entries for a snapshot (v2: shared holders) on every node.
+  for (int i = 0; i < 25; ++i) ASSERT_EQ(call_leader(c, "R 1 filler"), "N 1 filler");
+
+  // Kill the leader: every shared holder survives with its token.
+  c.kill9(leader);
+  const int next = c.wait_leader();
+  ASSERT_NE(next, 0);
+  ASSERT_NE(next, leader);
+  EXPECT_EQ(call_leader(c, "A y run"), "T y run");                 // the readers still hold it
+  const std::uint64_t t4 = token_of(call_leader(c, "S q3 run 0 60000"));  // still shared, limit 0
+  EXPECT_GT(t4, after);
+  EXPECT_EQ(call_leader(c, "S y sem 1"), "T y sem");  // sw's permit survived
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(tr) + " k"), "R " + std::to_string(tr) + " k");
+  const auto view = http(c.admin_port(next), "/v1/locks/run");
+  ASSERT_EQ(view.status, 200) << view.body;
+  const json j = json::parse(view.body);
+  EXPECT_EQ(j["mode"], "shared");
+  EXPECT_EQ(j["holders"].size(), 4u);
+  // The killed node comes back, catches up, and shows the same holders.
+  c.start(leader);
+  EXPECT_TRUE(eventually([&] {
+    const auto v = http(c.admin_port(leader), "/v1/locks/run");
+    return v.status == 200 && json::parse(v.body)["holders"].size() == 4u;
+  })) << http(c.admin_port(leader), "/v1/locks/run").body;
+}
+
+}  // namespace
+}  // namespace lockd::testing
