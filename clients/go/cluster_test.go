@@ -39,6 +39,14 @@ func TestRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reader, err := cl.RLock(bg(), "cfg", LockOptions{Owner: "reader", Lease: 30 * time.Second, NoKeep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := cl.Semaphore("pool", 1).Acquire(bg(), LockOptions{Owner: "p1", Lease: 30 * time.Second, NoKeep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !eventually(t, 10*time.Second, func() bool { return kept.KeptCount() >= 1 }) {
 		t.Fatal("the keeper never extended the lease")
 	}
@@ -66,6 +74,19 @@ func TestRealCluster(t *testing.T) {
 		t.Fatalf("bob while alice keeps it: %v", err)
 	}
 	if err := kept.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	// The shared holders survived the kill, each with its own token.
+	if _, err := cl.Acquire(bg(), "cfg", AcquireOptions{Owner: "w", Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("writer while the reader holds it: %v", err)
+	}
+	if _, err := cl.Semaphore("pool", 1).Acquire(bg(), LockOptions{Owner: "p2", Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("second permit of one: %v", err)
+	}
+	if err := reader.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if err := permit.Release(bg()); err != nil {
 		t.Fatal(err)
 	}
 	again, err := cl.Acquire(bg(), "jobs/kept", AcquireOptions{Owner: "bob", Lease: time.Second})

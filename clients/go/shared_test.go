@@ -116,3 +116,72 @@ func TestALateSharedGrantNobodyWaitsForIsReleased(t *testing.T) {
 		t.Fatalf("not released: %v", n.lines())
 	}
 }
+
+func TestReadersAndAWriterOnARealLockd(t *testing.T) {
+	d := single(t, "")
+	c := newClient(t, d.addr())
+	r1, err := c.RLock(bg(), "cfg", LockOptions{Owner: "r1", Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.RLock(bg(), "cfg", LockOptions{Owner: "r2", Lease: 10 * time.Second})
+	if err != nil || r2.Token <= r1.Token {
+		t.Fatalf("second reader: %v %v", r2, err)
+	}
+	if _, err := c.Acquire(bg(), "cfg", AcquireOptions{Owner: "w", Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("writer while read: %v", err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := c.Lock(bg(), "cfg", LockOptions{Owner: "w", Lease: 10 * time.Second, Wait: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	// The writer's A is on the wire before the next reader's S: it waits first.
+	if !eventually(t, 5*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.conn == nil {
+			return false
+		}
+		c.conn.mu.Lock()
+		defer c.conn.mu.Unlock()
+		return c.conn.m.inFlight() == 1
+	}) {
+		t.Fatal("the writer's acquire never went out")
+	}
+	if _, err := c.AcquireShared(bg(), "cfg", 0, AcquireOptions{Owner: "r3", Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("a reader after a queued writer: %v", err)
+	}
+	r1.Release(bg())
+	r2.Release(bg())
+	w := <-got
+	if w == nil || w.Token <= r2.Token {
+		t.Fatalf("writer: %+v", w)
+	}
+	if err := w.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+
+	pool := c.Semaphore("pool", 2)
+	p1, err1 := pool.Acquire(bg(), LockOptions{Owner: "p1", Lease: 10 * time.Second})
+	p2, err2 := pool.Acquire(bg(), LockOptions{Owner: "p2", Lease: 10 * time.Second})
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if _, err := pool.Acquire(bg(), LockOptions{Owner: "p3"}); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("third permit of two: %v", err)
+	}
+	if _, err := c.AcquireShared(bg(), "pool", 3, AcquireOptions{Owner: "x", Lease: time.Second}); !errors.Is(err, ErrLimitMismatch) {
+		t.Fatalf("another limit: %v", err)
+	}
+	p1.Release(bg())
+	p3, err := pool.Acquire(bg(), LockOptions{Owner: "p3", Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Release(bg())
+	p3.Release(bg())
+}

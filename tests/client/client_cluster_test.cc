@@ -270,5 +270,48 @@ TEST(ClientRealCluster, MovesOnFromAPausedFollower) {
   c.signal(paused, SIGCONT);
 }
 
+// Shared holds through a real cluster: read locks and semaphore permits
+// taken via a follower's `M`, each replicated with its own token; the
+// leader killed with -9; after the election every holder is still there
+// (the writer still waits, the full pool still refuses), each is released
+// alone at the new leader, and the queued writer is granted last.
+TEST(ClientRealCluster, SharedHoldersSurviveALeaderKill) {
+  LockdCluster c(3);
+  const int leader = settled_leader(c);
+  ASSERT_NE(leader, 0);
+  const auto followers = others(leader);
+  Client client(options_for(c, {followers[0], leader, followers[1]}));
+  auto r1 = client.lock_shared("r1", "cfg", {.lease_ms = 60'000, .keep = false});
+  auto r2 = client.lock_shared("r2", "cfg", {.lease_ms = 60'000, .keep = false});
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  ASSERT_TRUE(r2.ok()) << r2.status().to_string();
+  EXPECT_GT(r2->token(), r1->token());
+  Semaphore pool(client, "pool", 2);
+  auto p1 = pool.acquire("p1", {.lease_ms = 60'000, .keep = false});
+  auto p2 = pool.acquire("p2", {.lease_ms = 60'000, .keep = false});
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  EXPECT_EQ(pool.acquire("p3", {.lease_ms = 1'000}).code(), Code::kTimedOut);
+
+  c.kill9(leader);
+  // Right after the kill: one reader leaves (rides through the election).
+  const Status s1 = r1->release();
+  ASSERT_TRUE(s1.ok()) << s1.to_string();
+  ASSERT_NE(c.wait_leader(), 0);
+  // The other reader is still there: a writer waits for it.
+  EXPECT_EQ(call_leader(c, "A w cfg"), "T w cfg");
+  EXPECT_EQ(call_leader(c, "S p3 pool 2"), "T p3 pool");  // both permits survived
+  EXPECT_EQ(call_leader(c, "S x pool 3"), "E limit_mismatch x pool");
+  EXPECT_TRUE(p1->release().ok());
+  auto p3 = pool.acquire("p3", {.lease_ms = 60'000, .keep = false});
+  ASSERT_TRUE(p3.ok()) << p3.status().to_string();
+  EXPECT_GT(p3->token(), p2->token());  // p2 still holds: its token is readable
+  EXPECT_TRUE(r2->release().ok());
+  auto w = client.acquire("w", "cfg", 1'000);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_TRUE(client.release(w.value()).ok());
+  EXPECT_TRUE(p2->release().ok());
+  EXPECT_TRUE(p3->release().ok());
+}
+
 }  // namespace
 }  // namespace lockd::client

@@ -42,6 +42,10 @@ run() {
 run -w uncontended -c 8 -P 1 -d $RUN_S
 run -w uncontended -c 8 -P 16 -d $RUN_S
 run -w contended -c 8 --hot-keys 2 -d $RUN_S
+run -w readers-heavy -c 8 --hot-keys 2 -d $RUN_S --json >"$work/readers.json"
+grep -qE '"granted": [1-9]' "$work/readers.json"
+run -w semaphore -c 8 --limit 3 -d $RUN_S --json >"$work/semaphore.json"
+grep -qE '"granted": [1-9]' "$work/semaphore.json"
 run -w hold -c 8 -P 4 --keys 20000 -d 30
 run -w hold-keep -c 8 -P 4 --keeps 5 -d $RUN_S --json >"$work/hold_keep.json"
 grep -q '"not_kept": 0' "$work/hold_keep.json"

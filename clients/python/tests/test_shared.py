@@ -1,11 +1,15 @@
 """Shared holds (``S``, v1.2) in both Python clients: ``read_lock`` and
-``semaphore`` against FakeNode, a scripted node (the bytes sent, the
-replies understood, the keeper of a shared holder, a late grant undone)."""
+``semaphore`` against a real lockd (readers share, a writer waits, a queued
+writer holds later readers back, a pool never exceeds its limit) and
+against FakeNode, a scripted node (the bytes sent, the replies understood,
+the keeper of a shared holder, a late grant undone)."""
 
 import asyncio
+import threading
+import time
 import unittest
 
-from tests.support import FakeNode, eventually
+from tests.support import FakeNode, Lockd, eventually
 from lockd_client import (
     AsyncClient,
     Client,
@@ -26,6 +30,82 @@ def granting(tokens):
             return [f"{f[0]} {f[1]} {f[2]}"]
         return ["E unknown_command"]
     return handler
+
+
+class SharedRealTest(unittest.TestCase):
+    def setUp(self):
+        self.lockd = Lockd()
+        self.client = Client(self.lockd.address, reply_timeout_s=5)
+
+    def tearDown(self):
+        self.client.close()
+        self.lockd.stop()
+
+    def test_readers_share_a_writer_waits_and_later_readers_queue_behind_it(self):
+        c = self.client
+        r1 = c.read_lock("cfg", owner="r1", lease_ms=10_000)
+        r2 = c.read_lock("cfg", owner="r2", lease_ms=10_000)
+        self.assertGreater(r2.token, r1.token)
+        got = {}
+        writer = threading.Thread(target=lambda: got.setdefault(
+            "w", c.acquire("cfg", owner="w", lease_ms=10_000, wait_ms=10_000)))
+        writer.start()
+        # The writer's S-blocking A is on the wire before the next reader's S.
+        self.assertTrue(eventually(lambda: c._conn is not None and len(c._conn._wire) == 1))
+        with self.assertRaises(LockTimeout):
+            c.acquire_shared("cfg", 0, owner="r3", lease_ms=1000)   # someone is queued first
+        r1.release()
+        self.assertTrue(writer.is_alive())
+        r2.release()
+        writer.join(10)
+        self.assertGreater(got["w"].token, r2.token)
+        with self.assertRaises(LockTimeout):
+            c.acquire_shared("cfg", 0, owner="r4", lease_ms=1000)
+        got["w"].release()
+        c.acquire_shared("cfg", 0, owner="r4", lease_ms=1000).release()
+
+    def test_a_pool_of_workers_never_exceeds_its_limit(self):
+        pool = self.client.semaphore("pool", 3)
+        running, most, lock = [0], [0], threading.Lock()
+
+        def worker(i):
+            with pool.acquire(owner=f"w{i}", lease_ms=10_000, wait_ms=10_000):
+                with lock:
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                time.sleep(0.05)
+                with lock:
+                    running[0] -= 1
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        self.assertEqual(most[0], 3)
+        with self.assertRaises(LimitMismatch):
+            held = pool.acquire(owner="a", lease_ms=10_000)
+            try:
+                self.client.acquire_shared("pool", 4, owner="b", lease_ms=1000)
+            finally:
+                held.release()
+
+
+class AsyncSharedRealTest(unittest.IsolatedAsyncioTestCase):
+    async def test_read_lock_then_write_lock(self):
+        lockd = Lockd()
+        self.addCleanup(lockd.stop)
+        async with AsyncClient(lockd.address) as c:
+            async with c.read_lock("cfg", owner="r1", lease_ms=10_000) as r1:
+                async with c.read_lock("cfg", owner="r2", lease_ms=10_000) as r2:
+                    self.assertGreater(r2.token, r1.token)
+                    with self.assertRaises(LockTimeout):
+                        await c.acquire("cfg", owner="w", lease_ms=1000)
+            async with c.lock("cfg", owner="w", lease_ms=10_000) as w:
+                self.assertGreater(w.token, r2.token)
+            async with c.semaphore("pool", 1).acquire(owner="p", lease_ms=10_000):
+                with self.assertRaises(LockTimeout):
+                    await c.acquire_shared("pool", 1, owner="q", lease_ms=1000)
 
 
 class SharedFakeTest(unittest.TestCase):
