@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   std::uint64_t passed = 0;
   std::uint64_t failed = 0;
   std::uint64_t steps = 0;
+  std::uint64_t shared_grants = 0, shared_runs = 0, limit_mismatches = 0;
   // The only clock read: for the speed report on stderr, never for the run.
   const auto started = std::chrono::steady_clock::now();
   const std::clock_t started_cpu = std::clock();
@@ -72,6 +73,9 @@ int main(int argc, char** argv) {
     std::snprintf(g_replay_line, sizeof g_replay_line, "%s", replay.c_str());
     lockd::sim::SeedResult r = lockd::sim::run_seed(opts, s);
     steps += r.steps;
+    shared_grants += r.shared_grants;
+    shared_runs += r.shared_runs;
+    limit_mismatches += r.limit_mismatches;
     if (r.passed) {
       ++passed;
     } else {
@@ -86,6 +90,9 @@ int main(int argc, char** argv) {
   const double cpu = static_cast<double>(std::clock() - started_cpu) / CLOCKS_PER_SEC;
   std::fprintf(stderr, "lockd-sim: %llu steps in %.1f s wall, %.1f s CPU (%.0f steps per CPU second)\n",
                static_cast<unsigned long long>(steps), seconds, cpu, cpu > 0 ? static_cast<double>(steps) / cpu : 0.0);
+  std::fprintf(stderr, "lockd-sim: %llu shared grants, %llu runs of readers handed off together, %llu limit mismatches\n",
+               static_cast<unsigned long long>(shared_grants), static_cast<unsigned long long>(shared_runs),
+               static_cast<unsigned long long>(limit_mismatches));
   std::printf("%llu passed, %llu failed\n", static_cast<unsigned long long>(passed),
               static_cast<unsigned long long>(failed));
   return failed == 0 ? 0 : 1;

@@ -134,10 +134,11 @@ struct HistoryEntry {
   std::optional<std::string> outcome;  // what applying it did (lock level)
 };
 
-// Per-key state of the lock model used for "one holder per key".
+// One holder as the lock-level checks saw it granted ("one holder per
+// key", "shared holders within the limit"): by token, per key.
 struct Holding {
-  locks::Token token = 0;
   TimeNs expires_ns = 0;
+  bool shared = false;
 };
 
 // One simulated server: disk, Raft core, state machine.
@@ -164,7 +165,7 @@ struct Node {
   Term running_term = 0;    // highest term seen since the last restart
   Term durable_term = 0;    // highest term ever persisted
   locks::Token max_token = 0;
-  std::map<std::string, Holding> holders;
+  std::map<std::string, std::map<locks::Token, Holding>> holders;
 };
 
 class Simulation {
@@ -376,7 +377,9 @@ class Simulation {
     const locks::LockTable& t = n.sm->table();
     n.max_token = t.next_token() - 1;
     t.for_each([&](std::string_view key, const locks::KeyState& k) {
-      n.holders[std::string(key)] = Holding{k.token, k.expires_at_ns};
+      k.for_each_holder([&](const locks::Holder& h) {
+        n.holders[std::string(key)][h.token] = Holding{h.expires_at_ns, k.shared()};
+      });
     });
   }
 
@@ -394,8 +397,9 @@ class Simulation {
       if (cluster::decode_lock_command(e->data, c) == cluster::LockCommandError::kOk &&
           c.type == cluster::LockCommandType::kExpire) {
         const locks::KeyState* ks = n.sm->table().find(c.key);
-        if (ks && ks->token == c.token) {
-          c.now_ns = std::max(c.now_ns, n.sm->to_leader_ns(ks->expires_at_ns));
+        const locks::Holder* h = ks ? ks->holder_with(c.token) : nullptr;
+        if (h != nullptr) {
+          c.now_ns = std::max(c.now_ns, n.sm->to_leader_ns(h->expires_at_ns));
           planted = *e;
           planted.data = cluster::encode_lock_command(c);
           e = &planted;
@@ -410,20 +414,35 @@ class Simulation {
     }
     const TimeNs now = r.table_now_ns;
     const cluster::LockCommand& c = r.cmd;
-    auto grant = [&](const std::string& key, locks::Token token) {
+    // Every grant, checked against the holders this node granted before
+    // (not against its table, which a bug may have emptied): an exclusive
+    // grant only when no other holder's lease runs, a shared one only
+    // beside shared holders and within the key's limit (§5b).
+    auto grant = [&](const std::string& key, locks::Token token, bool shared) {
       if (token <= n.max_token) {
         fail("tokens strictly increase", "node " + std::to_string(n.id) + " granted token " +
                                              std::to_string(token) + " after " + std::to_string(n.max_token));
       }
       n.max_token = std::max(n.max_token, token);
-      auto it = n.holders.find(key);
-      if (it != n.holders.end() && it->second.expires_ns > now) {
-        fail("one holder per key", "node " + std::to_string(n.id) + " granted " + key + " to token " +
-                                        std::to_string(token) + " while token " +
-                                        std::to_string(it->second.token) + " still held it");
+      auto& held = n.holders[key];
+      std::erase_if(held, [now](const auto& held_entry) { return held_entry.second.expires_ns <= now; });
+      for (const auto& [t, h] : held) {
+        if (!shared || !h.shared) {
+          fail(shared ? "no shared holder beside an exclusive one" : "one holder per key",
+               "node " + std::to_string(n.id) + " granted " + key + " to token " + std::to_string(token) +
+                   (shared ? " (shared)" : "") + " while token " + std::to_string(t) +
+                   (h.shared ? " (shared)" : "") + " still held it");
+          break;
+        }
       }
       const locks::KeyState* ks = n.sm->table().find(key);
-      n.holders[key] = Holding{token, ks ? ks->expires_at_ns : now};
+      const locks::Holder* mine = ks ? ks->holder_with(token) : nullptr;
+      held[token] = Holding{mine ? mine->expires_at_ns : now, shared};
+      if (shared && ks && ks->limit() != 0 && held.size() > ks->limit()) {
+        fail("shared holders within the limit", "node " + std::to_string(n.id) + " has " +
+                                                     std::to_string(held.size()) + " live holders of " + key +
+                                                     " under limit " + std::to_string(ks->limit()));
+      }
     };
     std::string canonical;
     using T = cluster::LockCommandType;
@@ -455,15 +474,20 @@ class Simulation {
         case T::kClock:
         case T::kConfig: break;
       }
-      // A release or expiry ends the current holding before any hand-off.
-      if ((c.type == T::kRelease || c.type == T::kExpire) && r.changed) n.holders.erase(c.key);
+      // A release or expiry ends that one holding before any hand-off.
+      if ((c.type == T::kRelease || c.type == T::kExpire) && r.changed) {
+        auto it = n.holders.find(c.key);
+        if (it != n.holders.end()) it->second.erase(c.token);
+      }
       // A keep moves the holding's end, earlier or later (§6a).
       if (c.type == T::kKeep && r.changed) {
-        if (const locks::KeyState* ks = n.sm->table().find(c.key)) n.holders[c.key].expires_ns = ks->expires_at_ns;
+        const locks::KeyState* ks = n.sm->table().find(c.key);
+        const locks::Holder* h = ks ? ks->holder_with(c.token) : nullptr;
+        if (h != nullptr) n.holders[c.key][c.token].expires_ns = h->expires_at_ns;
       }
-      if (r.granted != 0) grant(c.key, r.granted);
+      if (r.granted != 0) grant(c.key, r.granted, c.type == T::kAcquireShared);
       for (const locks::Delivery& d : r.deliveries) {
-        if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token);
+        if (d.kind == locks::DeliveryKind::kGranted) grant(d.key, d.token, d.shared);
       }
     }
     // The reply, then every reply owed to a waiter, in full (who, token).
@@ -491,6 +515,9 @@ class Simulation {
     std::string want = cluster::decode_lock_command(e.data, c) == cluster::LockCommandError::kOk
                            ? oracle_.apply(c, e.index, e.term)
                            : "undecodable";
+    result_.shared_grants = oracle_.shared_grants();
+    result_.shared_runs = oracle_.shared_runs();
+    result_.limit_mismatches = oracle_.limit_mismatches();
     if (outcome != want) {
       fail("lock oracle", "entry " + std::to_string(e.index) + " on n" + std::to_string(n.id) + ": replica says '" +
                               outcome + "', the contract says '" + want + "'");
@@ -515,19 +542,38 @@ class Simulation {
       const locks::KeyState* k = t.find(key);
       if (!k) return "key " + key + " missing";
       auto row = [](const std::string& owner, std::uint64_t token, TimeNs expires) {
-        return owner + " token " + std::to_string(token) + " expires " + std::to_string(expires);
+        return " " + owner + " token " + std::to_string(token) + " expires " + std::to_string(expires);
       };
-      std::string got = row(k->owner, k->token, k->expires_at_ns);
-      std::string want = row(m.owner, m.token, m.expires_ns);
+      auto waiter = [](std::uint64_t id, const std::string& owner, std::uint64_t client, std::uint64_t lease_ms,
+                       TimeNs deadline, bool shared, std::uint16_t limit) {
+        return " w" + std::to_string(id) + "/" + owner + "/" + std::to_string(client) + "/" +
+               std::to_string(lease_ms) + "/" + std::to_string(deadline) +
+               (shared ? "/S" + std::to_string(limit) : "/A");
+      };
+      // The limit only where it rules (§5b: live shared holders or queued
+      // `S` waiters carry it); an ended holder's limit is history.
+      const TimeNs now = oracle_.now();
+      int table_limit = -1;
+      bool live = false;
+      k->for_each_holder([&](const locks::Holder& h) { live = live || h.expires_at_ns > now; });
+      if (k->waiters() != nullptr &&
+          std::any_of(k->waiters()->begin(), k->waiters()->end(), [](const locks::Waiter& w) { return w.shared; })) {
+        table_limit = k->limit();
+      } else if (k->shared() && live) {
+        table_limit = k->limit();
+      }
+      std::string got = std::string(k->shared() ? "shared" : "exclusive") + " limit " + std::to_string(table_limit);
+      k->for_each_holder([&](const locks::Holder& h) { got += row(h.owner, h.token, h.expires_at_ns); });
+      std::string want = std::string(m.shared ? "shared" : "exclusive") + " limit " +
+                         std::to_string(LockModel::limit_in_force(m, now));
+      for (const auto& [token, h] : m.holders) want += row(h.owner, token, h.expires_ns);
       if (const auto* waiters = k->waiters()) {
         for (const locks::Waiter& w : *waiters) {
-          got += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
-                 std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+          got += waiter(w.id, w.owner, w.client, w.lease_ms, w.wait_deadline_ns, w.shared, w.limit);
         }
       }
       for (const LockModel::Waiter& w : m.queue) {
-        want += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.client) + "/" +
-                std::to_string(w.lease_ms) + "/" + std::to_string(w.wait_deadline_ns);
+        want += waiter(w.id, w.owner, w.client, w.lease_ms, w.wait_deadline_ns, w.shared, w.limit);
       }
       if (got != want) return "key " + key + " is '" + got + "', contract '" + want + "'";
     }
@@ -1211,29 +1257,46 @@ class Simulation {
     c.now_ns = clock_ns(*target);
     std::string key = "k" + std::to_string(rng_.below(kKeys));
     const locks::KeyState* ks = target->sm->table().find(key);
-    std::uint64_t dice = rng_.below(12);
-    if (dice < 5 || !ks) {
-      c.type = cluster::LockCommandType::kAcquire;
+    // One of the key's holders (a shared key has several), at random.
+    locks::Token held = 0;
+    if (ks) {
+      std::size_t i = 0;
+      const std::size_t pick = rng_.below(std::max<std::size_t>(1, ks->holder_count()));
+      ks->for_each_holder([&](const locks::Holder& h) {
+        if (i++ == pick) held = h.token;
+      });
+    }
+    std::uint64_t dice = rng_.below(15);
+    if (dice < 7 || !ks) {
+      // `A`, or `S` (§5b): each key has its usual limit (k0 a reader-writer
+      // lock, the others semaphores of 1..3 permits), now and then another
+      // (E limit_mismatch).
+      const bool shared = rng_.chance(0.45);
+      c.type = shared ? cluster::LockCommandType::kAcquireShared : cluster::LockCommandType::kAcquire;
       c.owner = "c" + std::to_string(rng_.below(kOwners));
       c.key = key;
       c.lease_ms = rng_.range(50, 3000);
       c.wait_ms = rng_.chance(0.4) ? rng_.range(10, 2000) : 0;
       c.client = rng_.range(1, kOwners);
       c.waiter = ++next_waiter_;
-    } else if (dice < 8) {
+      if (shared) {
+        const std::uint16_t usual = static_cast<std::uint16_t>(key.back() - '0');
+        c.limit = rng_.chance(0.9) ? usual : static_cast<std::uint16_t>(rng_.below(4));
+      }
+    } else if (dice < 10) {
       c.type = cluster::LockCommandType::kRelease;
       c.key = key;
-      c.token = rng_.chance(0.9) ? ks->token : ks->token + rng_.range(1, 3);
-    } else if (dice < 9) {
+      c.token = rng_.chance(0.9) ? held : held + rng_.range(1, 3);
+    } else if (dice < 11) {
       c.type = cluster::LockCommandType::kExpire;
       c.key = key;
-      c.token = ks->token;
-    } else if (dice < 11) {
+      c.token = held;
+    } else if (dice < 13) {
       // A holder extends (or shortens) its lease, sometimes with a stale
       // token, sometimes after its lease ended.
       c.type = cluster::LockCommandType::kKeep;
       c.key = key;
-      c.token = rng_.chance(0.9) ? ks->token : rng_.range(1, ks->token);
+      c.token = rng_.chance(0.9) ? held : rng_.range(1, held);
       c.lease_ms = rng_.range(50, 3000);
     } else {
       // Waiter ids are the indexes of the entries that queued them: mostly
@@ -1246,7 +1309,11 @@ class Simulation {
         c.waiter = w->id;
       }
     }
-    auto r = target->raft->propose(cluster::encode_lock_command(c));
+    // As the daemon: `S` needs entry version 4 (every simulated node applies it).
+    const std::uint16_t version = c.type == cluster::LockCommandType::kAcquireShared
+                                      ? cluster::kEntryVersionShared
+                                      : cluster::kEntryVersionMin;
+    auto r = target->raft->propose(cluster::encode_lock_command(c, version));
     if (r.error == raft::ProposeError::kOk) {
       accepted_.emplace_back(r.index, r.term);
       process(*target);
@@ -1448,11 +1515,15 @@ class Simulation {
   static std::string table_digest(const locks::LockTable& t) {
     std::vector<std::string> rows;
     t.for_each([&](std::string_view key, const locks::KeyState& k) {
-      std::string row = std::string(key) + " " + k.owner + " " + std::to_string(k.token) + " " +
-                        std::to_string(k.expires_at_ns) + " " + std::to_string(k.lease_ms);
+      std::string row = std::string(key) + (k.shared() ? " shared " + std::to_string(k.limit()) : "");
+      k.for_each_holder([&](const locks::Holder& h) {
+        row += " " + h.owner + " " + std::to_string(h.token) + " " + std::to_string(h.expires_at_ns) + " " +
+               std::to_string(h.lease_ms);
+      });
       if (const auto* waiters = k.waiters()) {
         for (const locks::Waiter& w : *waiters) {
-          row += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.wait_deadline_ns);
+          row += " w" + std::to_string(w.id) + "/" + w.owner + "/" + std::to_string(w.wait_deadline_ns) +
+                 (w.shared ? "/S" + std::to_string(w.limit) : "");
         }
       }
       rows.push_back(std::move(row));

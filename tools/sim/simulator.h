@@ -84,6 +84,10 @@ struct SeedResult {
   std::uint64_t crashes = 0;
   std::uint64_t snapshots_installed = 0;
   std::uint64_t conf_changes = 0;   // configuration changes that committed
+  // Lock outcomes the oracle checked (each committed command once):
+  std::uint64_t shared_grants = 0;     // `S` holders granted, at once or by hand-off
+  std::uint64_t shared_runs = 0;       // hand-offs that granted two or more `S` in one entry
+  std::uint64_t limit_mismatches = 0;  // `S` refused for another limit
 };
 
 SeedResult run_seed(const SimOptions& opts, std::uint64_t seed);
