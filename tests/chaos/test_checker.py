@@ -21,21 +21,29 @@ class H:
         self.h.meta.update(meta)
 
     def op(self, f, key, t0, t1, code=None, token=None, lease=1000, wait=0, client="c1",
-           enq=None, unknown=False):
+           enq=None, unknown=False, limit=None):
         op = Op(id=len(self.h.ops), client=client, f=f, key=key, token=token, lease_ms=lease,
                 wait_ms=wait, invoke_ns=t0 * MS, complete_ns=None if t1 is None else t1 * MS,
-                code=code, unknown=unknown, enq_ns=None if enq is None else enq * MS)
+                code=code, unknown=unknown, enq_ns=None if enq is None else enq * MS, limit=limit)
         self.h.ops.append(op)
         return op
 
     def grant(self, key, t0, t1, token, **kw):
         return self.op("A", key, t0, t1, code="A", token=token, **kw)
 
+    def shared(self, key, t0, t1, token, limit=0, **kw):
+        return self.op("S", key, t0, t1, code="S", token=token, limit=limit, **kw)
+
     def release(self, key, t0, t1, token, code="R", **kw):
         return self.op("R", key, t0, t1, code=code, token=token, **kw)
 
     def keep(self, key, t0, t1, token, lease, code="K", **kw):
         return self.op("K", key, t0, t1, code=code, token=token, lease=lease, **kw)
+
+
+def json_line(op):
+    import json
+    return json.dumps(op.to_json())
 
 
 def checks(h, name):
@@ -338,6 +346,118 @@ class ResourceTest(unittest.TestCase):
             {"key": "k", "op": "write", "token": 1, "ok": True, "in_lease": True},
             {"kind": "final", "key": "k", "fenced_value": 2}]
         self.assertEqual(len(checks(h, "resource")), 1)
+
+
+
+class SharedTest(unittest.TestCase):
+    """Shared holders (S, protocol.md §5b): readers and permits may
+    overlap each other, never an exclusive holder, never past the limit."""
+
+    def test_readers_overlap(self):
+        h = H()
+        h.shared("a", 0, 1, 10)
+        h.shared("a", 2, 3, 11)
+        h.shared("a", 4, 5, 12)
+        h.release("a", 500, 501, 10)
+        h.release("a", 600, 601, 11)
+        h.release("a", 700, 701, 12)
+        self.assertEqual(checks(h, "exclusion"), [])
+        self.assertEqual(checks(h, "limit"), [])
+        self.assertEqual(checker.check(h.h)[1]["shared_grants"], 3)
+
+    def test_writer_after_the_last_reader_passes(self):
+        h = H()
+        h.shared("a", 0, 1, 10)
+        h.shared("a", 2, 3, 11)
+        h.release("a", 100, 101, 10)
+        h.release("a", 200, 201, 11)
+        h.grant("a", 150, 202, 12, wait=500)   # queued, handed the key at 11's release
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_writer_beside_a_reader_flagged(self):
+        h = H()
+        h.shared("a", 0, 1, 10)
+        h.shared("a", 2, 3, 11)
+        h.release("a", 100, 101, 10)
+        h.grant("a", 150, 160, 12)            # reader 11 still holds
+        v = checks(h, "exclusion")
+        self.assertEqual(len(v), 1)
+        self.assertIn("token 12 (exclusive)", v[0].message)
+        self.assertIn("token 11 (shared)", v[0].message)
+
+    def test_reader_beside_a_writer_flagged(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.shared("a", 50, 60, 11)
+        v = checks(h, "exclusion")
+        self.assertEqual(len(v), 1)
+        self.assertIn("token 11 (shared)", v[0].message)
+
+    def test_reader_after_the_writers_lease_passes(self):
+        h = H()
+        h.grant("a", 0, 1, 10, lease=100)
+        h.shared("a", 50, 101, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_unknown_release_of_the_writer_lets_readers_in(self):
+        h = H()
+        h.grant("a", 0, 1, 10)
+        h.release("a", 20, None, 10, code=None, unknown=True)
+        h.shared("a", 30, 31, 11)
+        self.assertEqual(checks(h, "exclusion"), [])
+
+    def test_semaphore_within_its_limit_passes(self):
+        h = H()
+        h.shared("s", 0, 1, 10, limit=2)
+        h.shared("s", 2, 3, 11, limit=2)
+        h.release("s", 100, 101, 10)
+        h.shared("s", 90, 102, 12, limit=2, wait=500)   # the freed permit
+        self.assertEqual(checks(h, "limit"), [])
+
+    def test_semaphore_past_its_limit_flagged(self):
+        h = H()
+        h.shared("s", 0, 1, 10, limit=2)
+        h.shared("s", 2, 3, 11, limit=2)
+        h.shared("s", 4, 5, 12, limit=2)      # a third while both hold
+        v = checks(h, "limit")
+        self.assertEqual(len(v), 1)
+        self.assertIn("3 shared holders", v[0].message)
+        self.assertEqual(checks(h, "exclusion"), [])   # permits may overlap each other
+
+    def test_semaphore_third_holder_after_an_unknown_release_passes(self):
+        h = H()
+        h.shared("s", 0, 1, 10, limit=2)
+        h.shared("s", 2, 3, 11, limit=2)
+        h.release("s", 4, None, 10, code=None, unknown=True)   # may have freed a permit
+        h.shared("s", 5, 6, 12, limit=2)
+        self.assertEqual(checks(h, "limit"), [])
+
+    def test_semaphore_third_holder_after_an_expired_lease_passes(self):
+        h = H()
+        h.shared("s", 0, 1, 10, limit=2, lease=50)
+        h.shared("s", 2, 3, 11, limit=2)
+        h.shared("s", 60, 61, 12, limit=2)
+        self.assertEqual(checks(h, "limit"), [])
+
+    def test_read_lock_has_no_limit(self):
+        h = H()
+        for t in range(10, 20):
+            h.shared("r", t, t + 1, t, limit=0)
+        self.assertEqual(checks(h, "limit"), [])
+
+    def test_shared_tokens_are_checked(self):
+        h = H()
+        h.shared("a", 0, 1, 10)
+        h.shared("b", 2, 3, 10)                # the same token twice
+        self.assertTrue(any("granted twice" in v.message for v in checks(h, "tokens")))
+
+    def test_parse_keeps_the_limit(self):
+        h = H()
+        h.shared("s", 0, 1, 10, limit=3)
+        lines = [json_line(op) for op in h.h.ops]
+        back = History.parse(lines)
+        self.assertEqual(back.ops[0].limit, 3)
+        self.assertTrue(back.ops[0].granted and back.ops[0].shared)
 
 
 class FileTest(unittest.TestCase):

@@ -45,6 +45,9 @@ def main(argv=None):
     r.add_argument("--keys", type=int, default=3)
     r.add_argument("--lease-ms", type=int, default=1000)
     r.add_argument("--no-keep", action="store_true", help="never send K")
+    r.add_argument("--shared-prob", type=float, default=0.25,
+                   help="share of cycles that take the key with S (read lock, or one of 2 permits "
+                        "on the second key) and only read (default 0.25; 0: A only)")
     r.add_argument("--pause-prob", type=float, default=0.02,
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
@@ -107,6 +110,7 @@ def main(argv=None):
         opt.faults = kinds
         opt.clients, opt.keys, opt.lease_ms = args.clients, args.keys, args.lease_ms
         opt.use_keep = not args.no_keep
+        opt.shared_prob = args.shared_prob
         opt.pause_prob = args.pause_prob
         opt.election_timeout_ms, opt.heartbeat_ms = args.election_timeout_ms, args.heartbeat_ms
         opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out

@@ -15,14 +15,20 @@ The checks:
   tokens     every granted token is unique; a grant that completed before
              another was invoked has the smaller token (over all keys: the
              server's tokens grow globally, which implies the per-key rule)
-  exclusion  for grants g1 < g2 of one key (by token), g2 completes no
-             earlier than the end of g1's exclusion: the earlier of g1's
-             lease end (its invocation + lease_ms, moved by each
-             acknowledged K to that K's invocation + lease_ms) and the
-             invocation of g1's release. In single mode with locks lost on
+  exclusion  for grants g1 < g2 of one key (by token), of which at least one
+             is exclusive (A; an S grant is shared, protocol.md §5b), g2
+             completes no earlier than the end of g1's exclusion: the
+             earlier of g1's lease end (its invocation + lease_ms, moved by
+             each acknowledged K to that K's invocation + lease_ms) and the
+             invocation of g1's release. So no exclusive holder overlaps any
+             other holder, shared or not. In single mode with locks lost on
              restart (meta "locks_lost_on_restart"), a kill -9 of the server
              also ends every exclusion (by design; such pairs are counted,
              not flagged)
+  limit      for S grants of a semaphore (limit N > 0), never more than N
+             held at once: N + 1 of them whose sure holding times overlap
+             (each from its completion to the end of its exclusion, as
+             above) are flagged
   fifo       on the release path: for a release R acknowledged for token t
              of key k, two waiters on k both proven queued before R was sent
              (enq_ns, see history.Op) and both granted later with tokens
@@ -154,27 +160,86 @@ def check_exclusion(history, locks_lost_on_restart=False, stats=None):
         per_key[g.key].append(g)
     excused = 0
     max_overlap_ms = 0.0
+    shared_pairs = 0
     for key, grants in per_key.items():
         grants.sort(key=lambda g: g.token)
-        top = None          # earlier grant whose exclusion ends last
-        top_raw = None      # the same, ignoring restarts
+        # Earlier grants whose exclusion ends last (index 0: with restarts,
+        # 1: ignoring them): of every grant, and of the exclusive ones. An
+        # exclusive grant conflicts with every earlier holder, a shared one
+        # only with earlier exclusive holders (§5b).
+        top_any = [None, None]
+        top_excl = [None, None]
         for g2 in grants:
+            tops = top_excl if g2.shared else top_any
+            top, top_raw = tops
             if top is not None and g2.complete_ns < ends[top.id][0]:
                 overlap_ms = (ends[top.id][0] - g2.complete_ns) / NS_PER_MS
                 max_overlap_ms = max(max_overlap_ms, overlap_ms)
                 violations.append(Violation(
-                    "exclusion", "key %s: token %d granted (completed) %.1f ms before the "
-                    "exclusion of token %d ended" % (key, g2.token, overlap_ms, top.token),
+                    "exclusion", "key %s: token %d (%s) granted (completed) %.1f ms before the "
+                    "exclusion of token %d (%s) ended"
+                    % (key, g2.token, _mode(g2), overlap_ms, top.token, _mode(top)),
                     [top, g2]))
             elif top_raw is not None and g2.complete_ns < ends[top_raw.id][1]:
                 excused += 1
-            if top is None or ends[g2.id][0] > ends[top.id][0]:
-                top = g2
-            if top_raw is None or ends[g2.id][1] > ends[top_raw.id][1]:
-                top_raw = g2
+            elif g2.shared and top_any[0] is not None and g2.complete_ns < ends[top_any[0].id][0]:
+                shared_pairs += 1   # readers (or permits) held together, as allowed
+            for t in ([top_any] if g2.shared else [top_any, top_excl]):
+                for i in (0, 1):
+                    if t[i] is None or ends[g2.id][i] > ends[t[i].id][i]:
+                        t[i] = g2
     if stats is not None:
         stats["exclusion_excused_by_restart"] = excused
         stats["exclusion_max_overlap_ms"] = round(max_overlap_ms, 1)
+        stats["shared_grants_overlapping"] = shared_pairs
+    return violations
+
+
+def _mode(g):
+    return "shared" if g.shared else "exclusive"
+
+
+def check_limit(history, locks_lost_on_restart=False, stats=None):
+    """Never more than `limit` S holders of a semaphore at once (§5b).
+
+    Each S grant surely holds from its completion (the server granted it
+    before its reply) to the end of its exclusion (exclusion_ends: its
+    lease counted from its invocation, moved by acknowledged keeps, cut by
+    a release's invocation; with locks lost on restart, by a kill -9). A
+    moment covered by more than `limit` such spans is a violation whatever
+    the unknown operations did."""
+    violations = []
+    ends = exclusion_ends(history, locks_lost_on_restart)
+    per_key = collections.defaultdict(list)
+    for g in _grants(history):
+        if g.shared and g.limit:
+            per_key[(g.key, g.limit)].append(g)
+    most = 0
+    for (key, limit), grants in sorted(per_key.items()):
+        events = []
+        for g in grants:
+            start, end = g.complete_ns, ends[g.id][0]
+            if start < end:
+                events.append((start, 1, g))
+                events.append((end, 0, g))   # ends sort before starts at the same time
+        events.sort(key=lambda e: (e[0], e[1], e[2].token))
+        held = {}
+        flagged = False
+        for t, kind, g in events:
+            if kind == 0:
+                held.pop(g.id, None)
+                continue
+            held[g.id] = g
+            most = max(most, len(held))
+            if len(held) > limit and not flagged:
+                flagged = True   # one violation per semaphore is enough to show it
+                violations.append(Violation(
+                    "limit", "key %s (limit %d): %d shared holders at once (tokens %s)"
+                    % (key, limit, len(held), ", ".join(str(h.token) for h in
+                                                        sorted(held.values(), key=lambda h: h.token))),
+                    sorted(held.values(), key=lambda h: h.token)))
+    if stats is not None:
+        stats["limit_most_holders_seen"] = most
     return violations
 
 
@@ -223,7 +288,7 @@ def check_fifo(history, stats=None):
     return violations
 
 
-ANSWERS = {"A", "T", "B", "R", "N", "K", "M"}
+ANSWERS = {"A", "S", "T", "B", "R", "N", "K", "M"}
 
 
 def check_liveness(history, recovery_bound_ms=None, stats=None):
@@ -248,7 +313,7 @@ def check_liveness(history, recovery_bound_ms=None, stats=None):
                    op.reply or op.error or "unknown"), [op]))
         else:
             answered += 1
-        if op.f == "A":
+        if op.f in ("A", "S"):
             acquired[op.key].append(op)
     clients = {op.client for op in history.ops if op.client}
     # A client busy in a long hold when the window opens answers later, so
@@ -338,6 +403,7 @@ def check(history, locks_lost_on_restart=None, recovery_bound_ms=None):
     violations = []
     violations += check_tokens(history)
     violations += check_exclusion(history, locks_lost_on_restart, stats)
+    violations += check_limit(history, locks_lost_on_restart, stats)
     violations += check_fifo(history, stats)
     violations += check_liveness(history, recovery_bound_ms, stats)
     violations += check_resource(history, locks_lost_on_restart, stats)
@@ -345,6 +411,7 @@ def check(history, locks_lost_on_restart=None, recovery_bound_ms=None):
     report.update(stats)
     report.update(restart_token_stats(history))
     report["grants"] = len(_grants(history))
+    report["shared_grants"] = sum(1 for g in _grants(history) if g.shared)
     report["violations"] = collections.Counter(v.check for v in violations)
     report["violations_total"] = len(violations)
     return violations, report

@@ -106,7 +106,7 @@ class Client:
         elif op.code == "M" and len(fields) > 1:
             self.target = fields[1]
             self._drop(rotate=False)
-        elif op.code == "A" and op.f == "A":
+        elif op.code == op.f and op.f in ("A", "S"):
             op.token = int(fields[1])
 
     def _fail(self, op, error, sent):
@@ -117,13 +117,17 @@ class Client:
             op.complete_ns = time.monotonic_ns()  # never left us: definitely not applied
         self._drop(rotate=True)
 
-    def call(self, f, key, token=None, owner=None, lease_ms=None, wait_ms=0):
-        """One request; returns its recorded Op."""
+    def call(self, f, key, token=None, owner=None, lease_ms=None, wait_ms=0, limit=None):
+        """One request; returns its recorded Op. f "S" takes `limit`."""
+        acquire = f in ("A", "S")
         op = Op(id=self.writer.next_id(), client=self.name, node=self.target, f=f, key=key,
-                owner=owner, lease_ms=lease_ms, wait_ms=wait_ms if f == "A" else None,
-                token=token if f != "A" else None)
-        if f == "A":
-            line = "A %s %s %d %d\n" % (owner, key, lease_ms, wait_ms)
+                owner=owner, lease_ms=lease_ms, wait_ms=wait_ms if acquire else None,
+                token=token if not acquire else None, limit=limit if f == "S" else None)
+        if acquire:
+            if f == "A":
+                line = "A %s %s %d %d\n" % (owner, key, lease_ms, wait_ms)
+            else:
+                line = "S %s %s %d %d %d\n" % (owner, key, limit, lease_ms, wait_ms)
             probe = wait_ms > 0
             if probe:
                 line += "R 1 %s\n" % self.probe_key
@@ -183,7 +187,7 @@ class Workload:
     """
 
     def __init__(self, client, resource, rng, keys, lease_ms, waits_ms, use_keep,
-                 pause_prob, stop_event):
+                 pause_prob, stop_event, shared_prob=0.0, limits=None):
         self.c = client
         self.res = resource
         self.rng = rng
@@ -193,6 +197,8 @@ class Workload:
         self.use_keep = use_keep
         self.pause_prob = pause_prob
         self.stop = stop_event
+        self.shared_prob = shared_prob
+        self.limits = limits or {}   # key -> S limit (0: a read lock)
 
     def run(self):
         while not self.stop.is_set():
@@ -202,6 +208,9 @@ class Workload:
     def cycle(self):
         key = self.rng.choice(self.keys)
         wait = self.rng.choice(self.waits_ms)
+        if self.shared_prob and self.rng.random() < self.shared_prob:
+            self.shared_cycle(key, wait)
+            return
         a = self.c.call("A", key, owner=self.c.name, lease_ms=self.lease_ms, wait_ms=wait)
         if a.code != "A":
             if a.code in ("M",):
@@ -243,4 +252,21 @@ class Workload:
         else:
             # The resource has seen a newer token: this lock is stale.
             self.stop.wait(0.01)
+        self.c.call("R", key, token=token)
+
+    def shared_cycle(self, key, wait):
+        """S on the key (a reader, or one of the key's permits), read the
+        fenced counter as a reader, release. Readers never write: a writer's
+        exclusion covers them (the checker's exclusion and limit checks)."""
+        s = self.c.call("S", key, owner=self.c.name, lease_ms=self.lease_ms, wait_ms=wait,
+                        limit=self.limits.get(key, 0))
+        if s.code != "S":
+            if s.code != "M":
+                self.stop.wait(self.rng.uniform(0.01, 0.05 if s.code in ("T", "B") else 0.2))
+            return
+        token, granted_ns = s.token, s.invoke_ns
+        lease_end = granted_ns + self.lease_ms * NS_PER_MS
+        if time.monotonic_ns() < lease_end - self.lease_ms * NS_PER_MS // 5:
+            self.res.read(key, token, self.c.name, granted_ns, lease_end, shared=True)
+            time.sleep(self.rng.uniform(0, 0.2) * self.lease_ms / 1000)
         self.c.call("R", key, token=token)

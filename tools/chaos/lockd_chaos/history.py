@@ -18,25 +18,28 @@ import json
 import threading
 
 # Reply codes of the wire protocol, plus the checker's own "unknown".
-CODES = ("A", "T", "B", "R", "N", "K", "M", "E")
+CODES = ("A", "S", "T", "B", "R", "N", "K", "M", "E")
 
 
 class Op:
     """One request on the wire and what became of it.
 
-    f          'A' (acquire), 'R' (release) or 'K' (keep)
+    f          'A' (acquire), 'S' (shared acquire, protocol.md §5b), 'R'
+               (release) or 'K' (keep)
     key        the lock key
-    owner      A only
-    token      R/K: the token sent; A: the token granted (None unless code A)
-    lease_ms   A and K
-    wait_ms    A
+    owner      A and S
+    token      R/K: the token sent; A/S: the token granted (None unless
+               the reply is A, or S for an S)
+    lease_ms   A, S and K
+    wait_ms    A and S
+    limit      S only: its limit (0: a read lock, N: one of N permits)
     invoke_ns  just before the request was written
     complete_ns when the reply was read; None when unknown
     code       first field of the reply, or None when unknown
     reply      the reply line
     unknown    True for a timeout, a connection error or `E indeterminate`:
                the request may or may not have taken effect
-    enq_ns     A with wait > 0: when a request pipelined right behind it on
+    enq_ns     A or S with wait > 0: when a request pipelined right behind it on
                the same connection was answered, proving the server had
                read the acquire (and, if the key was held, queued it) by
                then; None if not known
@@ -44,7 +47,7 @@ class Op:
 
     __slots__ = ("id", "client", "node", "f", "key", "owner", "token", "lease_ms",
                  "wait_ms", "invoke_ns", "complete_ns", "code", "reply", "unknown",
-                 "enq_ns", "error")
+                 "enq_ns", "error", "limit")
 
     def __init__(self, **kw):
         for name in self.__slots__:
@@ -66,8 +69,12 @@ class Op:
 
     @property
     def granted(self):
-        """A definite grant with a known token."""
-        return self.f == "A" and self.code == "A" and self.token is not None
+        """A definite grant (A or S) with a known token."""
+        return self.f in ("A", "S") and self.code == self.f and self.token is not None
+
+    @property
+    def shared(self):
+        return self.f == "S"
 
     def __repr__(self):
         return "Op(%s)" % json.dumps(self.to_json(), sort_keys=True)

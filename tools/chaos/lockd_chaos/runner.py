@@ -55,6 +55,7 @@ class Options:
     recovery_bound_ms = None
     tail_s = None
     upgrade_to = None       # a lockd binary: rolling upgrade to it during the run
+    shared_prob = 0.0       # share of cycles that take the key with S (§5b) instead of A
 
 
 def _log(msg):
@@ -76,6 +77,27 @@ def server_supports_keep(addr):
         return not line.startswith("E unknown_command")
     finally:
         conn.close()
+
+
+def server_supports_shared(addr):
+    """True if the server knows S (v1.2): an S with an out-of-range limit
+    gets `E bad_limit` (the parser's answer, on any node), a server
+    without S `E unknown_command`."""
+    from .client import LineConn
+    host, port = addr.rsplit(":", 1)
+    conn = LineConn(host, int(port), 5)
+    try:
+        conn.send("S chaos chaos/shared-probe 70000 1000\n")
+        line = conn.read_line(time.monotonic_ns() + 5_000 * NS_PER_MS)
+        return line.startswith("E bad_limit")
+    finally:
+        conn.close()
+
+
+def shared_limits(keys):
+    """The S limit each key is used with: the first a reader-writer lock
+    (limit 0), the second a semaphore of 2 permits, the rest read locks."""
+    return {k: (2 if i == 1 else 0) for i, k in enumerate(keys)}
 
 
 def availability(history):
@@ -110,7 +132,7 @@ def availability(history):
                 break
         st = stats[kind]
         st["ops"] += 1
-        if not op.unknown and op.code in ("A", "T", "B", "R", "N", "K"):
+        if not op.unknown and op.code in ("A", "S", "T", "B", "R", "N", "K"):
             st["answered"] += 1
         if op.granted:
             st["grants"] += 1
@@ -129,7 +151,7 @@ def recovery(history):
         return {}
     after = [op for op in history.ops if op.invoke_ns >= history.heal_ns]
     answered = [op.complete_ns for op in after if not op.unknown and op.complete_ns
-                and op.code in ("A", "T", "B", "R", "N", "K")]
+                and op.code in ("A", "S", "T", "B", "R", "N", "K")]
     grants = [op.complete_ns for op in after if op.granted]
     res = {}
     if answered:
@@ -211,15 +233,24 @@ def run(opt):
         use_keep = opt.use_keep and server_supports_keep(addrs[0] if opt.mode == "single"
                                                          else group.leader().client_addr)
         meta["keep"] = use_keep
+        shared_prob = opt.shared_prob
+        if shared_prob and not server_supports_shared(addrs[0] if opt.mode == "single"
+                                                      else group.leader().client_addr):
+            _log("server does not answer S with E bad_limit: workload runs without S")
+            shared_prob = 0.0
+        meta["shared_prob"] = shared_prob
+        keys = ["chaos/k%d" % i for i in range(opt.keys)]
+        limits = shared_limits(keys)
+        if shared_prob:
+            meta["shared_limits"] = limits
         if opt.use_keep and not use_keep:
             _log("server answers K with E unknown_command: workload runs without K")
         writer.write(meta)
         resource = FencedCounter(writer)
-        keys = ["chaos/k%d" % i for i in range(opt.keys)]
         for i in range(opt.clients):
             c = Client("c%d" % i, addrs, writer, index=i, op_timeout_ms=opt.op_timeout_ms)
             w = Workload(c, resource, random.Random(opt.seed * 1000 + i), keys, opt.lease_ms,
-                         opt.waits_ms, use_keep, opt.pause_prob, stop)
+                         opt.waits_ms, use_keep, opt.pause_prob, stop, shared_prob, limits)
             t = threading.Thread(target=w.run, name=c.name, daemon=True)
             t.start()
             threads.append(t)
