@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
                  "assume-followers-committed");
   app.add_flag("--membership", opts.membership,
                "membership changes under the faults (add, promote, remove, replace)");
+  app.add_flag("--exclusive-only", opts.exclusive_only, "clients issue A only (no S), as before issue 22");
   app.add_flag("-v,--verbose", opts.verbose, "trace every event");
   app.add_flag("--trace-messages", opts.trace_messages, "also trace every delivered message");
   CLI11_PARSE(app, argc, argv);

@@ -1261,17 +1261,21 @@ class Simulation {
     locks::Token held = 0;
     if (ks) {
       std::size_t i = 0;
-      const std::size_t pick = rng_.below(std::max<std::size_t>(1, ks->holder_count()));
+      const std::size_t pick =
+          opts_.exclusive_only ? 0 : rng_.below(std::max<std::size_t>(1, ks->holder_count()));
       ks->for_each_holder([&](const locks::Holder& h) {
         if (i++ == pick) held = h.token;
       });
     }
-    std::uint64_t dice = rng_.below(15);
+    // --exclusive-only: the pre-S mix, draw for draw (old seed windows).
+    const bool s_too = !opts_.exclusive_only;
+    std::uint64_t dice = rng_.below(s_too ? 15 : 12);
+    if (!s_too) dice = dice < 5 ? 0 : dice < 8 ? 7 : dice < 9 ? 10 : dice < 11 ? 11 : 13;
     if (dice < 7 || !ks) {
       // `A`, or `S` (§5b): each key has its usual limit (k0 a reader-writer
       // lock, the others semaphores of 1..3 permits), now and then another
       // (E limit_mismatch).
-      const bool shared = rng_.chance(0.45);
+      const bool shared = s_too && rng_.chance(0.45);
       c.type = shared ? cluster::LockCommandType::kAcquireShared : cluster::LockCommandType::kAcquire;
       c.owner = "c" + std::to_string(rng_.below(kOwners));
       c.key = key;
@@ -1752,6 +1756,7 @@ std::string replay_command(const SimOptions& opts, std::uint64_t seed) {
   s << "lockd-sim --nodes " << opts.nodes << " --seeds 1 --steps " << opts.steps << " --seed " << seed;
   if (opts.bug != PlantedBug::kNone) s << " --bug " << to_string(opts.bug);
   if (opts.membership) s << " --membership";
+  if (opts.exclusive_only) s << " --exclusive-only";
   return s.str();
 }
 

@@ -71,6 +71,9 @@ struct SimOptions {
   // so replacements happen; removed nodes are stopped a while after their
   // removal commits. Off: the simulation is exactly the one before issue 20.
   bool membership = false;
+  // Clients issue only A (the mix before issue 22, draw for draw), for
+  // seed windows found before the clients issued S.
+  bool exclusive_only = false;
 };
 
 // What one seed did.
