@@ -201,7 +201,8 @@ class DocsExamples(unittest.TestCase):
         at = text.index("### Cluster mode")
         block = [b for b in blocks(os.path.join(SRC, "README.md"), "sh")
                  if text.find("\n".join(b[1]), at) != -1][0][1]
-        block = [line.replace("./build/bin/", BIN + "/").replace("/tmp/", self.work + "/") for line in block]
+        # /tmp first: BIN itself may lie under /tmp (a fresh clone there).
+        block = [line.replace("/tmp/", self.work + "/").replace("./build/bin/", BIN + "/") for line in block]
         first_ctl = next(i for i, line in enumerate(block) if line.startswith(BIN + "/lockctl"))
         shell = Shell(os.path.join(self.work, "cluster.log"), self.env())
         self.addCleanup(shell.close)

@@ -1,11 +1,13 @@
 // libFuzzer target: a random command sequence against the lock table, with
 // every internal invariant checked after each command, plus the protocol's
 // own: tokens only grow, a granted key has exactly that holder, a keep
-// (§6a) moves only a live lease and never its token, and after advance()
-// no key with waiters is left past its (possibly kept) expiry.
+// (§6a) moves only a live lease and never its token, a shared (`S`, §5b)
+// grant is one of its key's holders, and after advance() no key with
+// waiters is left without a live holder.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,24 @@ namespace {
 
 void require(bool ok) {
   if (!ok) std::abort();
+}
+
+// The holder `t` of `s` (the exclusive one, or one of its shared ones).
+const Holder* holder_of(const KeyState* s, Token t) {
+  if (s == nullptr || t == 0) return nullptr;
+  if (s->shared()) {
+    auto it = s->extra->holders.find(t);
+    return it == s->extra->holders.end() ? nullptr : &it->second;
+  }
+  return s->token == t ? s : nullptr;
+}
+
+bool has_live_holder(const KeyState& s, TimeNs now) {
+  if (!s.shared()) return s.token != 0 && s.expires_at_ns > now;
+  for (const auto& [t, h] : s.extra->holders) {
+    if (h.expires_at_ns > now) return true;
+  }
+  return false;
 }
 
 // Reads the input as a stream of small numbers.
@@ -50,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     tokens.push_back(t);
   };
   while (!in.done()) {
-    const std::uint8_t op = in.next() % 7;
+    const std::uint8_t op = in.next() % 8;
     const std::string key = "k" + std::to_string(in.next() % 10);
     out.clear();
     switch (op) {
@@ -79,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // Every hand-off that is due has happened: a keep that shortened a
         // lease moved the deadline with it.
         table.for_each([&](std::string_view, const KeyState& s) {
-          require(s.waiter_count() == 0 || s.expires_at_ns > now);
+          require(s.waiter_count() == 0 || has_live_holder(s, now));
         });
         break;
       case 3:
@@ -90,39 +110,67 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case 5: {
         const KeyState* s = table.find(key);
-        if (s != nullptr) table.expire(now, key, s->token, out);
+        if (s == nullptr) break;
+        const Token t = !s->shared()                 ? s->token
+                        : s->extra->holders.empty() ? 0
+                                                    : s->extra->holders.begin()->first;
+        table.expire(now, key, t, out);
         break;
       }
       case 6: {  // keep with the key's token, a token seen before, or garbage
         const KeyState* s = table.find(key);
         const std::uint8_t pick = in.next() % 4;
-        const Token t = s != nullptr && pick < 2 ? s->token
+        Token own = s != nullptr ? s->token : 0;
+        if (s != nullptr && s->shared() && !s->extra->holders.empty()) {
+          own = std::next(s->extra->holders.begin(), in.next() % s->extra->holders.size())->first;
+        }
+        const Token t = s != nullptr && pick < 2 ? own
                         : tokens.empty() || pick == 3 ? in.next()
                                                       : tokens[in.next() % tokens.size()];
         const std::uint64_t lease = 1 + in.next() % 50;
-        const bool live = s != nullptr && s->token == t && s->expires_at_ns > now;
+        const Holder* h = holder_of(s, t);
+        const bool live = h != nullptr && h->expires_at_ns > now;
         const Token before_token = s != nullptr ? s->token : 0;
-        const TimeNs before_expiry = s != nullptr ? s->expires_at_ns : 0;
+        const TimeNs before_expiry = h != nullptr ? h->expires_at_ns : 0;
         const auto r = table.keep(now, t, key, lease);
         require((r == KeepOutcome::kKept) == live);
         const KeyState* after = table.find(key);
         require((after != nullptr) == (s != nullptr));
         if (after != nullptr) {
           require(after->token == before_token);
+          const Holder* ha = holder_of(after, t);
+          require((ha != nullptr) == (h != nullptr));
           if (live) {
-            require(after->expires_at_ns >= now + ms_to_ns(lease));
-            require(after->expires_at_ns < now + ms_to_ns(lease) + kNsPerMs);
-          } else {
-            require(after->expires_at_ns == before_expiry);
+            require(ha->expires_at_ns >= now + ms_to_ns(lease));
+            require(ha->expires_at_ns < now + ms_to_ns(lease) + kNsPerMs);
+          } else if (ha != nullptr) {
+            require(ha->expires_at_ns == before_expiry);
           }
         }
+        break;
+      }
+      case 7: {  // S: a reader (limit 0) or a semaphore holder (limit 1..3)
+        const std::uint64_t lease = 1 + in.next() % 50;
+        const std::uint64_t wait = in.next() % 3 == 0 ? 0 : in.next() % 100;
+        const auto limit = static_cast<std::uint16_t>(in.next() % 4);
+        const WaiterId w = next_waiter++;
+        const auto r = table.acquire(now, {"s", key, lease, wait, 1, w, true, limit});
+        if (r.outcome == AcquireOutcome::kGranted) {
+          saw(r.token);
+          const KeyState* s = table.find(key);
+          require(s != nullptr && s->shared() && holder_of(s, r.token) != nullptr);
+          std::size_t live = 0;
+          for (const auto& [tok, h] : s->extra->holders) live += h.expires_at_ns > now ? 1 : 0;
+          require(limit == 0 || live <= limit);
+        }
+        if (r.outcome == AcquireOutcome::kQueued) waiters.push_back(w);
         break;
       }
     }
     for (const Delivery& d : out) {
       if (d.kind == DeliveryKind::kGranted) {
         saw(d.token);
-        require(table.find(d.key)->token == d.token);
+        require(holder_of(table.find(d.key), d.token) != nullptr);
       }
     }
     table.check_invariants();

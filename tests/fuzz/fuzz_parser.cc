@@ -52,11 +52,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           continue;
         }
         require(visible(req->key, kMaxKeyBytes));
-        if (req->verb == Verb::kAcquire) {
+        if (req->verb == Verb::kAcquire || req->verb == Verb::kShared) {  // `S`: §5b
           require(visible(req->owner, kMaxOwnerBytes));
           require(req->lease_ms >= 1 && req->lease_ms <= limits.max_lease_ms);
           require(req->wait_ms <= limits.max_wait_ms);
-          append_acquired(out, 1, req->owner, req->key);
+          if (req->verb == Verb::kShared) {
+            append_shared(out, 1, req->owner, req->key);
+          } else {
+            append_acquired(out, 1, req->owner, req->key);
+          }
         } else if (req->verb == Verb::kKeep) {
           require(req->token >= 1);
           require(req->lease_ms >= 1 && req->lease_ms <= limits.max_lease_ms);
