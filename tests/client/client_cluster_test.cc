@@ -66,21 +66,6 @@ Options options_for(LockdCluster& c, const std::vector<int>& ids) {
   return o;
 }
 
-// Sends `line` to whichever node leads now and returns its reply,
-// retrying redirects and elections (leadership may move under load).
-// `except` is never asked (a paused node).
-std::string call_leader(LockdCluster& c, const std::string& line, int except = 0) {
-  std::string reply;
-  eventually([&] {
-    const int leader = c.wait_leader(std::chrono::milliseconds(10'000), except);
-    if (leader == 0) return false;
-    reply = testing::call_once(c.client_port(leader), line);
-    return reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
-           reply.rfind("E indeterminate", 0) != 0 && reply.rfind("<no ", 0) != 0;
-  });
-  return reply;
-}
-
 std::string echo(const Lock& lock) { return std::to_string(lock.token) + " " + lock.key; }
 
 // The first address is a follower: the acquire is redirected (a real `M`)

@@ -86,18 +86,6 @@ std::uint64_t token_of(const std::string& reply) {
   return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
 }
 
-// `line` through whichever node serves as leader now.
-std::string call_leader(LockdCluster& c, const std::string& line) {
-  std::string reply;
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int leader = c.wait_leader();
-    if (leader == 0) return "<no leader>";
-    reply = call_once(c.client_port(leader), line);
-    if (reply.rfind("M ", 0) != 0 && reply.rfind("E ", 0) != 0) return reply;
-  }
-  return reply;
-}
-
 json lock_view(std::uint16_t admin_port, const std::string& encoded_key) {
   const HttpReply r = http(admin_port, "/v1/locks/" + encoded_key);
   return r.status == 200 ? json::parse(r.body, nullptr, false) : json();

@@ -46,21 +46,6 @@ std::vector<std::string> node_argv(int id, const std::string& data_dir,
   return argv;
 }
 
-std::string call_leader(LockdCluster& c, const std::string& line, int except = 0) {
-  const auto deadline = steady_clock::now() + milliseconds(10000);
-  std::string reply;
-  while (steady_clock::now() < deadline) {
-    const int leader = c.wait_leader(milliseconds(10000), except);
-    if (leader == 0) return "<no leader>";
-    reply = call_once(c.client_port(leader), line);
-    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
-        reply.rfind("E indeterminate", 0) != 0) {
-      return reply;
-    }
-  }
-  return reply;
-}
-
 TEST(Cluster, ElectsOneLeaderAndFollowersRedirect) {
   LockdCluster c(3);
   const int leader = c.wait_leader();

@@ -34,23 +34,6 @@ std::uint64_t token_of(const std::string& reply) {
   return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
 }
 
-// `line` on the current leader until the reply is not a redirect,
-// no_leader or indeterminate (leadership may move while a test runs).
-std::string call_leader(LockdCluster& c, const std::string& line, int except = 0) {
-  const auto deadline = steady_clock::now() + milliseconds(10000);
-  std::string reply;
-  while (steady_clock::now() < deadline) {
-    const int leader = c.wait_leader(milliseconds(10000), except);
-    if (leader == 0) return "<no leader>";
-    reply = call_once(c.client_port(leader), line);
-    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
-        reply.rfind("E indeterminate", 0) != 0) {
-      return reply;
-    }
-  }
-  return reply;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;

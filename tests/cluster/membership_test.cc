@@ -35,23 +35,6 @@ std::uint64_t token_of(const std::string& reply) {
   return f.size() == 4 && f[0] == "A" ? std::stoull(f[1]) : 0;
 }
 
-// `line` on the current leader until the reply is not a redirect,
-// no_leader or indeterminate (leadership moves in these tests).
-std::string call_leader(LockdCluster& c, const std::string& line) {
-  const auto deadline = steady_clock::now() + milliseconds(15000);
-  std::string reply;
-  while (steady_clock::now() < deadline) {
-    const int leader = c.wait_leader(milliseconds(15000));
-    if (leader == 0) return "<no leader>";
-    reply = call_once(c.client_port(leader), line);
-    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
-        reply.rfind("E indeterminate", 0) != 0) {
-      return reply;
-    }
-  }
-  return reply;
-}
-
 HttpReply admin(LockdCluster& c, int id, const std::string& method, const std::string& target,
                 const std::string& body = "") {
   std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";

@@ -28,23 +28,6 @@ std::uint64_t token_of(const std::string& reply, const char* verb = "S") {
   return f.size() == 4 && f[0] == verb ? std::stoull(f[1]) : 0;
 }
 
-// Retries `line` on the current leader until it gets a reply that is not
-// a redirect, no_leader or indeterminate (leadership may move meanwhile).
-std::string call_leader(LockdCluster& c, const std::string& line) {
-  const auto deadline = steady_clock::now() + milliseconds(20000);
-  std::string reply;
-  while (steady_clock::now() < deadline) {
-    const int leader = c.wait_leader(milliseconds(10000));
-    if (leader == 0) return "<no leader>";
-    reply = call_once(c.client_port(leader), line);
-    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
-        reply.rfind("E indeterminate", 0) != 0) {
-      return reply;
-    }
-  }
-  return reply;
-}
-
 // Waits until node `id`'s status shows `n` waiters.
 bool waiters_are(LockdCluster& c, int id, int n) {
   return eventually([&] {

@@ -233,4 +233,25 @@ std::string call_once(std::uint16_t port, const std::string& line, milliseconds 
   return c.read_line(timeout).value_or("<no reply>");
 }
 
+std::string call_leader(LockdCluster& c, const std::string& line, int except,
+                        std::chrono::milliseconds timeout) {
+  const auto deadline = steady_clock::now() + timeout;
+  std::string reply = "<no leader>";
+  while (steady_clock::now() < deadline) {
+    const int leader = c.wait_leader(std::chrono::milliseconds(10000), except);
+    if (leader == 0) {
+      reply = "<no leader>";
+      continue;
+    }
+    reply = call_once(c.client_port(leader), line);
+    // A redirect, an election under way, an outcome lost with a leader, or
+    // a node that died mid-call ("<no reply>", "<no connection>"): again.
+    if (reply.rfind("M ", 0) != 0 && reply.rfind("E no_leader", 0) != 0 &&
+        reply.rfind("E indeterminate", 0) != 0 && reply.rfind("<no ", 0) != 0) {
+      return reply;
+    }
+  }
+  return reply;
+}
+
 }  // namespace lockd::testing

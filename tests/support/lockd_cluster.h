@@ -93,6 +93,13 @@ class LockdCluster {
 // (outgoing connections cannot take it before a node binds it).
 std::uint16_t free_port();
 
+// Sends `line` to the current leader (never `except`) until the reply is
+// not a redirect, `E no_leader`, `E indeterminate` or a failed call
+// (leadership may move while a test runs): that reply, the last one at the
+// deadline, or "<no leader>" when no node serves as leader in time.
+std::string call_leader(LockdCluster& c, const std::string& line, int except = 0,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(20000));
+
 // Sends `line` on a fresh connection to `port` and returns the first reply.
 std::string call_once(std::uint16_t port, const std::string& line,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
