@@ -12,6 +12,7 @@
 #include "lockd/auth/credentials.h"
 #include "lockd/client/client.h"
 #include "lockd/client/guard.h"
+#include "eventually.h"
 #include "lockd_process.h"
 #include "tls_client.h"
 
@@ -72,7 +73,9 @@ TEST(ClientAuth, CredentialOnEveryConnection) {
     auto guard = client.lock("alice", "billing/a", {.lease_ms = 600});
     ASSERT_TRUE(guard.ok()) << guard.status().to_string();
     EXPECT_EQ(client.identity(), "billing");
-    std::this_thread::sleep_for(700ms);  // the keeper's K are authenticated too
+    // The keeper's K are authenticated too: two keeps (past the first
+    // 600 ms lease) and the lock still held.
+    EXPECT_TRUE(testing::eventually([&] { return guard->keeper()->kept_count() >= 2; }));
     EXPECT_FALSE(guard->lost());
   }
   EXPECT_EQ(client.acquire("alice", "payroll/a", 10'000).code(), Code::kForbidden);
@@ -122,7 +125,7 @@ TEST(ClientAuth, TlsWithCredentialOrClientCertificate) {
     }
     for (auto& th : threads) th.join();
     EXPECT_EQ(failures.load(), 0);
-    std::this_thread::sleep_for(700ms);
+    EXPECT_TRUE(testing::eventually([&] { return guard->keeper()->kept_count() >= 2; }));
     EXPECT_FALSE(guard->lost());
   }
   EXPECT_EQ(billing.acquire("alice", "ops/a", 10'000).code(), Code::kForbidden);

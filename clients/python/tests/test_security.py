@@ -4,6 +4,7 @@ PKI script: a credential inside TLS, a client certificate as identity, the
 refusals, and a reconnect that handshakes and sends H again."""
 
 import asyncio
+import time
 import os
 import threading
 import unittest
@@ -98,7 +99,9 @@ class SecureLockdAsync(unittest.IsolatedAsyncioTestCase):
         async with AsyncClient(self.lockd.address, credential=CREDENTIAL, tls_ca=pki("ca.pem"),
                                reply_timeout_s=5) as c:
             async with c.lock("billing/a", owner="alice", lease_ms=600) as lock:
-                await asyncio.sleep(0.5)
+                deadline = time.monotonic() + 10
+                while lock.kept_count < 1 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)  # a poll: the keeper's first K is due at 200 ms
                 self.assertGreaterEqual(lock.kept_count, 1)
             self.assertEqual(c.identity, "billing")
             with self.assertRaises(Forbidden):
