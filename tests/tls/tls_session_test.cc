@@ -3,8 +3,10 @@
 #include "lockd/tls/tls_session.h"
 
 #include <gtest/gtest.h>
+#include <openssl/err.h>
 
 #include <filesystem>
+#include <string_view>
 
 #include "tls_client.h"
 
@@ -168,6 +170,63 @@ TEST(TlsSessionTest, MissingFilesAreOneLineErrors) {
                                error),
             nullptr);
   EXPECT_NE(error.find("--tls-ca"), std::string::npos) << error;
+}
+
+// on_input reads every whole record it is given, however the ciphertext is
+// cut: records split at any byte, many records in one input, a record
+// bigger than one read (16 KiB of plaintext per record).
+TEST(TlsSessionTest, RecordsCutAnywhereOrBatchedAreAllRead) {
+  auto sctx = server_ctx(PeerCertPolicy::kNone);
+  auto cctx = client_ctx("");
+  for (const std::size_t cut : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{0}}) {
+    auto s = TlsSession::accept(*sctx);
+    auto c = TlsSession::connect(*cctx, "");
+    std::string cp, sp;
+    ASSERT_TRUE(pump(*c, *s, cp, sp)) << s->error();
+    std::string sent;
+    for (int i = 0; i < 20; ++i) {
+      const std::string line = "A 1 key-" + std::to_string(i) + " 1000\n";
+      ASSERT_EQ(c->write(line), TlsSession::Status::kOk);  // one record each
+      sent += line;
+    }
+    const std::string big(40 * 1024, 'x');  // three records
+    ASSERT_EQ(c->write(big), TlsSession::Status::kOk);
+    sent += big;
+    std::string wire;
+    c->take_output(wire);
+    const std::string_view w(wire);
+    const std::size_t step = cut == 0 ? w.size() : cut;
+    for (std::size_t at = 0; at < w.size(); at += step) {
+      ASSERT_EQ(s->on_input(w.substr(at, step), sp), TlsSession::Status::kOk) << s->error();
+    }
+    EXPECT_EQ(sp.size(), sent.size()) << "cut " << cut;
+    EXPECT_TRUE(sp == sent) << "cut " << cut;
+  }
+}
+
+// An error some other OpenSSL call left in the thread's queue is not taken
+// for this session's.
+TEST(TlsSessionTest, AStaleOpensslErrorDoesNotFailASession) {
+  auto sctx = server_ctx(PeerCertPolicy::kNone);
+  auto cctx = client_ctx("");
+  auto s = TlsSession::accept(*sctx);
+  auto c = TlsSession::connect(*cctx, "");
+  std::string cp, sp;
+  ASSERT_TRUE(pump(*c, *s, cp, sp)) << s->error();
+  ASSERT_EQ(c->write("A 1 k 1000\n"), TlsSession::Status::kOk);
+  std::string wire;
+  c->take_output(wire);
+  ERR_put_error(ERR_LIB_SSL, 0, ERR_R_INTERNAL_ERROR, __FILE__, __LINE__);
+  // Half a record: the read can only say "want read".
+  EXPECT_EQ(s->on_input(std::string_view(wire).substr(0, 10), sp), TlsSession::Status::kOk)
+      << s->error();
+  ERR_put_error(ERR_LIB_SSL, 0, ERR_R_INTERNAL_ERROR, __FILE__, __LINE__);
+  EXPECT_EQ(s->on_input(std::string_view(wire).substr(10), sp), TlsSession::Status::kOk)
+      << s->error();
+  EXPECT_EQ(sp, "A 1 k 1000\n");
+  ERR_put_error(ERR_LIB_SSL, 0, ERR_R_INTERNAL_ERROR, __FILE__, __LINE__);
+  EXPECT_EQ(s->write("G 1\n"), TlsSession::Status::kOk) << s->error();
+  ERR_clear_error();
 }
 
 }  // namespace

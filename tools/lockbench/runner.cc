@@ -605,7 +605,7 @@ void Runner::flush(Conn& c) {
   if (c.ssl != nullptr) {
     // Partial writes are on: each SSL_write sends at least one record.
     while (c.out_off < c.out.size()) {
-      ERR_clear_error();
+      tls_clear_errors();
       const int n = SSL_write(c.ssl, c.out.data() + c.out_off,
                               static_cast<int>(std::min<std::size_t>(c.out.size() - c.out_off, INT_MAX)));
       if (n > 0) {
@@ -661,7 +661,7 @@ void Runner::readable(Conn& c) {
 // which the socket's readiness would not announce.
 void Runner::readable_tls(Conn& c) {
   do {
-    ERR_clear_error();
+    tls_clear_errors();
     const int n = SSL_read(c.ssl, c.in.data() + c.in_len, static_cast<int>(c.in.size() - c.in_len));
     if (n <= 0) {
       const int e = SSL_get_error(c.ssl, n);

@@ -16,6 +16,10 @@ bool is_ip_literal(const std::string& s) {
 
 }  // namespace
 
+void tls_clear_errors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 std::string tls_error(const std::string& what) {
   std::string s = what;
   unsigned long e = 0;
