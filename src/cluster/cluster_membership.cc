@@ -49,7 +49,14 @@ MemberStatus ClusterNode::status_of(raft::NodeId id) const {
   if (conf.empty()) return MemberStatus::kUnknown;
   if (raft::is_voter(conf, id)) return MemberStatus::kVoter;
   if (raft::is_learner(conf, id)) return MemberStatus::kLearner;
-  if (raft::was_removed(conf, id)) return MemberStatus::kRemoved;
+  if (raft::was_removed(conf, id)) {
+    // "Removed" only once the removal is committed: a running node told so
+    // stops for good, and an appended removal can still be lost with its
+    // leader. Until then it is simply no member.
+    const raft::Index committed = std::max(raft_->commit(), raft_->snapshot_meta().index);
+    return raft::was_removed(raft_->conf_at(committed), id) ? MemberStatus::kRemoved
+                                                            : MemberStatus::kNotMember;
+  }
   return MemberStatus::kNotMember;
 }
 
@@ -67,7 +74,8 @@ void ClusterNode::note_membership() {
   if (raft::was_removed(conf, config_.self) && !removed_noted_) {
     removed_noted_ = true;
     spdlog::warn("node {} is removed from the group (configuration at index {}): it takes no part "
-                 "any more; stop it (its id can never rejoin)",
+                 "any more, and stops once a member says the removal committed (its id can never "
+                 "rejoin)",
                  config_.self, raft_->conf_index());
   }
 }
@@ -85,11 +93,15 @@ void ClusterNode::on_peer_handshake(const Handshake& h) {
   const std::string me = "node " + std::to_string(config_.self);
   if (h.receiver_status == MemberStatus::kRemoved) {
     // At start (before a leader was ever heard of) a removed id exits; a
-    // running node whose removal committed just stops taking part.
-    if (gate_ != Gate::kOpen || !heard_leader_) {
-      refuse_start(me + " was removed from the group (node " + std::to_string(h.sender) +
-                   " says so): a removed id never rejoins; add a new member with a new id and an "
-                   "empty data dir (docs/cluster.md \"Replacing a member\")");
+    // running node whose removal committed stops (as etcd's removed member
+    // does): the daemon drains and exits 2, a restart would be refused.
+    const std::string why = me + " was removed from the group (node " + std::to_string(h.sender) +
+                            " says so): a removed id never rejoins; add a new member with a new "
+                            "id and an empty data dir (docs/cluster.md \"Replacing a member\")";
+    if (gate_ != Gate::kOpen || !heard_leader_) refuse_start(why);
+    if (!removed_reason_) {
+      spdlog::warn("{}: stopping", why);
+      removed_reason_ = why;
     }
     return;
   }

@@ -3,6 +3,7 @@
 #include <event2/event.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <csignal>
 
 #include "lockd/admin/admin_server.h"
@@ -429,11 +430,28 @@ int Daemon::run() {
     // Cluster first: applying entries queues replies that the server's
     // end of turn then flushes.
     if (cluster_) cluster_->after_turn();
+    if (cluster_ && cluster_->removed_reason() && exit_status_ == 0) {
+      // Removed from the group (committed): nothing left to serve. Drain
+      // like SIGTERM (a removed node leads nothing: no hand-over) and exit
+      // 2, which a restart would not fix either (RestartPreventExitStatus).
+      exit_status_ = 2;
+      exit_reason_ = *cluster_->removed_reason();
+      if (!stopping_) {
+        stopping_ = true;
+        drain();
+      }
+    }
     server_->after_turn();
     if (server_->drained()) break;
   }
   spdlog::info("stopped");
-  return 0;
+  if (exit_status_ != 0) {
+    // The last stderr line says why, whatever the log format.
+    spdlog::default_logger()->flush();
+    std::fprintf(stderr, "lockd: %s\n", exit_reason_.c_str());
+    std::fflush(stderr);
+  }
+  return exit_status_;
 }
 
 }  // namespace lockd::daemon

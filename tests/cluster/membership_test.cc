@@ -215,10 +215,13 @@ TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
   const HttpReply gone = admin(c, old_leader, "DELETE", "/v1/cluster/members/" + std::to_string(old_leader));
   ASSERT_EQ(gone.status, 200) << gone.body;
   // It stepped down as the change committed (before it answered), not an
-  // election timeout later for want of a quorum.
-  const json after = json::parse(c.status_json(old_leader), nullptr, false);
-  ASSERT_TRUE(after.is_object());
-  EXPECT_NE(after["role"], "leader");
+  // election timeout later for want of a quorum: the answer is its own
+  // /v1/cluster as it answered (read after it, the node may have stopped:
+  // removed, it exits once a member tells it so).
+  const json after = json::parse(gone.body, nullptr, false);
+  ASSERT_TRUE(after.is_object()) << gone.body;
+  EXPECT_EQ(after["node_id"], old_leader);
+  EXPECT_NE(after["role"], "leader") << gone.body;
   EXPECT_TRUE(eventually([&] {
     const int l = c.wait_leader(milliseconds(15000));
     return l != 0 && l != old_leader;
@@ -339,7 +342,8 @@ std::string error_of(const HttpReply& r) {
 // a learner that cannot be reached (SIGSTOP: its connections stay open,
 // nothing answers) is refused promotion while the group keeps serving,
 // and once back it catches up and is promoted; a second change while one
-// is in flight gets 409 {"error":"change_in_progress"}.
+// is in flight gets 409 {"error":"change_in_progress"}. Removed members
+// that keep running stop by themselves (exit 2).
 TEST(Membership, PartitionedLearnerAndEveryRefusal) {
   LockdCluster c(4, {}, {}, 3);
   int leader = c.wait_leader();
@@ -502,6 +506,16 @@ TEST(Membership, PartitionedLearnerAndEveryRefusal) {
     ASSERT_EQ(change(c, "DELETE", "/v1/cluster/members/" + std::to_string(id)).status, 200) << id;
   }
   ASSERT_EQ(roles(c).size(), 1u);
+  // Each removed node, still running, learns it was removed from a member
+  // that committed it, and stops: exit 2, its last stderr line says why.
+  for (int id = 1; id <= 4; ++id) {
+    if (id == leader) continue;
+    EXPECT_EQ(c.process(id).wait_exit(milliseconds(20000)), 2) << id << c.process(id).stderr_text();
+    const std::string err = c.process(id).stderr_text();
+    const std::string last = err.substr(err.rfind('\n', err.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("lockd: node " + std::to_string(id) + " was removed from the group", 0), 0u)
+        << err;
+  }
   refused("DELETE", "/v1/cluster/members/" + std::to_string(leader), "", 409, "last_voter");
   refused("POST", "/v1/cluster/leader", "", 409, "no_voter");
   load.stop();

@@ -190,6 +190,10 @@ class ClusterNode final : private raft::ReadyHandler {
   // Called right before every blocking save(): the daemon flushes the
   // client replies applied so far, so they leave while the disk syncs.
   void set_before_sync(std::function<void()> f) { before_sync_ = std::move(f); }
+  // Set once a member's handshake said this running node's removal is
+  // committed (docs/cluster.md "A removed node stops"): the line saying so.
+  // The daemon then stops with exit status 2.
+  const std::optional<std::string>& removed_reason() const { return removed_reason_; }
 
   server::LockService& service() { return *service_; }
   const ReplicatedLockService& replicated() const { return *service_; }
@@ -323,6 +327,7 @@ class ClusterNode final : private raft::ReadyHandler {
   bool conf_noted_once_ = false;
   bool heard_leader_ = false;       // a leader was known once since start
   bool removed_noted_ = false;      // "this node was removed" logged
+  std::optional<std::string> removed_reason_;  // see removed_reason()
   std::uint64_t gated_messages_ = 0;  // peer messages dropped before the gate opened
   struct PendingChange {
     MemberChange change;

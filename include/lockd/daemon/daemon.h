@@ -84,6 +84,8 @@ class Daemon {
   TimeNs handover_deadline_ns_ = 0;
   bool stopping_ = false;
   bool stop_now_ = false;
+  int exit_status_ = 0;         // run()'s: 2 once this node learned it was removed
+  std::string exit_reason_;     // the last stderr line when exit_status_ != 0
 };
 
 }  // namespace lockd::daemon
