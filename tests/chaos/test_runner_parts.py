@@ -44,6 +44,15 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual({f.kind for f in faults}, set(schedule.KINDS))
         shapes = {f.detail for f in faults if f.kind == "partition"}
         self.assertEqual(shapes, set(schedule.PARTITION_SHAPES))
+        changes = {(f.detail, f.target) for f in faults if f.kind == "member"}
+        self.assertEqual({d for d, _ in changes}, set(schedule.MEMBER_CHANGES))
+        self.assertIn(("replace", "leader"), changes)
+
+    def test_ci_membership_seed(self):
+        # tools/chaos/run-ci's cluster3-members: the leader replaced, then a learner.
+        faults = schedule.make_schedule(2, 10, ("member",), 3)
+        self.assertEqual([(f.target, f.detail) for f in faults],
+                         [("leader", "replace"), ("follower", "learner")])
 
 
 class ResourceTest(unittest.TestCase):

@@ -68,12 +68,13 @@ class Client:
 
     addrs: the client addresses of every node ("host:port"); the client
     starts at addrs[index % n] and moves to the next one after a connection
-    error, or to the named leader after an `M`.
+    error, or to the named leader after an `M`. A list is shared, not
+    copied: the runner appends the members that membership faults add.
     """
 
     def __init__(self, name, addrs, writer, index=0, op_timeout_ms=2000):
         self.name = name
-        self.addrs = list(addrs)
+        self.addrs = addrs if isinstance(addrs, list) else list(addrs)
         self.target = self.addrs[index % len(self.addrs)]
         self.writer = writer
         self.op_timeout_ms = op_timeout_ms

@@ -7,6 +7,13 @@ import time
 
 NS_PER_MS = 1_000_000
 
+# A membership step (one change through the leader's admin API) is retried
+# this long while leadership moves or a learner catches up.
+MEMBER_STEP_TIMEOUT_S = 45
+# How long a removed node may run on before it must have stopped by itself
+# (docs/cluster.md "A removed node stops": within a redial, 1 s at most).
+REMOVED_EXIT_TIMEOUT_S = 15
+
 # libfaketime caches its timestamp file for FAKETIME_CACHE_DURATION (1 s).
 FAKETIME_REREAD_S = 1.2
 
@@ -109,6 +116,8 @@ class Nemesis:
             self.sleep_until(end)
             node.set_faketime(node.faketime_base)
             self.record("end", fault, node)
+        elif fault.kind == "member":
+            self.member_change(fault, node, end)
         elif fault.kind == "disk":
             self.record("start", fault, node, rule=fault.detail)
             node.set_faultfs(fault.detail)
@@ -164,6 +173,80 @@ class Nemesis:
         self.sleep_until(end)
         self.net.heal()
         self.record("end", fault, node)
+
+    def member_step(self, method, path, body=None, done_if=()):
+        """One membership change, asked of whichever node leads until it is
+        answered 200. Retried while there is no leader, a follower answers
+        503, a change is in flight (409 change_in_progress), the learner is
+        not caught up (409 not_caught_up), or the commit timed out (504: it
+        may have taken effect). An error in `done_if` counts as done: the
+        answer to a retry whose first attempt took effect (an add answered
+        already_member, a removal not_found). Anything else is a finding."""
+        deadline = time.monotonic() + MEMBER_STEP_TIMEOUT_S
+        last = None
+        while time.monotonic() < deadline:
+            leader = self.group.wait_leader(5)
+            if leader is None:
+                continue
+            status, reply = leader.admin(method, path, body)
+            err = reply.get("error") if isinstance(reply, dict) else None
+            last = (leader.id, status, reply)
+            if status == 200 or err in done_if:
+                return reply
+            if status in (0, 503, 504) or err in ("change_in_progress", "not_caught_up"):
+                self.stop.wait(0.1)
+                continue
+            raise RuntimeError("%s %s refused: %s" % (method, path, last))
+        raise RuntimeError("%s %s not done in %ds; last answer %s"
+                           % (method, path, MEMBER_STEP_TIMEOUT_S, last))
+
+    def retire(self, node):
+        """`node` was removed: it must stop by itself, with exit status 2."""
+        deadline = time.monotonic() + REMOVED_EXIT_TIMEOUT_S
+        node.resume()
+        while node.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        code = node.proc.returncode if node.proc is not None else None
+        if node in self.group.nodes:
+            self.group.nodes.remove(node)
+        self.group.retired.append(node)
+        if node.alive():
+            node.kill9()
+            raise RuntimeError("node %d still running %ds after its removal committed (log %s)"
+                               % (node.id, REMOVED_EXIT_TIMEOUT_S, node.log))
+        if code != 2:
+            raise RuntimeError("removed node %d exited with %s, not 2 (log %s)"
+                               % (node.id, code, node.log))
+        return code
+
+    def member_change(self, fault, node, end):
+        """"replace": a new member is added as a learner, started empty,
+        promoted once caught up; then `node` (leader or follower) is
+        removed and must stop by itself. "learner": a learner is added,
+        runs for the fault's length, and is removed."""
+        new = self.group.new_node()
+        self.record("start", fault, node if fault.detail == "replace" else None, added=new.id)
+        self.member_step("POST", "/v1/cluster/members",
+                         {"id": new.id, "client_addr": new.client_addr, "raft_addr": new.raft_addr},
+                         done_if=("already_member",))
+        new.start()
+        self.group.nodes.append(new)
+        self.group.addrs.append(new.client_addr)
+        if fault.detail == "replace":
+            self.member_step("POST", "/v1/cluster/members/%d/promote" % new.id,
+                             done_if=("not_learner",))
+            self.record("promoted", fault, new)
+            node.resume()
+            self.member_step("DELETE", "/v1/cluster/members/%d" % node.id, done_if=("not_found",))
+            self.record("removed", fault, node)
+            code = self.retire(node)
+            self.sleep_until(end)
+            self.record("end", fault, node, added=new.id, removed_exit=code)
+            return
+        self.sleep_until(end)
+        self.member_step("DELETE", "/v1/cluster/members/%d" % new.id, done_if=("not_found",))
+        code = self.retire(new)
+        self.record("end", fault, None, added=new.id, removed=new.id, removed_exit=code)
 
     def heal_all(self):
         if self.net is not None:

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 from .ports import free_port
@@ -169,6 +170,23 @@ class Node:
             self.proc.wait()
             return None
 
+    def admin(self, method, path, body=None, timeout_s=40):
+        """One admin API call: (HTTP status, JSON body or None); (0, None)
+        when the node does not answer."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request("http://%s%s" % (self.admin_addr, path), data=data,
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            try:
+                return e.code, json.loads(e.read() or b"null")
+            except ValueError:
+                return e.code, None
+        except (OSError, ValueError):
+            return 0, None
+
     def status(self, timeout_s=0.5):
         """/v1/status as a dict, or None if it does not answer."""
         try:
@@ -201,6 +219,20 @@ class Group:
         self.mode = mode
         self.nodes = [Node(lockd, i + 1, "127.77.%d.%d" % (net_octet, i + 1), run_dir, mode)
                       for i in range(n)]
+        # Membership faults: nodes removed from the group (they stop by
+        # themselves), what a new member is started like, and every client
+        # address ever a member's (shared with the clients: they rotate
+        # through it, and a removed node's refuses connections).
+        self.retired = []
+        self.lockd = lockd
+        self.run_dir = run_dir
+        self.net_octet = net_octet
+        self.extra_args = tuple(extra_args)
+        self.election_timeout_ms = election_timeout_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.faketime_base = None
+        self.faultfs_shim = None
+        self.addrs = [node.client_addr for node in self.nodes]
         peers = []
         for node in self.nodes:
             peers += ["--peer", "%d=%s/%s" % (node.id, node.client_addr, node.raft_addr)]
@@ -226,9 +258,12 @@ class Group:
             node.env["FAKETIME_TIMESTAMP_FILE"] = node.faketime_file
             node.env["FAKETIME_CACHE_DURATION"] = "1"
             node.env["FAKETIME_DONT_FAKE_MONOTONIC"] = "0" if fake_monotonic else "1"
+        if nodes is None:
+            self.faketime_base = (base, fake_monotonic)
 
-    def enable_faultfs(self, shim):
-        for node in self.nodes:
+    def enable_faultfs(self, shim, nodes=None):
+        self.faultfs_shim = shim
+        for node in nodes or self.nodes:
             node.faultfs_on = True
             node.set_faultfs("")
             node.preload.append(shim)
@@ -244,7 +279,31 @@ class Group:
             node.wait_listening()
 
     def client_addrs(self):
-        return [n.client_addr for n in self.nodes]
+        """Every client address ever a member's: one list, shared."""
+        return self.addrs
+
+    def new_node(self):
+        """A node for a membership change: the next unused id (ids are never
+        reused), an empty data dir, --initial-cluster-state existing, the
+        current members' --peer entries and its own; set up like the others
+        (clock and disk shims). Not started, not yet in `nodes`."""
+        nid = max(n.id for n in self.nodes + self.retired) + 1
+        node = Node(self.lockd, nid, "127.77.%d.%d" % (self.net_octet, nid), self.run_dir,
+                    self.mode)
+        peers = []
+        for n in self.nodes + [node]:
+            peers += ["--peer", "%d=%s/%s" % (n.id, n.client_addr, n.raft_addr)]
+        node.peers_args = peers
+        node.extra_args = [a.replace("{ID}", str(nid)) for a in self.extra_args]
+        node.extra_args += ["--election-timeout-ms", str(self.election_timeout_ms),
+                            "--heartbeat-ms", str(self.heartbeat_ms),
+                            "--initial-cluster-state", "existing"]
+        if self.faketime_base is not None:
+            base, fake_monotonic = self.faketime_base
+            self.enable_faketime(nodes=[node], fake_monotonic=fake_monotonic, base=base)
+        if self.faultfs_shim is not None:
+            self.enable_faultfs(self.faultfs_shim, nodes=[node])
+        return node
 
     def leader(self, timeout_s=0.5):
         """The node that says it leads (single mode: the node), or None."""
@@ -267,5 +326,5 @@ class Group:
         return None
 
     def stop(self):
-        for node in self.nodes:
+        for node in self.nodes + self.retired:
             node.terminate()

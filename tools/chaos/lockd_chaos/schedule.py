@@ -10,7 +10,7 @@ import random
 
 # Every fault kind the runner knows. "single" lists those that make sense
 # against one single-mode node (no network between nodes, no disk).
-KINDS = ("kill", "pause", "partition", "clock", "disk")
+KINDS = ("kill", "pause", "partition", "clock", "disk", "member")
 SINGLE_KINDS = ("kill", "pause", "clock")
 # Opt-in only, for single mode: restart the node while its wall clock is
 # set back. Single-mode tokens start at the wall clock, so this breaks token
@@ -18,6 +18,11 @@ SINGLE_KINDS = ("kill", "pause", "clock")
 DEMO_KINDS = ("clock-restart",)
 ALL_KINDS = KINDS + DEMO_KINDS
 
+# Membership changes through the leader's admin API (docs/cluster.md
+# "Membership"): "replace" adds a new member (new id, empty data dir) as a
+# learner, promotes it once caught up and removes the target; "learner"
+# adds a learner that stays one for the fault's length, then removes it.
+MEMBER_CHANGES = ("replace", "replace", "learner")
 PARTITION_SHAPES = ("isolate", "majority-minority", "bridge", "one-way", "flapping")
 # The storage shim's rules (docs/storage.md, "Fault injection").
 DISK_RULES = ("fdatasync delay_us=200000", "fdatasync EIO", "write ENOSPC", "fsync EIO")
@@ -75,6 +80,9 @@ def make_schedule(seed, duration_s, kinds, nodes, election_timeout_ms=300, mode=
         elif kind == "disk":
             detail = rng.choice(DISK_RULES)
             d = rng.uniform(0.5, 2.5)
+        elif kind == "member":
+            detail = rng.choice(MEMBER_CHANGES)
+            d = rng.uniform(2.0, 5.0)
         else:
             raise ValueError("unknown fault kind %r" % kind)
         if t + d > duration_s:
