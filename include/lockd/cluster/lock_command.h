@@ -36,15 +36,11 @@ namespace lockd::cluster {
 constexpr std::uint16_t kEntryVersionMin = 2;
 constexpr std::uint16_t kEntryVersionConfig = 3;  // the first with kConfig
 constexpr std::uint16_t kEntryVersionShared = 4;  // the first with kAcquireShared
-#if defined(LOCKD_ENTRY_VERSION_NEXT)  // the lockd-next test binary (src/CMakeLists.txt)
-constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_NEXT;
-static_assert(kEntryVersionMax >= 5 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_NEXT is 5..255");
-#elif defined(LOCKD_ENTRY_VERSION_MAX)
-constexpr std::uint16_t kEntryVersionMax = LOCKD_ENTRY_VERSION_MAX;
-static_assert(kEntryVersionMax >= 3 && kEntryVersionMax < 256, "LOCKD_ENTRY_VERSION_MAX is 3..255");
-#else
-constexpr std::uint16_t kEntryVersionMax = 4;
-#endif
+// The highest version this binary writes and applies: 4, or what the build
+// says. Defined in src/cluster/entry_version.cc, the one file that reads
+// LOCKD_ENTRY_VERSION_MAX / LOCKD_ENTRY_VERSION_NEXT, so that lockd-next
+// recompiles that file alone instead of the whole cluster layer.
+extern const std::uint16_t kEntryVersionMax;
 
 // Which LockTable operation a command replays.
 enum class LockCommandType : std::uint8_t {
