@@ -193,6 +193,8 @@ std::optional<HttpResponse> http_exchange(const net::Endpoint& ep, std::string_v
                                           int timeout_ms, std::string& error, Failure& failure,
                                           std::size_t max_bytes);
 
+const ClientSecurity& client_security() { return g_security; }
+
 bool set_client_security(const ClientSecurity& security, std::string& error) {
   g_security = security;
   if (security.tls_ca.empty() && security.tls_cert.empty()) return true;

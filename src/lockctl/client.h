@@ -37,6 +37,8 @@ struct ClientSecurity {
 };
 // Returns false with `error` when the TLS files do not load.
 bool set_client_security(const ClientSecurity& security, std::string& error);
+// What set_client_security() was given (`run` hands it to the C++ client).
+const ClientSecurity& client_security();
 
 struct HttpResponse {
   int status = 0;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "client.h"
 #include "lockd/client/client.h"
 
 namespace lockd::lockctl {
@@ -75,8 +76,19 @@ int cmd_run(const Globals& g, const RunOptions& opt) {
     return kExitUsage;
   }
   const std::string owner = opt.owner.value_or(default_owner());
+  // The same credential and TLS files as every other verb (--credential-file
+  // or LOCKD_CREDENTIAL, --tls-ca, --tls-cert, --tls-key).
+  const ClientSecurity& sec = client_security();
+  if (!sec.tls_cert.empty() && sec.tls_ca.empty()) {
+    fail("run: --tls-cert needs --tls-ca (the CA the server's certificate chains to)");
+    return kExitUsage;
+  }
 
   lc::Options copt;
+  copt.credential = sec.credential;
+  copt.tls.ca_file = sec.tls_ca;
+  copt.tls.cert_file = sec.tls_cert;
+  copt.tls.key_file = sec.tls_key;
   copt.addresses.clear();
   for (const net::Endpoint& ep : g.addrs) copt.addresses.push_back(ep.to_string());
   copt.connect_timeout = std::chrono::milliseconds(g.timeout_ms);

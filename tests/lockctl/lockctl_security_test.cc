@@ -119,6 +119,39 @@ TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
   std::vector<std::string> plain{LOCKCTL_BINARY, "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
                                  "--credential-file", file, "acquire", "b", "billing/z"};
   EXPECT_EQ(run(plain).status, 3);
+
+  // `run` takes the same options (it is built on the C++ client).
+  const Outcome ran =
+      run(with({"--credential-file", file, "run", "billing/r", "--", "sh", "-c", "echo \"$LOCKD_KEY $LOCKD_TOKEN\""}));
+  EXPECT_EQ(ran.status, 0) << ran.out << ran.err;
+  EXPECT_EQ(ran.out.rfind("billing/r ", 0), 0u) << ran.out;
+  // Refused without a credential, with a wrong one, or without TLS: the
+  // command never runs.
+  const std::string marker = (dir / "ran").string();
+  const std::vector<std::string> cmd{"run", "billing/r", "--", "touch", marker};
+  auto plus = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const Outcome anonymous = run(with(cmd));
+  EXPECT_EQ(anonymous.status, 1) << anonymous.err;
+  ::setenv("LOCKD_CREDENTIAL", "wrong", 1);
+  const Outcome refused = run(with(cmd));
+  ::unsetenv("LOCKD_CREDENTIAL");
+  EXPECT_EQ(refused.status, 1) << refused.err;
+  EXPECT_EQ(refused.err.find("wrong"), std::string::npos) << refused.err;  // never echoed
+  const Outcome plaintext = run(plus({LOCKCTL_BINARY, "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                                      "--credential-file", file},
+                                     cmd));
+  EXPECT_EQ(plaintext.status, 3) << plaintext.err;
+  EXPECT_FALSE(fs::exists(marker));
+  // A client certificate without the CA to check the server by: a usage error.
+  const Outcome no_ca = run(plus({LOCKCTL_BINARY, "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                                  "--tls-cert", pki("client-billing.pem"), "--tls-key", pki("client-billing.key")},
+                                 cmd));
+  EXPECT_EQ(no_ca.status, 2) << no_ca.err;
+  EXPECT_NE(no_ca.err.find("--tls-cert needs --tls-ca"), std::string::npos) << no_ca.err;
+  EXPECT_FALSE(fs::exists(marker));
 }
 
 }  // namespace
