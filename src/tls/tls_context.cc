@@ -35,7 +35,7 @@ SSL_CTX* build(const TlsOptions& o, std::string& error) {
   // negotiation whenever both sides have it.
   if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) return fail("TLS: min version");
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-  // The session writes into a memory BIO and is retried with the same
+  // The session writes into its own buffer (a BIO) and is retried with the same
   // buffer only by its own logic; let the buffer move between calls.
   SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (o.role == TlsRole::kServer && (o.cert_file.empty() || o.key_file.empty())) {

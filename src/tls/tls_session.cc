@@ -1,9 +1,13 @@
 #include "lockd/tls/tls_session.h"
 
 #include <arpa/inet.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "lockd/common/check.h"
 
@@ -36,33 +40,109 @@ bool is_ip_literal(const std::string& s) {
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
-SSL* new_ssl(const TlsContext& ctx) {
+}  // namespace
+
+// The session's ends of the wire, in place of two memory BIOs: OpenSSL
+// reads ciphertext straight from the caller's input (no copy into a BIO
+// first) and appends what it writes to `out`, which take_output() hands
+// over whole (no copy out of a BIO). BIO_s_mem's growth (a clearing
+// realloc) and its BIO_ctrl round trips were ~8% of a TLS server's CPU.
+struct TlsSession::Pipe {
+  std::string_view in;  // ciphertext not yet read by OpenSSL
+  std::string carry;    // `in` kept between two on_input calls (rare)
+  std::string out;      // ciphertext written by OpenSSL, not yet taken
+};
+
+namespace {
+
+using Pipe = TlsSession::Pipe;
+
+int pipe_read(BIO* b, char* buf, size_t len, size_t* done) {
+  Pipe* p = static_cast<Pipe*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  if (p->in.empty()) {
+    // No more yet (WANT_READ), not EOF.
+    BIO_set_retry_read(b);
+    *done = 0;
+    return 0;
+  }
+  const std::size_t n = std::min(len, p->in.size());
+  std::memcpy(buf, p->in.data(), n);
+  p->in.remove_prefix(n);
+  *done = n;
+  return 1;
+}
+
+int pipe_write(BIO* b, const char* buf, size_t len, size_t* done) {
+  Pipe* p = static_cast<Pipe*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  p->out.append(buf, len);
+  *done = len;
+  return 1;
+}
+
+long pipe_ctrl(BIO* b, int cmd, long /*num*/, void* /*ptr*/) {
+  const Pipe* p = static_cast<const Pipe*>(BIO_get_data(b));
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;
+    case BIO_CTRL_PENDING:
+      return static_cast<long>(p->in.size());
+    case BIO_CTRL_WPENDING:
+      return static_cast<long>(p->out.size());
+    default:
+      return 0;
+  }
+}
+
+int pipe_create(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+const BIO_METHOD* pipe_method() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "lockd TLS pipe");
+    LOCKD_CHECK(m != nullptr);
+    BIO_meth_set_read_ex(m, pipe_read);
+    BIO_meth_set_write_ex(m, pipe_write);
+    BIO_meth_set_ctrl(m, pipe_ctrl);
+    BIO_meth_set_create(m, pipe_create);
+    return m;
+  }();
+  return method;
+}
+
+SSL* new_ssl(const TlsContext& ctx, Pipe* pipe) {
   SSL* ssl = SSL_new(ctx.native());
   LOCKD_CHECK(ssl != nullptr);
-  BIO* rbio = BIO_new(BIO_s_mem());
-  BIO* wbio = BIO_new(BIO_s_mem());
-  LOCKD_CHECK(rbio != nullptr && wbio != nullptr);
-  // An empty read BIO means "no more yet" (WANT_READ), not EOF.
-  BIO_set_mem_eof_return(rbio, -1);
-  SSL_set_bio(ssl, rbio, wbio);
+  BIO* bio = BIO_new(pipe_method());
+  LOCKD_CHECK(bio != nullptr);
+  BIO_set_data(bio, pipe);
+  SSL_set_bio(ssl, bio, bio);  // one BIO both ways, as SSL_set_fd does
+  // Read-ahead: one BIO read takes all the input (not a header and then a
+  // body per record); the records wait decrypted one by one in the session.
+  SSL_set_read_ahead(ssl, 1);
   return ssl;
 }
 
 }  // namespace
 
-TlsSession::TlsSession(ssl_st* ssl) : ssl_(ssl) {}
+TlsSession::TlsSession(const TlsContext& ctx) : pipe_(std::make_unique<Pipe>()) {
+  ssl_ = new_ssl(ctx, pipe_.get());
+}
 
 TlsSession::~TlsSession() { SSL_free(ssl_); }
 
 std::unique_ptr<TlsSession> TlsSession::accept(const TlsContext& ctx) {
-  std::unique_ptr<TlsSession> s(new TlsSession(new_ssl(ctx)));
+  std::unique_ptr<TlsSession> s(new TlsSession(ctx));
   SSL_set_accept_state(s->ssl_);
   return s;
 }
 
 std::unique_ptr<TlsSession> TlsSession::connect(const TlsContext& ctx,
                                                 std::string_view expected_name) {
-  std::unique_ptr<TlsSession> s(new TlsSession(new_ssl(ctx)));
+  std::unique_ptr<TlsSession> s(new TlsSession(ctx));
   SSL_set_connect_state(s->ssl_);
   if (!expected_name.empty()) {
     const std::string name(expected_name);
@@ -110,21 +190,37 @@ TlsSession::Status TlsSession::drive_handshake() {
 
 TlsSession::Status TlsSession::on_input(std::string_view cipher, std::string& plain) {
   if (closed_) return Status::kClosed;
-  if (!cipher.empty()) {
-    const int n = BIO_write(SSL_get_rbio(ssl_), cipher.data(), static_cast<int>(cipher.size()));
-    LOCKD_CHECK(n == static_cast<int>(cipher.size()));  // memory BIOs grow
+  Pipe& p = *pipe_;
+  if (p.carry.empty()) {
+    p.in = cipher;
+  } else {
+    p.carry.append(cipher);
+    p.in = p.carry;
   }
+  const Status st = read_input(plain);
+  // OpenSSL takes all it is given unless it stopped early (an error, a
+  // close_notify, a handshake still waiting): keep the rest for next time.
+  if (p.in.empty()) {
+    p.carry.clear();
+  } else if (p.in.data() >= p.carry.data() && p.in.data() < p.carry.data() + p.carry.size()) {
+    p.carry.erase(0, static_cast<std::size_t>(p.in.data() - p.carry.data()));
+  } else {
+    p.carry.assign(p.in);
+  }
+  p.in = {};
+  return st;
+}
+
+TlsSession::Status TlsSession::read_input(std::string& plain) {
   if (!handshake_done_) {
     if (drive_handshake() == Status::kError) return Status::kError;
     if (!handshake_done_) return Status::kOk;
   }
-  // One SSL_read per record while ciphertext is buffered (in the BIO) or
-  // plaintext is (in the session). A record cut short by the read stays in
-  // the session, and the next input completes it; a last call that could
-  // only say "want read" is not made.
-  BIO* rbio = SSL_get_rbio(ssl_);
+  // SSL_read while ciphertext is unread or held by the session (read-ahead
+  // takes it all at once), one record per call; a call that could only say
+  // "want read" is made only when a record is cut short.
   char* const scratch = plain_scratch();
-  while (BIO_ctrl_pending(rbio) > 0 || SSL_pending(ssl_) > 0) {
+  while (!pipe_->in.empty() || SSL_has_pending(ssl_) == 1) {
     clear_errors_if_any();
     const int n = SSL_read(ssl_, scratch, kPlainChunkBytes);
     if (n > 0) {
@@ -149,7 +245,7 @@ TlsSession::Status TlsSession::write(std::string_view plain) {
     return Status::kOk;
   }
   clear_errors_if_any();
-  // A memory BIO takes everything, so SSL_write writes it all at once.
+  // The pipe takes everything, so SSL_write writes it all at once.
   std::size_t written = 0;
   while (written < plain.size()) {
     std::size_t n = 0;
@@ -162,16 +258,17 @@ TlsSession::Status TlsSession::write(std::string_view plain) {
 }
 
 void TlsSession::take_output(std::string& wire) {
-  BIO* w = SSL_get_wbio(ssl_);
-  const std::size_t pending = BIO_ctrl_pending(w);
-  if (pending == 0) return;
-  const std::size_t at = wire.size();
-  wire.resize(at + pending);
-  const int n = BIO_read(w, wire.data() + at, static_cast<int>(pending));
-  LOCKD_CHECK(n == static_cast<int>(pending));
+  std::string& out = pipe_->out;
+  if (out.empty()) return;
+  if (wire.empty()) {
+    wire.swap(out);  // both keep their capacity: no copy, no allocation
+  } else {
+    wire.append(out);
+  }
+  out.clear();
 }
 
-bool TlsSession::has_output() const { return BIO_ctrl_pending(SSL_get_wbio(ssl_)) > 0; }
+bool TlsSession::has_output() const { return !pipe_->out.empty(); }
 
 std::string TlsSession::protocol() const {
   return handshake_done_ ? SSL_get_version(ssl_) : "";

@@ -1,4 +1,4 @@
-// TlsSession: one TLS connection's state machine over memory buffers.
+// TlsSession: one TLS connection's state machine over in-memory buffers.
 //
 // The session never touches a socket: the owner reads ciphertext from its
 // socket (one recv per loop turn, as for plaintext), hands it to
@@ -62,12 +62,17 @@ class TlsSession {
   std::string protocol() const;
   const std::string& error() const { return error_; }
 
+ // The ciphertext both ways between the caller and OpenSSL (tls_session.cc).
+  struct Pipe;
+
  private:
-  explicit TlsSession(ssl_st* ssl);
+  explicit TlsSession(const TlsContext& ctx);
   Status drive_handshake();
+  Status read_input(std::string& plain);
   Status fail(std::string_view what);
 
-  ssl_st* ssl_;
+  std::unique_ptr<Pipe> pipe_;
+  ssl_st* ssl_ = nullptr;
   std::string held_plain_;  // written before the handshake completed
   std::optional<PeerCertificate> peer_;
   std::string error_;
