@@ -124,6 +124,7 @@ bool ClusterNode::open(std::string& error) {
       return false;
     }
     last_snapshot_index_ = snap.meta.index;
+    last_snapshot_bytes_ = snap.data.size();
     const std::uint64_t id = service_->state_machine().cluster_id();
     if (identity_.cluster_id != 0 && id != 0 && id != identity_.cluster_id) {
       error = "data dir " + config_.data_dir + ": its snapshot belongs to cluster " +
@@ -440,6 +441,7 @@ void ClusterNode::maybe_snapshot() {
     if (!done) return;
     if (!done->status.ok()) fail_storage(done->status.message);
     last_snapshot_index_ = done->meta.index;
+    last_snapshot_bytes_ = done->data.size();
     const auto& t = snapshots_->timing();
     spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms)",
                  done->meta.index, t.bytes, t.fork_ms, t.child_ms);
@@ -450,7 +452,8 @@ void ClusterNode::maybe_snapshot() {
     return;
   }
   const raft::Index applied = service_->state_machine().applied();
-  if (applied < last_snapshot_index_ + config_.snapshot_entries) return;
+  const storage::SnapshotPolicy policy{config_.snapshot_entries, 0, kSnapshotLogRatio};
+  if (!policy.due(applied, last_snapshot_index_, storage_->bytes_since_snapshot(), last_snapshot_bytes_)) return;
   const std::optional<raft::Term> term = raft_->term_at(applied);
   if (!term) return;  // just installed a snapshot there
   // The configuration in force there goes into the file's header, so a
@@ -505,6 +508,7 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
     std::_Exit(1);
   }
   last_snapshot_index_ = snapshot.meta.index;
+  last_snapshot_bytes_ = snapshot.data.size();
   spdlog::info("installed the leader's snapshot at index {}", snapshot.meta.index);
 }
 

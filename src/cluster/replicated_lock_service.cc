@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "lockd/common/check.h"
 #include "lockd/proto/reply.h"
 
@@ -13,6 +15,10 @@ namespace {
 // Heaps are rebuilt without stale entries once they hold this many more
 // than the live ones.
 constexpr std::size_t kHeapSlack = 1024;
+
+// Buckets of the lock table a lease-heap scan walks per step (about one
+// cache miss each: a few ms at most, see start_lease_scan()).
+constexpr std::size_t kLeaseScanBucketsPerStep = 4096;
 
 // `A` and `S` echo the same fields: `<owner> <key>`.
 proto::Request acquire_echo(std::string_view owner, std::string_view key) {
@@ -230,7 +236,7 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
     // ours were answered `E indeterminate` when we lost leadership.
     if (e.term == leader_term_ && e.index == leader_start_index_ && is_leader()) {
       leader_ready_ = true;
-      rebuild_lease_heap();
+      start_lease_scan();
       spdlog::info("leader of term {} serving requests ({} waiters queued through the previous "
                    "leader dropped)",
                    e.term, r.waiters_dropped);
@@ -262,7 +268,7 @@ bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string&
   pending_.clear();
   waiters_.clear();
   client_waiters_.clear();
-  if (leader_ready_) rebuild_lease_heap();
+  if (leader_ready_) start_lease_scan();
   return true;
 }
 
@@ -418,18 +424,36 @@ void ReplicatedLockService::watch_lease(std::string_view key, locks::Token token
   lease_heap_.push({h->expires_at_ns, token, std::string(key)});
 }
 
-void ReplicatedLockService::rebuild_lease_heap() {
+void ReplicatedLockService::start_lease_scan() {
   lease_heap_ = {};
+  lease_scan_active_ = true;
+  lease_scan_bucket_ = 0;
+  lease_scan_buckets_ = sm_.table().bucket_count();
+  lease_scan_step();
+}
+
+void ReplicatedLockService::lease_scan_step() {
+  if (!lease_scan_active_) return;
+  const locks::LockTable& table = sm_.table();
+  if (table.bucket_count() != lease_scan_buckets_) {
+    // A rehash moved keys between buckets: walk again from the start
+    // (what is in the heap stays; a duplicate is skipped when it pops).
+    lease_scan_bucket_ = 0;
+    lease_scan_buckets_ = table.bucket_count();
+  }
+  const std::size_t last = std::min(lease_scan_bucket_ + kLeaseScanBucketsPerStep, lease_scan_buckets_);
   // One entry per holder: each shared holder's lease ends on its own.
-  sm_.table().for_each([this](std::string_view key, const locks::KeyState& s) {
-    s.for_each_holder([&](const locks::Holder& h) {
-      lease_heap_.push({h.expires_at_ns, h.token, std::string(key)});
-    });
+  table.for_each_in_buckets(lease_scan_bucket_, last, [this](std::string_view key, const locks::KeyState& s) {
+    s.for_each_holder([&](const locks::Holder& h) { lease_heap_.push({h.expires_at_ns, h.token, std::string(key)}); });
   });
+  lease_scan_bucket_ = last;
+  if (lease_scan_bucket_ >= lease_scan_buckets_) lease_scan_active_ = false;
 }
 
 void ReplicatedLockService::compact_heaps() {
-  if (lease_heap_.size() > 2 * sm_.table().holder_count() + kHeapSlack) rebuild_lease_heap();
+  if (!lease_scan_active_ && lease_heap_.size() > 2 * sm_.table().holder_count() + kHeapSlack) {
+    start_lease_scan();
+  }
   if (wait_heap_.size() > 2 * waiters_.size() + kHeapSlack) {
     wait_heap_ = {};
     for (const auto& [id, w] : waiters_) {
@@ -459,6 +483,7 @@ void ReplicatedLockService::lose_leadership() {
   to_release_.clear();  // the next leader's lease expiry frees them
   wait_heap_ = {};
   lease_heap_ = {};
+  lease_scan_active_ = false;
   leader_term_ = 0;
   leader_start_proposed_ = false;
   leader_start_index_ = 0;
@@ -553,6 +578,7 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
 
 void ReplicatedLockService::on_time(TimeNs now_ns) {
   if (!leader_ready_ || !is_leader()) return;
+  lease_scan_step();  // one slice per timer: next_deadline() is "now" while a walk is under way
   std::size_t budget = kMaxTimedProposalsPerTurn;
   // Waits that ran out: propose their removal; `T` follows the commit.
   while (budget > 0 && !wait_heap_.empty() && wait_heap_.top().at_ns <= now_ns) {
@@ -631,6 +657,7 @@ std::optional<TimeNs> ReplicatedLockService::next_deadline(TimeNs now_ns) const 
   };
   if (!wait_heap_.empty()) consider(wait_heap_.top().at_ns);
   if (!lease_heap_.empty()) consider(sm_.to_leader_ns(lease_heap_.top().at_table_ns));
+  if (lease_scan_active_) consider(now_ns);  // the next slice, on the next turn
   if (sm_.table().key_count() > 0) {
     consider(std::max(last_proposal_ns_ + options_.clock_interval_ns, clock_retry_at_ns_));
   }

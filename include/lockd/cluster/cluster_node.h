@@ -13,9 +13,11 @@
 // after a failed fsync nothing the node would say can be trusted.
 //
 // Storage is the file WAL in --data-dir (storage/file_storage.h). Every
-// snapshot_entries applied entries a forked child writes a snapshot of the
-// state machine (storage/snapshot_writer.h) and the log is compacted; a
-// follower too far behind gets the snapshot from the leader.
+// snapshot_entries applied entries, once the log written since the last
+// snapshot is at least that snapshot's size (kSnapshotLogRatio), a forked
+// child writes a snapshot of the state machine (storage/snapshot_writer.h)
+// and the log is compacted; a follower too far behind gets the snapshot
+// from the leader.
 //
 // Runs on the loop thread. Blocking fdatasync on the loop is accepted: it
 // is the node's commit latency either way.
@@ -54,6 +56,11 @@ struct PeerTransportStats;  // peer_transport.h
 // Ready cycles per loop turn (each is one sync); more work waits a turn so
 // clients and peers are read in between.
 constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
+// A snapshot waits until the WAL written since the last one is at least
+// this many times that snapshot's size (storage::SnapshotPolicy::log_ratio):
+// a big table is snapshotted less often, so its O(table) cost stays O(1)
+// per byte of log. 1 keeps the log held in memory near the snapshot's size.
+constexpr std::uint64_t kSnapshotLogRatio = 1;
 // Proposals beyond the commit index before requests are refused (`B` for
 // an `A`). Raft's default (4096) is a few loop turns of one pipelining
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many
@@ -296,6 +303,7 @@ class ClusterNode final : private raft::ReadyHandler {
   std::unique_ptr<storage::FileStorage> storage_;
   std::unique_ptr<storage::SnapshotWriter> snapshots_;
   raft::Index last_snapshot_index_ = 0;
+  std::uint64_t last_snapshot_bytes_ = 0;  // its data's size: the log must outgrow it first
   TimeNs last_snapshot_refusal_warn_ns_ = 0;  // monotonic; 0: never warned
   std::unique_ptr<raft::Raft> raft_;
   std::unique_ptr<class PeerTransport> transport_;

@@ -121,6 +121,10 @@ class ReplicatedLockService final : public server::LockService {
   bool serving() const { return leader_ready_; }
   std::size_t pending_count() const { return pending_.size(); }
   const ReplicatedServiceStats& stats() const { return stats_; }
+  // The leader's lease heap (entries, stale ones included) and whether a
+  // walk of the table still adds to it (start_lease_scan()).
+  std::size_t leases_watched() const { return lease_heap_.size(); }
+  bool lease_scan_active() const { return lease_scan_active_; }
 
  private:
   // What an accepted proposal is waiting for.
@@ -176,7 +180,17 @@ class ReplicatedLockService final : public server::LockService {
   // Whether the kAcquireShared entry kind may be proposed (every member
   // can apply it); `S` is refused before any proposal otherwise.
   bool shared_entries_allowed() const;
-  void rebuild_lease_heap();
+  // The lease heap from the table, in bounded slices: start_lease_scan()
+  // empties it and starts a walk of the table's buckets; lease_scan_step()
+  // (on the service timer, due at once while a walk is under way)
+  // adds the holders of at most kLeaseScanBucketsPerStep buckets. A new
+  // leader of a 1 M-lock table rebuilt it in one go and stalled its loop
+  // past the election timeout, so the group kept changing leaders. A lease
+  // not yet reached expires late (never early); one seen twice (a rehash
+  // restarts the walk, a grant watched meanwhile) is proposed once and its
+  // duplicate skipped, as for any stale entry.
+  void start_lease_scan();
+  void lease_scan_step();
   void compact_heaps();
   void reply_indeterminate(locks::ClientId client, const proto::Request& echo);
   // Proposes a kConfig when the cluster's configuration (caps, token
@@ -212,6 +226,9 @@ class ReplicatedLockService final : public server::LockService {
   std::vector<Orphan> to_release_;
   std::priority_queue<TimedWaiter, std::vector<TimedWaiter>, std::greater<>> wait_heap_;
   std::priority_queue<TimedLease, std::vector<TimedLease>, std::greater<>> lease_heap_;
+  bool lease_scan_active_ = false;
+  std::size_t lease_scan_bucket_ = 0;   // the next bucket to walk
+  std::size_t lease_scan_buckets_ = 0;  // the table's bucket count when the walk (re)started
   ReplicatedServiceStats stats_;
 };
 
