@@ -2,7 +2,7 @@
 # Smoke test of lockbench's TLS (--tls-ca, --tls-cert/--tls-key): against a
 # real `lockd --client-tls` with certificates from make-test-pki, the
 # uncontended load (pipelined, with a client certificate) completes with
-# exit 0, zero protocol errors and "tls": true; the cluster target's leader
+# exit 0, zero protocol errors, "tls": true and the negotiated "tls_suite"; the cluster target's leader
 # search works over TLS; redis-server --tls-port likewise when redis-server
 # is installed (it is for the benchmarks). Refusals are clear: a server
 # certificate from another CA, or a name it does not show, is one line and
@@ -40,7 +40,8 @@ done
 echo "lockd --client-tls on port $port"
 
 ok_json() {  # file
-  grep -q '"protocol_errors": 0' "$1" && grep -q '"tls": true' "$1" && grep -qE '"released": [1-9]' "$1" ||
+  grep -q '"protocol_errors": 0' "$1" && grep -q '"tls": true' "$1" && grep -qE '"released": [1-9]' "$1" &&
+    grep -qE '"tls_suite": "TLSv1\.3 TLS_[A-Z0-9_]+"' "$1" ||
     { echo "bad report:"; cat "$1"; exit 1; }
 }
 expect_exit() {  # status pattern -- lockbench args

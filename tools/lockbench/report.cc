@@ -46,6 +46,7 @@ nlohmann::json report_json(const Config& cfg, const Results& res) {
       {"connections", cfg.workload == Workload::kWaiters ? cfg.waiters + 2 : cfg.connections},
       {"pipeline", cfg.pipeline},
       {"tls", cfg.tls.enabled()},
+      {"tls_suite", res.tls_suite},
       {"elapsed_s", res.elapsed_s},
       {"ops", k.ops},
       {"ops_per_s", res.ops_per_s},

@@ -356,6 +356,9 @@ bool Runner::open_conn(Conn& c, std::size_t index, std::string& error) {
       close(fd);
       return false;
     }
+    if (res_.tls_suite.empty()) {
+      res_.tls_suite = std::string(SSL_get_version(c.ssl)) + " " + SSL_get_cipher_name(c.ssl);
+    }
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   c.fd = fd;

@@ -65,6 +65,7 @@ struct Results {
   double enqueue_ms = 0;  // time to queue every waiter
   double serve_ms = 0;    // first release to last waiter served
   std::string leader;  // cluster: the address the run ended on
+  std::string tls_suite;  // --tls-ca: what the first handshake negotiated, e.g. "TLSv1.3 TLS_AES_256_GCM_SHA384"
   // Empty on success; else a one-line reason and the exit status.
   std::string failure;
   int exit_code = kExitOk;
