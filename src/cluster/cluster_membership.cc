@@ -44,6 +44,16 @@ std::vector<Member> ClusterNode::current_members() const {
   return out;
 }
 
+std::vector<Member> ClusterNode::transport_members() const {
+  std::vector<Member> out = current_members();
+  const raft::Membership& conf = raft_ ? raft_->conf() : raft::Membership{};
+  for (const Member& m : config_.members) {
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const Member& o) { return o.id == m.id; });
+    if (!listed && !raft::was_removed(conf, m.id)) out.push_back(m);
+  }
+  return out;
+}
+
 MemberStatus ClusterNode::status_of(raft::NodeId id) const {
   const raft::Membership& conf = raft_->conf();
   if (conf.empty()) return MemberStatus::kUnknown;
@@ -66,7 +76,7 @@ void ClusterNode::note_membership() {
   conf_noted_ = conf;
   conf_noted_once_ = true;
   const std::vector<Member> members = current_members();
-  transport_->set_members(members);
+  transport_->set_members(transport_members());
   std::map<raft::NodeId, std::string> addrs;
   for (const Member& m : members) addrs[m.id] = m.client.to_string();
   service_->set_client_addrs(std::move(addrs));
@@ -78,6 +88,29 @@ void ClusterNode::note_membership() {
                  "rejoin)",
                  config_.self, raft_->conf_index());
   }
+}
+
+void ClusterNode::check_own_removal(TimeNs now) {
+  // This node's own log says its removal committed: a removed leader that
+  // answered its DELETE and handed over, or a follower that learned the
+  // commit. It stops without waiting for a member to tell it (clients on
+  // it then reconnect to a member and are redirected, instead of getting
+  // `E no_leader` from it). Two heartbeats after it saw the commit, so the
+  // DELETE's answer and the hand-over's TimeoutNow have left.
+  if (removed_reason_ || raft_->role() == raft::Role::kLeader) return;
+  const raft::Index committed = std::max(raft_->commit(), raft_->snapshot_meta().index);
+  if (!raft::was_removed(raft_->conf_at(committed), config_.self)) return;
+  if (own_removal_seen_ns_ == 0) {
+    own_removal_seen_ns_ = now;
+    return;
+  }
+  if (now - own_removal_seen_ns_ < 2 * config_.heartbeat_ns) return;
+  const std::string why = "node " + std::to_string(config_.self) +
+                          " was removed from the group (the removal committed in its own log): a "
+                          "removed id never rejoins; add a new member with a new id and an empty "
+                          "data dir (docs/cluster.md \"Replacing a member\")";
+  spdlog::warn("{}: stopping", why);
+  removed_reason_ = why;
 }
 
 void ClusterNode::refuse_start(const std::string& line) {

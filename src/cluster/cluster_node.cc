@@ -182,7 +182,7 @@ bool ClusterNode::open(std::string& error) {
     }
   }
   transport_ = std::make_unique<PeerTransport>(
-      base_, config_.self, current_members(), [this](raft::Message& m) {
+      base_, config_.self, transport_members(), [this](raft::Message& m) {
         if (gate_ != Gate::kOpen) {
           ++gated_messages_;  // before --initial-cluster-state's checks pass: nothing reaches Raft
           return;
@@ -280,6 +280,7 @@ void ClusterNode::on_tick() {
   if (gate_ == Gate::kFormation) maybe_form(net::monotonic_now_ns());
   if (gate_ == Gate::kOpen) raft_->tick();
   watch_peers(net::monotonic_now_ns());
+  if (gate_ == Gate::kOpen) check_own_removal(net::monotonic_now_ns());
 }
 
 void ClusterNode::watch_peers(TimeNs now) {

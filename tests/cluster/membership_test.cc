@@ -222,6 +222,21 @@ TEST(Membership, GrowToFiveAndShrinkToThreeUnderLoad) {
   ASSERT_TRUE(after.is_object()) << gone.body;
   EXPECT_EQ(after["node_id"], old_leader);
   EXPECT_NE(after["role"], "leader") << gone.body;
+  // Its own log says the removal committed: it stops (exit 2) without a
+  // member telling it, even with every other member paused at once.
+  std::vector<int> paused;
+  for (int id = 1; id <= c.size(); ++id) {
+    if (id != old_leader && c.running(id)) {
+      c.signal(id, SIGSTOP);
+      paused.push_back(id);
+    }
+  }
+  EXPECT_EQ(c.process(old_leader).wait_exit(milliseconds(15000)), 2)
+      << c.process(old_leader).stderr_text();
+  EXPECT_NE(c.process(old_leader).stderr_text().find("was removed from the group"),
+            std::string::npos)
+      << c.process(old_leader).stderr_text();
+  for (int id : paused) c.signal(id, SIGCONT);
   EXPECT_TRUE(eventually([&] {
     const int l = c.wait_leader(milliseconds(15000));
     return l != 0 && l != old_leader;
@@ -521,6 +536,51 @@ TEST(Membership, PartitionedLearnerAndEveryRefusal) {
   load.stop();
   EXPECT_EQ(load.second_holders(), 0);
   EXPECT_EQ(call_leader(c, "R " + std::to_string(held) + " held"), "R " + std::to_string(held) + " held");
+}
+
+// A learner catching up through log entries replays configurations older
+// than the member that now leads: at the first of them (a learner 9 added,
+// before node 4 was) its configuration lacks node 4. Started as the runbook
+// says, with the current members' --peer entries, it keeps node 4's links
+// and catches up (found by the chaos runner's membership faults: it closed
+// the leader's links and refused it as a stranger, never catching up).
+TEST(Membership, LearnerReplaysAConfigurationWithoutTheCurrentLeader) {
+  LockdCluster c(5, {}, {}, 3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::string fake = json{{"id", 9},
+                                {"client_addr", "127.0.0.1:" + std::to_string(free_port())},
+                                {"raft_addr", "127.0.0.1:" + std::to_string(free_port())}}
+                               .dump();
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members", fake).status, 200);
+  ASSERT_EQ(change(c, "DELETE", "/v1/cluster/members/9").status, 200);
+  // More entries than one append carries (64): the learner's first batch
+  // ends on the configuration without node 4.
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(call_leader(c, "R 1 filler").rfind("N ", 0), 0u);
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members", add_body(c, 4)).status, 200);
+  c.set_peers(4, {1, 2, 3, 4});
+  c.set_node_flags(4, {"--initial-cluster-state", "existing"});
+  c.start(4);
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members/4/promote", "", "not_caught_up").status, 200);
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/leader", R"({"id":4})").status, 200);
+  ASSERT_TRUE(eventually([&] { return c.wait_leader() == 4; }));
+
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/members", add_body(c, 5)).status, 200);
+  c.set_peers(5, {1, 2, 3, 4, 5});
+  c.set_node_flags(5, {"--initial-cluster-state", "existing"});
+  c.start(5);
+  const HttpReply promoted = change(c, "POST", "/v1/cluster/members/5/promote", "", "not_caught_up");
+  EXPECT_EQ(promoted.status, 200) << promoted.body;
+  // Caught up for real (promote allows a lag of 1000 entries): it applies
+  // what the leader committed.
+  const json sl = json::parse(c.status_json(c.wait_leader()), nullptr, false);
+  ASSERT_TRUE(sl.is_object());
+  EXPECT_TRUE(eventually([&] {
+    const json s5 = json::parse(c.status_json(5), nullptr, false);
+    return s5.is_object() && s5["applied_index"] >= sl["commit_index"];
+  })) << c.status_json(5);
+  c.process(5).wait_for_line("lockd-test: read what it logged so far", milliseconds(200));
+  EXPECT_EQ(c.process(5).stderr_text().find("refusing a connection from a stranger"), std::string::npos)
+      << c.process(5).stderr_text();
 }
 
 }  // namespace

@@ -283,6 +283,12 @@ class ClusterNode final : private raft::ReadyHandler {
   // force, or the --peer list while none is recorded; self always with its
   // --peer addresses (where it listens).
   std::vector<Member> current_members() const;
+  // What the peer transport dials and accepts: current_members() plus the
+  // --peer entries the configuration neither lists nor removed. A node
+  // whose log is behind holds an old configuration, which may lack the
+  // member that now leads (added after it): without the --peer entry it
+  // would refuse that leader's connections and never catch up.
+  std::vector<Member> transport_members() const;
   // After the configuration changed: the transport, `M` redirects, logs.
   void note_membership();
   // What our configuration says of `id` (peer handshake tag 11).
@@ -293,6 +299,9 @@ class ClusterNode final : private raft::ReadyHandler {
   void maybe_form(TimeNs now);
   // Refuses to go on: one line on stderr (the last), exit 2.
   [[noreturn]] void refuse_start(const std::string& line);
+  // Sets removed_reason_ once this node's own committed configuration
+  // removed it (every tick; see the .cc).
+  void check_own_removal(TimeNs now);
   // Moves the admin request in flight along (propose, committed, timed out).
   void progress_change(TimeNs now);
   void finish_change(MemberChangeResult r);
@@ -336,6 +345,7 @@ class ClusterNode final : private raft::ReadyHandler {
   bool heard_leader_ = false;       // a leader was known once since start
   bool removed_noted_ = false;      // "this node was removed" logged
   std::optional<std::string> removed_reason_;  // see removed_reason()
+  TimeNs own_removal_seen_ns_ = 0;  // check_own_removal(): when the committed removal was seen
   std::uint64_t gated_messages_ = 0;  // peer messages dropped before the gate opened
   struct PendingChange {
     MemberChange change;
