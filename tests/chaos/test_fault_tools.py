@@ -7,13 +7,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "chaos"))
 
 from lockd_chaos import netfault  # noqa: E402
-from lockd_chaos.nodes import LIBFAKETIME  # noqa: E402
+from lockd_chaos.nodes import LIBFAKETIME, remove_faketime_shm  # noqa: E402
 
 # An address block no chaos run uses (runs take 1..250 from their pid).
 OCTET = 253
@@ -75,20 +76,24 @@ class PartitionTest(unittest.TestCase):
 class FaketimeTest(unittest.TestCase):
     def test_wall_clock_jumps_monotonic_does_not(self):
         self.assertTrue(os.path.exists(LIBFAKETIME), "libfaketime is missing")
-        with open("/tmp/lockd-chaos-faketime-test", "w") as f:
-            f.write("-86400\n")
-        env = dict(os.environ, LD_PRELOAD=LIBFAKETIME,
-                   FAKETIME_TIMESTAMP_FILE="/tmp/lockd-chaos-faketime-test",
-                   FAKETIME_DONT_FAKE_MONOTONIC="1")
-        before = time.monotonic()
-        out = subprocess.run([sys.executable, "-c",
-                              "import time; print(time.time(), time.monotonic())"],
-                             env=env, capture_output=True, text=True, check=True).stdout
-        after = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="lockd-chaos-faketime-") as d:
+            stamp = os.path.join(d, "timestamp")
+            with open(stamp, "w") as f:
+                f.write("-86400\n")
+            env = dict(os.environ, LD_PRELOAD=LIBFAKETIME,
+                       FAKETIME_TIMESTAMP_FILE=stamp,
+                       FAKETIME_DONT_FAKE_MONOTONIC="1")
+            before = time.monotonic()
+            p = subprocess.Popen([sys.executable, "-c",
+                                  "import time; print(time.time(), time.monotonic())"],
+                                 env=env, stdout=subprocess.PIPE, text=True)
+            out = p.communicate()[0]
+            after = time.monotonic()
+            remove_faketime_shm(p.pid)
+            self.assertEqual(p.returncode, 0)
         wall, mono = map(float, out.split())
         self.assertAlmostEqual(wall, time.time() - 86400, delta=60)
         self.assertTrue(before - 1 <= mono <= after + 1)
-        os.unlink("/tmp/lockd-chaos-faketime-test")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ restarts, so clients and peers find a restarted node where it was.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +27,17 @@ START_TIMEOUT_S = 20
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
+def remove_faketime_shm(pid):
+    """libfaketime (0.9.10) leaves /dev/shm/faketime_shm_<pid> and
+    /dev/shm/sem.faketime_sem_<pid> behind for every process it ran in,
+    even one that exits normally: remove them once that process is gone."""
+    for name in ("faketime_shm_%d" % pid, "sem.faketime_sem_%d" % pid):
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+        except FileNotFoundError:
+            pass
+
+
 def cluster_mode_available(lockd, extra_args=()):
     """True unless this lockd build refuses --mode=cluster as not built yet.
 
@@ -32,8 +45,7 @@ def cluster_mode_available(lockd, extra_args=()):
     cluster mode exits 2 at once saying so. Anything else (it runs, or it
     fails for another reason) counts as available, so a broken cluster mode
     shows up as a failed run instead of a skipped one."""
-    tmp = "/tmp/lockd-chaos-probe-%d" % os.getpid()
-    os.makedirs(tmp, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="lockd-chaos-probe-")
     port, rport, aport = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.1")
     p = subprocess.Popen(
         [lockd, "--mode=cluster", "--node-id=1",
@@ -49,7 +61,7 @@ def cluster_mode_available(lockd, extra_args=()):
         p.communicate()
         return True
     finally:
-        subprocess.run(["rm", "-rf", tmp])
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Node:
@@ -108,6 +120,7 @@ class Node:
         self.wait_listening()
 
     def spawn(self):
+        self.reaped()
         self.starts += 1
         log_path = os.path.join(self.dir, "lockd.%d.log" % self.starts)
         env = dict(os.environ)
@@ -146,6 +159,12 @@ class Node:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self.paused = False
+        self.reaped()
+
+    def reaped(self):
+        """Cleans up after a process that has exited (no-op otherwise)."""
+        if self.proc is not None and self.proc.poll() is not None and self.faketime_on:
+            remove_faketime_shm(self.proc.pid)
 
     def pause(self):
         if self.alive():
@@ -160,6 +179,7 @@ class Node:
     def terminate(self, timeout_s=10):
         """SIGTERM (graceful), then SIGKILL if it does not exit in time."""
         if not self.alive():
+            self.reaped()
             return None
         self.resume()
         self.proc.send_signal(signal.SIGTERM)
@@ -169,6 +189,8 @@ class Node:
             self.proc.kill()
             self.proc.wait()
             return None
+        finally:
+            self.reaped()
 
     def admin(self, method, path, body=None, timeout_s=40):
         """One admin API call: (HTTP status, JSON body or None); (0, None)
