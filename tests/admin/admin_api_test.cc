@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "http_get.h"
+#include "metric.h"
 #include "lockd_process.h"
+#include "run_program.h"
 
 namespace lockd::testing {
 namespace {
@@ -42,17 +44,6 @@ std::uint64_t token_of(const std::string& reply) {
   const auto f = fields(reply);
   EXPECT_EQ(f.size(), 4u) << reply;
   return f.size() == 4 ? std::stoull(f[1]) : 0;
-}
-
-// The value of one exposition sample, e.g. `lockd_keys` or
-// `lockd_requests_total{verb="A",result="A"}`; -1 when absent.
-double metric(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
 }
 
 // `i` as four digits: 7 -> "0007".
@@ -397,11 +388,9 @@ TEST(AdminApiTest, AdminOffListensNowhere) {
 
 TEST(AdminApiTest, VersionIsTheSameInFlagStatusAndMetric) {
   // `lockd --version`: "lockd 0.1.0" or "lockd 0.1.0 (git 9c497a1)".
-  FILE* out = ::popen((lockd_binary() + " --version").c_str(), "r");
-  ASSERT_NE(out, nullptr);
-  char buf[256] = {};
-  const std::string line(buf, std::fread(buf, 1, sizeof buf - 1, out));
-  ASSERT_EQ(::pclose(out), 0);
+  const RunResult version = run_program({lockd_binary(), "--version"});
+  ASSERT_EQ(version.status, 0) << version.err;
+  const std::string& line = version.out;
   static const std::regex kLine(R"(lockd ([0-9]+\.[0-9]+\.[0-9]+)(?: \(git ([0-9a-f]+(-dirty)?)\))?\n)");
   std::smatch m;
   ASSERT_TRUE(std::regex_match(line, m, kLine)) << line;

@@ -16,6 +16,7 @@
 #include "fenced_store/fenced_store.h"
 #include "lockd/client/client.h"
 #include "lockd_process.h"
+#include "temp_dir.h"
 
 namespace lockd::client {
 
@@ -259,8 +260,8 @@ TEST(Client, TheFirstCallAfterARestartGoesOverANewConnection) {
 TEST(Client, FencingTokensLetAResourceRefuseAPausedHolder) {
   LockdProcess lockd;
   Client client(options_for(addr(lockd.port())));
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   ("fenced_" + std::to_string(::getpid()));
+  const testing::TempDir tmp("lockd-fenced");
+  const auto dir = std::filesystem::path(tmp.sub("store"));
   std::filesystem::create_directories(dir);
   examples::FencedStore store(dir.string());
 
@@ -273,7 +274,6 @@ TEST(Client, FencingTokensLetAResourceRefuseAPausedHolder) {
   ASSERT_TRUE(store.write("report", second->token, "bob v1"));
   EXPECT_FALSE(store.write("report", first->token, "alice v2 (late)"));  // fenced
   EXPECT_EQ(store.read("report"), "bob v1");
-  std::filesystem::remove_all(dir);
 }
 
 // --- against FakeServer: cluster answers --------------------------------

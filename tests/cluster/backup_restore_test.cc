@@ -1,8 +1,6 @@
 // Backup and restore end to end (docs/operations.md, "Backup and
 // restore"): real lockd processes, the real lockctl, real files.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +19,8 @@
 #include "http_get.h"
 #include "lockd_cluster.h"
 #include "lockd_process.h"
+#include "run_program.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 namespace {
@@ -28,11 +28,7 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-struct Outcome {
-  int status = -1;  // -1: did not finish in time
-  std::string out;
-  std::string err;
-};
+using Outcome = RunResult;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -43,36 +39,7 @@ std::string slurp(const std::string& path) {
 
 // Runs a program to completion, stdout and stderr captured.
 Outcome run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 30s) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "backup_run_" + std::to_string(getpid()) + "_" +
-                           std::to_string(counter++);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out = ::open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err = ::open((base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    _exit(127);
-  }
-  Outcome r;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int st = 0;
-  while (::waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      return r;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  return r;
+  return run_program(argv, timeout);
 }
 
 std::vector<std::string> lockctl(std::uint16_t admin_port, std::vector<std::string> args) {
@@ -91,14 +58,11 @@ json lock_view(std::uint16_t admin_port, const std::string& encoded_key) {
   return r.status == 200 ? json::parse(r.body, nullptr, false) : json();
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "backup_" + std::to_string(getpid()) + "_" + name;
-}
-
 // The drill of docs/operations.md: back up a 3-node group under load,
 // destroy it, restore into a new group.
 TEST(BackupRestore, DrillThreeNodesUnderLoad) {
-  const std::string file = temp_path("drill.snap");
+  const TempDir tmp("lockd-backup");  // the snapshot files; removed at the end
+  const std::string file = tmp.sub("drill.snap");
   std::map<int, std::uint64_t> held;  // held/i -> its token
   std::uint64_t floor = 0;
   std::atomic<std::uint64_t> largest{0};  // the largest token the old group granted (load goes on after the backup)
@@ -158,9 +122,9 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   std::string bytes = slurp(file);
   ASSERT_GT(bytes.size(), 200u);
   bytes[bytes.size() / 2] ^= 0x10;
-  const std::string damaged = temp_path("damaged.snap");
+  const std::string damaged = tmp.sub("damaged.snap");
   std::ofstream(damaged, std::ios::binary) << bytes;
-  const std::string dir = temp_path("damaged-dir");
+  const std::string dir = tmp.sub("damaged-dir");
   std::filesystem::create_directories(dir);
   const Outcome bad = run({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", dir, "--admin",
                            "off", "--peer", "1=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
@@ -216,7 +180,8 @@ std::string identity_cluster(LockdCluster& c, int id) {
 // never go back; it has a new cluster id, so a member of the old group
 // (same id, same addresses, its old data) is refused on both sides.
 TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
-  const std::string file = temp_path("newgroup.snap");
+  const TempDir tmp("lockd-backup");  // the snapshot files; removed at the end
+  const std::string file = tmp.sub("newgroup.snap");
   LockdCluster c(3);
   int leader = c.wait_leader();
   ASSERT_NE(leader, 0);
@@ -273,7 +238,8 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
 // A single-mode lockd's backup seeds a cluster: its locks held with their
 // tokens, new tokens above them.
 TEST(BackupRestore, SingleModeBackupSeedsACluster) {
-  const std::string file = temp_path("single.snap");
+  const TempDir tmp("lockd-backup");  // the snapshot files; removed at the end
+  const std::string file = tmp.sub("single.snap");
   std::uint64_t token = 0;
   {
     LockdProcess single({"--admin", "127.0.0.1:0"});
@@ -294,7 +260,7 @@ TEST(BackupRestore, SingleModeBackupSeedsACluster) {
   // Its data dir now holds a node's data: seeding it from another file is
   // refused, and nothing in it changes.
   c.kill9(1);
-  const std::string other = temp_path("other-single.snap");
+  const std::string other = tmp.sub("other-single.snap");
   {
     LockdProcess single({"--admin", "127.0.0.1:0"});
     ASSERT_EQ(run(lockctl(single.admin_port(), {"snapshot", "save", other})).status, 0);

@@ -14,6 +14,7 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 namespace {
@@ -449,12 +450,11 @@ TEST(Cluster, PeerFromAnotherClusterIsRefused) {
   ASSERT_NE(leader, 0);
   const std::uint64_t t1 = token_of(call_leader(c, "A alice k1 60000"));
   ASSERT_NE(t1, 0u);
+  const TempDir dir("lockd-stranger");
   ChildProcess stranger;
   const std::string self = "2=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
                            std::to_string(free_port());
-  char dir[] = "/tmp/lockd-stranger-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  std::vector<std::string> argv = node_argv(2, dir, {self, peer_of(c, 1), peer_of(c, 3)});
+  std::vector<std::string> argv = node_argv(2, dir.path(), {self, peer_of(c, 1), peer_of(c, 3)});
   for (const char* f : {"--election-timeout-ms", "150", "--heartbeat-ms", "30"}) argv.push_back(f);
   ASSERT_TRUE(stranger.start(argv));
   const int victim = leader == 1 ? 1 : (leader == 3 ? 3 : 1);
@@ -464,15 +464,13 @@ TEST(Cluster, PeerFromAnotherClusterIsRefused) {
   EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
   stranger.signal(SIGKILL);
   stranger.wait_exit(milliseconds(5000));
-  std::filesystem::remove_all(dir);
 }
 
 // A failed fsync stops the node at once (exit 1) and nothing it had not
 // made durable is acknowledged; the others go on.
 TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) {
-  char ctl_dir[] = "/tmp/lockd-faults-XXXXXX";
-  ASSERT_NE(::mkdtemp(ctl_dir), nullptr);
-  const std::string ctl = std::string(ctl_dir) + "/node";
+  const TempDir ctl_dir("lockd-faults");
+  const std::string ctl = ctl_dir.sub("node");
   // verify_asan_link_order=0: under ASan the shim is preloaded ahead of
   // the ASan runtime, which ASan refuses by default (ignored otherwise).
   LockdCluster c(3, {}, {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
@@ -491,7 +489,6 @@ TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) {
   EXPECT_EQ(c.process(leader).wait_exit(milliseconds(10000)), 1);
   EXPECT_NE(c.process(leader).stderr_text().find("storage failed"), std::string::npos);
   EXPECT_NE(c.wait_leader(milliseconds(10000), leader), 0);
-  std::filesystem::remove_all(ctl_dir);
 }
 
 TEST(Cluster, FiveNodesServeWithTwoDown) {

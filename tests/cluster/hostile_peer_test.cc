@@ -33,20 +33,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// The value of one exposition sample (`name` or `name{labels}`); -1 when absent.
-double metric(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
-double node_metric(LockdCluster& c, int id, const std::string& series) {
-  return metric(http(c.admin_port(id), "/metrics").body, series);
-}
-
 // Member `id`'s raft address as the nodes' --peer flags give it.
 std::string raft_addr(LockdCluster& c, int id) {
   return "127.0.0.1:" + std::to_string(c.raft_port(id));

@@ -7,7 +7,6 @@
 // through the leader's snapshot.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include <csignal>
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +23,7 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
+#include "run_program.h"
 
 namespace lockd::testing {
 namespace {
@@ -61,16 +62,14 @@ HttpReply change(LockdCluster& c, const std::string& method, const std::string& 
   return r;
 }
 
-// Runs lockctl with `args`; its exit status and what it printed.
+// Runs lockctl with `args` (split on spaces); its exit status and what it
+// printed (stdout, then stderr).
 std::pair<int, std::string> lockctl(const std::string& args) {
-  const std::string cmd = std::string(LOCKCTL_BINARY) + " " + args + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  const int st = ::pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  std::vector<std::string> argv{LOCKCTL_BINARY};
+  std::istringstream words(args);
+  for (std::string w; words >> w;) argv.push_back(w);
+  const RunResult r = run_program(argv);
+  return {r.status, r.out + r.err};
 }
 
 std::string add_body(LockdCluster& c, int id) {

@@ -17,25 +17,13 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
+#include "temp_dir.h"
 #include "tls_client.h"
 
 namespace lockd::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-double metric(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
-double node_metric(LockdCluster& c, int id, const std::string& series) {
-  return metric(http(c.admin_port(id), "/metrics").body, series);
-}
 
 std::vector<std::string> tls_flags() {
   return {"--peer-tls", "--tls-cert", pki("node-{ID}.pem"), "--tls-key", pki("node-{ID}.key"),
@@ -127,9 +115,8 @@ TEST(PeerTls, AGroupOverMutualTlsRefusesBadCertificatesAndServes) {
 // Certificates rotated on disk and SIGHUP: every link stays up (no
 // reconnect anywhere), and new links use the new certificate.
 TEST(PeerTls, SighupRotationKeepsLinks) {
-  char tmpl[] = "/tmp/lockd-rotate-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp("lockd-rotate");
+  const std::string dir = tmp.path();
   for (int id = 1; id <= 3; ++id) {
     for (const char* ext : {".pem", ".key"}) {
       std::filesystem::copy_file(pki("node-" + std::to_string(id) + ext),
@@ -188,7 +175,6 @@ TEST(PeerTls, SighupRotationKeepsLinks) {
     return node_metric(c, 2, "lockd_peer_up{peer=\"1\"}") == 1 &&
            node_metric(c, 1, "lockd_peer_inbound_up{peer=\"2\"}") == 1;
   }));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,27 +13,20 @@
 
 #include "lockd_cluster.h"
 #include "lockd_process.h"
+#include "run_program.h"
 
 namespace lockd::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Exit {
-  int status = -1;
-  std::string err;
-};
+using Exit = RunResult;
 
 // Runs lockd with `args`, expecting it to exit on its own.
 Exit run_to_exit(const std::vector<std::string>& args) {
-  ChildProcess p;
   std::vector<std::string> argv{lockd_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  EXPECT_TRUE(p.start(argv));
-  Exit e;
-  e.status = p.wait_exit(20s).value_or(-1);
-  e.err = p.stderr_text();
-  return e;
+  return run_program(argv, 20s);
 }
 
 // A temporary directory, removed with its contents at the end.

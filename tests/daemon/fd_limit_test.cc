@@ -18,6 +18,7 @@
 #include "http_get.h"
 #include "lockd_cluster.h"
 #include "lockd_process.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 namespace {
@@ -105,7 +106,8 @@ TEST(FdLimit, EnoughDescriptorsIsNoWarning) {
 // A cluster member counts a connection each way per peer: the same 34
 // clients under the same limit fall short with two peers.
 TEST(FdLimit, ClusterPeersCountTowardTheNeed) {
-  const std::string dir = ::testing::TempDir() + "fd_limit_cluster_" + std::to_string(getpid());
+  const TempDir tmp("lockd-fd-limit");
+  const std::string dir = tmp.sub("data");
   const std::uint16_t admin = free_port();
   std::vector<std::string> argv{"/bin/sh", "-c", "ulimit -n 100 && exec \"$0\" \"$@\"", lockd_binary(),
                                 "--mode", "cluster", "--node-id", "1", "--data-dir", dir,

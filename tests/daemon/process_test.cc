@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "lockd_process.h"
+#include "run_program.h"
 
 namespace lockd::testing {
 namespace {
@@ -17,13 +18,11 @@ using namespace std::chrono_literals;
 
 // Runs lockd with `args` expecting it to exit on its own; returns status.
 int run_expecting_exit(const std::vector<std::string>& args, std::string* err) {
-  ChildProcess p;
   std::vector<std::string> argv{lockd_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  EXPECT_TRUE(p.start(argv));
-  auto st = p.wait_exit(20s);
-  *err = p.stderr_text();
-  return st.value_or(-1);
+  const RunResult r = run_program(argv, 20s);
+  *err = r.err;
+  return r.status;
 }
 
 TEST(ProcessTest, BadFlagsExitTwoWithOneLine) {

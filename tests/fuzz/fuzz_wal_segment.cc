@@ -26,13 +26,22 @@ void require(bool ok) {
   if (!ok) std::abort();
 }
 
+// One scratch dir for the run, removed when the fuzzer exits.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    path = (std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp") + std::string("/lockd-fuzz-wal-XXXXXX");
+    require(::mkdtemp(path.data()) != nullptr);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    std::string tmpl = (std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp") + std::string("/lockd-fuzz-wal-XXXXXX");
-    require(::mkdtemp(tmpl.data()) != nullptr);
-    return tmpl;
-  }();
-  return dir;
+  static const ScratchDir dir;
+  return dir.path;
 }
 
 ScanEnd replay(std::string_view bytes, bool last, raft::SnapshotMeta snap) {

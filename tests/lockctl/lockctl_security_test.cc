@@ -1,9 +1,7 @@
 // lockctl against a lockd with TLS on the client and admin ports and
 // token authentication: --tls-ca, --credential-file, LOCKD_CREDENTIAL, and
 // `lockctl credential new` making the credentials file lockd reads.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "lockd_process.h"
+#include "run_program.h"
 #include "tls_client.h"
 
 namespace lockd::testing {
@@ -23,50 +22,9 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using Outcome = RunResult;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-Outcome run(const std::vector<std::string>& argv) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "lockctl_sec_" + std::to_string(getpid()) + "_" +
-                           std::to_string(counter++);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out = ::open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err = ::open((base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int in = ::open("/dev/null", O_RDONLY);
-    ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    _exit(127);
-  }
-  int st = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (::waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      return {};
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(base + ".out"),
-          slurp(base + ".err")};
-}
+Outcome run(const std::vector<std::string>& argv) { return run_program(argv, 30s); }
 
 TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
   const fs::path dir = fs::path(test_pki_dir()) / "lockctl";

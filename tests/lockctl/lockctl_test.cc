@@ -2,12 +2,10 @@
 // JSON output, exit statuses 0/1/2/3, `acquire --wait` blocking, and
 // `lockctl top` driven under tmux (a real pseudo-terminal).
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -29,6 +27,8 @@
 #include "http_get.h"
 #include "lockd_cluster.h"
 #include "lockd_process.h"
+#include "run_program.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 namespace {
@@ -38,11 +38,7 @@ using namespace std::chrono_literals;
 
 std::string lockctl_binary() { return LOCKCTL_BINARY; }
 
-struct Outcome {
-  int status = -1;  // exit status; -1 if it did not finish in time
-  std::string out;
-  std::string err;
-};
+using Outcome = RunResult;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -51,42 +47,9 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// Runs a program to completion with stdout and stderr captured in files.
+// Runs a program to completion, stdout and stderr captured.
 Outcome run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 15s) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "lockctl_run_" + std::to_string(getpid()) +
-                           "_" + std::to_string(counter++);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out = ::open((base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err = ::open((base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int in = ::open("/dev/null", O_RDONLY);
-    ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    _exit(127);
-  }
-  Outcome r;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int st = 0;
-  while (::waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      r.out = slurp(base + ".out");
-      r.err = slurp(base + ".err");
-      return r;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  return r;
+  return run_program(argv, timeout);
 }
 
 // A live lockd plus a lockctl pointed at it.
@@ -755,17 +718,19 @@ TEST(LockctlClusterTest, ADeadNodeIsSkippedAndShownDown) {
 bool have_tmux() { return std::system("command -v tmux >/dev/null 2>&1") == 0; }
 
 // A private tmux server, killed at the end.
+// Its socket and the files the tests write live in a private temp dir.
 struct Tmux {
-  Tmux() : socket("lockd-test-" + std::to_string(getpid())) {}
+  Tmux() : socket(dir.sub("tmux")) {}
   ~Tmux() { sh("kill-server 2>/dev/null"); }
   int sh(const std::string& args) const {
-    return std::system(("tmux -L " + socket + " " + args).c_str());
+    return std::system(("tmux -S " + socket + " " + args).c_str());
   }
   std::string capture() const {
-    const std::string file = ::testing::TempDir() + socket + ".cap";
+    const std::string file = dir.sub("cap");
     sh("capture-pane -p -t top > " + file + " 2>/dev/null");
     return slurp(file);
   }
+  TempDir dir{"lockd-tmux"};
   std::string socket;
 };
 
@@ -787,7 +752,7 @@ TEST(LockctlTopTest, ShowsAKeyUnderLoadAndQuitsOnQ) {
   });
 
   Tmux tmux;
-  const std::string status_file = ::testing::TempDir() + tmux.socket + ".status";
+  const std::string status_file = tmux.dir.sub("status");
   std::remove(status_file.c_str());
   const std::string cmd = lockctl_binary() + " --admin 127.0.0.1:" +
                           std::to_string(f.lockd.admin_port()) + " top; echo $? > " + status_file;
@@ -821,7 +786,7 @@ TEST(LockctlTopTest, CtrlCQuitsAndRestoresTheTerminal) {
   if (!have_tmux()) GTEST_SKIP() << "tmux not installed";
   Fixture f;
   Tmux tmux;
-  const std::string out_file = ::testing::TempDir() + tmux.socket + ".stty";
+  const std::string out_file = tmux.dir.sub("stty");
   std::remove(out_file.c_str());
   // After top exits, record the terminal mode: canonical input and echo
   // must be back.

@@ -19,6 +19,7 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd_process.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 namespace {
@@ -37,14 +38,6 @@ std::string slurp(const fs::path& p) {
 
 class LockctlRun : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("lockctl_run_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Starts `lockctl --addr ... run <args>`.
   std::unique_ptr<ChildProcess> start(std::uint16_t port, const std::vector<std::string>& args) {
@@ -63,9 +56,9 @@ class LockctlRun : public ::testing::Test {
     c.call("R " + f[1] + " " + key);
     return true;
   }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.sub(name); }
 
-  fs::path dir_;
+  const TempDir dir_{"lockd-ctl-run"};  // files the commands write; removed with the fixture
 };
 
 TEST_F(LockctlRun, PassesTheExitStatusAndTokenAndReleasesAfterwards) {

@@ -12,18 +12,6 @@ namespace fs = std::filesystem;
 
 namespace lockd::storage::test {
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/lockd-storage-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 void copy_dir(const std::string& from, const std::string& to) {
   fs::remove_all(to);
   fs::create_directories(to);

@@ -7,21 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_dir.h"
+
 namespace lockd::storage::test {
 
-// mkdtemp() under $TMPDIR (or /tmp); removed with its contents by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// mkdtemp() under $TMPDIR (or /tmp); removed with its contents by the
+// destructor (tests/support/temp_dir.h).
+using TempDir = lockd::testing::TempDir;
 
 // Replaces `to` with a copy of directory `from` (files only).
 void copy_dir(const std::string& from, const std::string& to);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "http_get.h"
+#include "metric.h"
 
 namespace lockd::testing {
 
@@ -98,17 +99,13 @@ std::uint16_t free_port() {
 LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
                            std::vector<std::string> env_prefix, int formed)
     : extra_flags_(std::move(extra_flags)), env_prefix_(std::move(env_prefix)) {
-  char tmpl[] = "/tmp/lockd-cluster-XXXXXX";
-  const char* dir = ::mkdtemp(tmpl);
-  EXPECT_NE(dir, nullptr);
-  root_dir_ = dir ? dir : "/tmp";
   nodes_.resize(static_cast<std::size_t>(n));
   for (int i = 1; i <= n; ++i) {
     Node& nd = node(i);
     nd.client_port = free_port();
     nd.raft_port = free_port();
     nd.admin_port = free_port();
-    nd.data_dir = root_dir_ + "/node" + std::to_string(i);
+    nd.data_dir = root_dir_.sub("node" + std::to_string(i));
     std::filesystem::create_directories(nd.data_dir);
   }
   if (formed > 0) {
@@ -119,9 +116,7 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
   try {
     for (int i = 1; i <= (formed > 0 ? formed : n); ++i) start(i);
   } catch (...) {
-    nodes_.clear();  // kills what started
-    std::error_code ec;
-    std::filesystem::remove_all(root_dir_, ec);
+    nodes_.clear();  // kills what started; root_dir_ removes the data dirs
     throw;
   }
 }
@@ -130,8 +125,7 @@ LockdCluster::~LockdCluster() {
   for (int i = 1; i <= size(); ++i) {
     if (running(i)) kill9(i);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(root_dir_, ec);
+  // root_dir_ removes the data dirs, after the nodes are gone.
 }
 
 std::string LockdCluster::client_addr(int id) const {
@@ -252,6 +246,14 @@ std::string call_leader(LockdCluster& c, const std::string& line, int except,
     }
   }
   return reply;
+}
+
+}  // namespace lockd::testing
+
+namespace lockd::testing {
+
+double node_metric(LockdCluster& c, int id, const std::string& series) {
+  return metric(http(c.admin_port(id), "/metrics").body, series);
 }
 
 }  // namespace lockd::testing

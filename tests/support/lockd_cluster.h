@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lockd_process.h"
+#include "temp_dir.h"
 
 namespace lockd::testing {
 
@@ -83,10 +84,10 @@ class LockdCluster {
   Node& node(int id) { return nodes_.at(static_cast<std::size_t>(id - 1)); }
   const Node& node(int id) const { return nodes_.at(static_cast<std::size_t>(id - 1)); }
 
+  TempDir root_dir_{"lockd-cluster"};  // every node's data dir; first made, last removed
   std::vector<Node> nodes_;
   std::vector<std::string> extra_flags_;
   std::vector<std::string> env_prefix_;
-  std::string root_dir_;
 };
 
 // A port below the kernel's ephemeral range that was free a moment ago
@@ -99,6 +100,10 @@ std::uint16_t free_port();
 // deadline, or "<no leader>" when no node serves as leader in time.
 std::string call_leader(LockdCluster& c, const std::string& line, int except = 0,
                         std::chrono::milliseconds timeout = std::chrono::milliseconds(20000));
+
+// One sample of node `id`'s /metrics (metric.h); -1 when absent or the
+// node does not answer.
+double node_metric(LockdCluster& c, int id, const std::string& series);
 
 // Sends `line` on a fresh connection to `port` and returns the first reply.
 std::string call_once(std::uint16_t port, const std::string& line,

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <regex>
@@ -30,11 +31,18 @@ ChildProcess::~ChildProcess() {
     ::waitpid(pid_, &st, 0);
   }
   if (err_fd_ >= 0) ::close(err_fd_);
+  if (out_fd_ >= 0) ::close(out_fd_);
 }
 
-bool ChildProcess::start(const std::vector<std::string>& argv) {
+bool ChildProcess::start(const std::vector<std::string>& argv, Capture capture) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+  int out[2] = {-1, -1};
+  if (capture == Capture::kStdoutToo && ::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return false;
+  }
   const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) return false;
@@ -45,6 +53,11 @@ bool ChildProcess::start(const std::vector<std::string>& argv) {
     // timeout as if the test hung.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
+    if (capture == Capture::kStdoutToo) {
+      const int in = ::open("/dev/null", O_RDONLY);
+      ::dup2(in, 0);
+      ::dup2(out[1], 1);
+    }
     ::dup2(fds[1], 2);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -55,17 +68,51 @@ bool ChildProcess::start(const std::vector<std::string>& argv) {
   }
   ::close(fds[1]);
   err_fd_ = fds[0];
+  if (out[1] >= 0) {
+    ::close(out[1]);
+    out_fd_ = out[0];
+  } else {
+    out_eof_ = true;
+  }
   return true;
 }
 
+// Reads what is there from the open pipes, waiting up to `timeout` for
+// something; false if nothing came. With every pipe at EOF it only waits
+// (at most 10 ms), so callers polling for the exit do not spin.
 bool ChildProcess::read_some(milliseconds timeout) {
-  pollfd p{err_fd_, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
-  char buf[4096];
-  const ssize_t n = ::read(err_fd_, buf, sizeof buf);
-  if (n <= 0) return false;
-  err_.append(buf, static_cast<std::size_t>(n));
-  return true;
+  pollfd p[2];
+  std::string* into[2];
+  bool* eof[2];
+  nfds_t n = 0;
+  if (err_fd_ >= 0 && !err_eof_) {
+    p[n] = {err_fd_, POLLIN, 0};
+    into[n] = &err_;
+    eof[n++] = &err_eof_;
+  }
+  if (out_fd_ >= 0 && !out_eof_) {
+    p[n] = {out_fd_, POLLIN, 0};
+    into[n] = &out_;
+    eof[n++] = &out_eof_;
+  }
+  if (n == 0) {
+    ::poll(nullptr, 0, static_cast<int>(std::min(timeout, milliseconds(10)).count()));
+    return false;
+  }
+  if (::poll(p, n, static_cast<int>(timeout.count())) <= 0) return false;
+  bool got = false;
+  for (nfds_t i = 0; i < n; ++i) {
+    if (p[i].revents == 0) continue;
+    char buf[4096];
+    const ssize_t r = ::read(p[i].fd, buf, sizeof buf);
+    if (r > 0) {
+      into[i]->append(buf, static_cast<std::size_t>(r));
+      got = true;
+    } else if (r == 0 || errno != EINTR) {
+      *eof[i] = true;
+    }
+  }
+  return got;
 }
 
 // True once the child has exited, leaving it for wait_exit() to reap

@@ -12,21 +12,28 @@
 
 namespace lockd::testing {
 
-// A child process whose stderr is captured through a pipe.
+// A child process whose stderr (and, if asked, stdout) is captured through
+// a pipe. See run_program.h to run a program to completion.
 class ChildProcess {
  public:
+  enum class Capture {
+    kStderr,     // stderr through a pipe; stdin and stdout are the test's
+    kStdoutToo,  // stdout through a pipe as well, stdin from /dev/null
+  };
   ChildProcess() = default;
   ~ChildProcess();  // SIGKILLs the child if it still runs
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   // Starts `argv[0]` with `argv`. Returns false if fork/exec failed.
-  bool start(const std::vector<std::string>& argv);
+  bool start(const std::vector<std::string>& argv, Capture capture = Capture::kStderr);
   // Reads stderr until a line containing `needle` arrives; returns it.
   std::optional<std::string> wait_for_line(const std::string& needle,
                                            std::chrono::milliseconds timeout);
   // Everything read from stderr so far.
   const std::string& stderr_text() const { return err_; }
+  // Everything read from stdout so far (Capture::kStdoutToo).
+  const std::string& stdout_text() const { return out_; }
   void signal(int sig);
   // Waits for the exit and returns the exit status (or 128+signal);
   // nullopt on timeout.
@@ -39,7 +46,11 @@ class ChildProcess {
 
   pid_t pid_ = -1;
   int err_fd_ = -1;
+  int out_fd_ = -1;
+  bool err_eof_ = false;
+  bool out_eof_ = false;
   std::string err_;
+  std::string out_;
   std::size_t scanned_ = 0;  // lines of err_ before this offset were matched
   std::optional<int> status_;
 };
