@@ -10,6 +10,7 @@
 #include <charconv>
 #include <exception>
 #include <optional>
+#include <nlohmann/json.hpp>
 
 #include "lockd/admin/metrics.h"
 #include "lockd/admin/uri.h"

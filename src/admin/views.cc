@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <nlohmann/json.hpp>
 
 #include "lockd/server/lock_server.h"
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "lockd/admin/uri.h"
 #include "lockd/admin/views.h"

@@ -2,6 +2,7 @@
 // these numbers). Run: ./build/bin/admin_views_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "lockd/admin/views.h"
 #include "lockd/locks/lock_table.h"

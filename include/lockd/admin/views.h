@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "lockd/common/latency_histogram.h"
 #include "lockd/common/time.h"
