@@ -266,7 +266,7 @@ ParseOutcome parse_config(int argc, char** argv) {
       ->check(CLI::IsMember({"new", "existing"}))
       ->group(kClusterOnly);
   app.add_option("--snapshot-entries", c.snapshot_entries,
-                 "snapshot and compact the log every N applied entries")
+                 "snapshot and compact the log at least N applied entries apart (and once the log since the last snapshot is a quarter of its size)")
       ->group(kClusterTuning);
   app.add_option("--token-floor", c.token_floor,
                  "every token granted is larger than N (moving from single mode, or a "

@@ -877,6 +877,9 @@ void Raft::handle_snapshot_chunk(const Message& m) {
   }
   std::string data = std::move(incoming_->data);
   incoming_.reset();
+  // Grown by appends: up to twice its size reserved. It is kept as long as
+  // it is the latest snapshot (sent to followers that need it).
+  data.shrink_to_fit();
   if (cfg_.check_snapshot && !cfg_.check_snapshot(m.snapshot, data)) {
     // Refused before it is stored: the node keeps its state and can always
     // restart. The leader hears "nothing received" and starts over; a

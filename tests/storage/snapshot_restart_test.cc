@@ -244,31 +244,34 @@ TEST(SnapshotPolicy, DueAfterEntriesOrBytesWhicheverFirst) {
 // snapshotted every 10,000 entries (~600 KB of log) and the group kept
 // changing leaders (docs/cluster.md "Snapshots").
 TEST(SnapshotPolicy, WaitsUntilTheLogOutgrowsTheLastSnapshot) {
-  const SnapshotPolicy p{100, 0, 1};
+  const SnapshotPolicy p{100, 0, 100};
   EXPECT_TRUE(p.due(100, 0, 0, 0));  // nothing stored yet: entries decide
   EXPECT_TRUE(p.due(200, 100, 500, 500));
   EXPECT_FALSE(p.due(200, 100, 499, 500));          // enough entries, not enough log
   EXPECT_FALSE(p.due(100'000, 100, 59'999'999, 60'000'000));
   EXPECT_TRUE(p.due(100'000, 100, 60'000'000, 60'000'000));
   EXPECT_FALSE(p.due(150, 100, 1u << 30, 10));      // enough log, not enough entries
-  const SnapshotPolicy twice{100, 0, 2};
-  EXPECT_FALSE(twice.due(1000, 0, 999, 500));
-  EXPECT_TRUE(twice.due(1000, 0, 1000, 500));
+  const SnapshotPolicy quarter{100, 0, 25};
+  EXPECT_FALSE(quarter.due(1000, 0, 14'999'999, 60'000'000));
+  EXPECT_TRUE(quarter.due(1000, 0, 15'000'000, 60'000'000));
   // Over a growing table the spacing grows with it: snapshots of a table
   // that reaches N entries' worth of state number O(log N), not N / 100.
-  std::uint64_t snapshots = 0, last_bytes = 0, since = 0;
-  raft::Index last_index = 0;
-  for (raft::Index i = 1; i <= 1'000'000; ++i) {
-    since += 60;  // every entry adds one lock: ~60 bytes of log and of snapshot
-    if (p.due(i, last_index, since, last_bytes)) {
-      ++snapshots;
-      last_index = i;
-      last_bytes = i * 60;
-      since = 0;
+  for (const std::uint64_t percent : {100u, 25u}) {
+    const SnapshotPolicy grow{100, 0, percent};
+    std::uint64_t snapshots = 0, last_bytes = 0, since = 0;
+    raft::Index last_index = 0;
+    for (raft::Index i = 1; i <= 1'000'000; ++i) {
+      since += 60;  // every entry adds one lock: ~60 bytes of log and of snapshot
+      if (grow.due(i, last_index, since, last_bytes)) {
+        ++snapshots;
+        last_index = i;
+        last_bytes = i * 60;
+        since = 0;
+      }
     }
+    EXPECT_LE(snapshots, percent == 100 ? 20u : 50u) << percent;
+    EXPECT_GE(snapshots, 10u) << percent;
   }
-  EXPECT_LE(snapshots, 20u);
-  EXPECT_GE(snapshots, 10u);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 //
 // Storage is the file WAL in --data-dir (storage/file_storage.h). Every
 // snapshot_entries applied entries, once the log written since the last
-// snapshot is at least that snapshot's size (kSnapshotLogRatio), a forked
+// snapshot is at least a quarter of that snapshot's size
+// (kSnapshotLogPercent), a forked
 // child writes a snapshot of the state machine (storage/snapshot_writer.h)
 // and the log is compacted; a follower too far behind gets the snapshot
 // from the leader.
@@ -57,10 +58,13 @@ struct PeerTransportStats;  // peer_transport.h
 // clients and peers are read in between.
 constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
 // A snapshot waits until the WAL written since the last one is at least
-// this many times that snapshot's size (storage::SnapshotPolicy::log_ratio):
-// a big table is snapshotted less often, so its O(table) cost stays O(1)
-// per byte of log. 1 keeps the log held in memory near the snapshot's size.
-constexpr std::uint64_t kSnapshotLogRatio = 1;
+// this percentage of that snapshot's size (storage::SnapshotPolicy::
+// log_percent): a big table is snapshotted less often, so its O(table)
+// cost stays O(1) per byte of log (at most 4 bytes of snapshot written per
+// byte of log). The log since the snapshot is held in memory (~2x its WAL
+// bytes): 25% keeps it near 30 bytes per held lock at most; 100% cost
+// ~55 B per lock at 1 M locks (docs/benchmarks.md, memory).
+constexpr std::uint64_t kSnapshotLogPercent = 25;
 // Proposals beyond the commit index before requests are refused (`B` for
 // an `A`). Raft's default (4096) is a few loop turns of one pipelining
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many

@@ -51,8 +51,8 @@ namespace lockd::storage {
 
 // When to snapshot: after `every_entries` applied entries or `every_bytes`
 // of log written since the last snapshot, whichever comes first (0 turns a
-// bound off) — and, with `log_ratio` > 0, never before the log written
-// since the last snapshot is at least `log_ratio` times that snapshot's
+// bound off) — and, with `log_percent` > 0, never before the log written
+// since the last snapshot is at least `log_percent`% of that snapshot's
 // size (the Raft thesis §5.1.1, LogCabin's snapshotRatio). A snapshot costs
 // O(table) however few entries it covers (a fork, the serialized table
 // written and synced, the parent's copy-on-write faults while the child
@@ -60,16 +60,16 @@ namespace lockd::storage {
 // locks (a ~60 MB snapshot) and a 10,000-entry spacing the daemon
 // snapshotted about every second and its loop stalled past the election
 // timeout (docs/cluster.md "Snapshots"). The daemon's flags
-// (--snapshot-entries; the cluster sets log_ratio 1).
+// (--snapshot-entries; the cluster sets log_percent 25).
 struct SnapshotPolicy {
   std::uint64_t every_entries = 100'000;
   std::uint64_t every_bytes = 256u << 20;
-  std::uint64_t log_ratio = 0;
+  std::uint64_t log_percent = 0;
 
   bool due(raft::Index applied, raft::Index snapshot_index, std::uint64_t bytes_since_snapshot,
            std::uint64_t last_snapshot_bytes = 0) const {
     if (applied <= snapshot_index) return false;
-    if (log_ratio > 0 && bytes_since_snapshot < log_ratio * last_snapshot_bytes) return false;
+    if (log_percent > 0 && bytes_since_snapshot * 100 < log_percent * last_snapshot_bytes) return false;
     return (every_entries > 0 && applied - snapshot_index >= every_entries) ||
            (every_bytes > 0 && bytes_since_snapshot >= every_bytes);
   }
