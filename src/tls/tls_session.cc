@@ -121,7 +121,8 @@ SSL* new_ssl(const TlsContext& ctx, Pipe* pipe) {
   BIO_set_data(bio, pipe);
   SSL_set_bio(ssl, bio, bio);  // one BIO both ways, as SSL_set_fd does
   // Read-ahead: one BIO read takes all the input (not a header and then a
-  // body per record); the records wait decrypted one by one in the session.
+  // body per record); the records wait in the session, and each SSL_read
+  // decrypts the next one.
   SSL_set_read_ahead(ssl, 1);
   return ssl;
 }
