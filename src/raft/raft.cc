@@ -191,28 +191,56 @@ void Raft::refresh_conf() {
   if (lead_transferee_ != kNoNode && !is_voter(lead_transferee_)) lead_transferee_ = kNoNode;
 }
 
+bool Raft::removal_committed() const {
+  return !is_voter(cfg_.id) && conf_index() <= commit_;
+}
+
 void Raft::maybe_step_down_removed() {
   if (role_ != Role::kLeader || cfg_.faults.removed_leader_keeps_leading) return;
-  if (is_voter(cfg_.id) || conf_index() > commit_) return;
+  if (!removal_committed()) return;
   // Our removal is committed: the new configuration goes on without us.
   // Hand over to its most caught-up voter so it need not wait for an
-  // election timeout (it campaigns at once, as for a transfer).
-  NodeId best = kNoNode;
-  Index best_match = 0;
-  for (const auto& [id, pr] : trk_.progress()) {
-    if (!is_voter(id)) continue;
-    if (best == kNoNode || pr.match > best_match) {
-      best = id;
-      best_match = pr.match;
+  // election timeout: like a transfer (and as etcd-io/raft), refuse
+  // proposals, bring it up to date, send TimeoutNow (it campaigns at once),
+  // step down. We are not in any quorum (the tracker holds the new voters
+  // only) and propose nothing new; what we replicate is what we already
+  // had. One election period at most, then we step down anyway
+  // (tick_heartbeat).
+  if (!removed_handover_) {
+    removed_handover_ = true;
+    NodeId best = lead_transferee_;  // a transfer already running keeps its target
+    if (best == kNoNode) {
+      Index best_match = 0;
+      for (const auto& [id, pr] : trk_.progress()) {
+        if (!is_voter(id)) continue;
+        if (best == kNoNode || pr.match > best_match) {
+          best = id;
+          best_match = pr.match;
+        }
+      }
+      if (best == kNoNode) {
+        become_follower(term_, kNoNode);
+        return;
+      }
+      lead_transferee_ = best;
+      election_elapsed_ticks_ = 0;  // the hand-over gets one election period
     }
+    if (trk_.progress().at(best).match == last_index()) {
+      Message m;
+      m.type = MessageType::kTimeoutNow;
+      m.to = best;
+      send(std::move(m));
+      become_follower(term_, kNoNode);
+    } else {
+      send_append(best, true);
+    }
+    return;
   }
-  if (best != kNoNode && best_match == last_index()) {
-    Message m;
-    m.type = MessageType::kTimeoutNow;
-    m.to = best;
-    send(std::move(m));
+  // Handing over: handle_append_resp sent TimeoutNow the moment the target
+  // acknowledged our last entry.
+  if (lead_transferee_ == kNoNode || trk_.progress().at(lead_transferee_).match == last_index()) {
+    become_follower(term_, kNoNode);
   }
-  become_follower(term_, kNoNode);
 }
 
 Index Raft::last_index() const {
@@ -267,6 +295,7 @@ void Raft::reset(Term term) {
   trk_.reset_votes();
   self_vote_pending_ = false;
   lead_transferee_ = kNoNode;
+  removed_handover_ = false;
   trk_.stop_tracking();
   pending_broadcast_ = false;
   pending_commit_broadcast_ = false;
@@ -410,6 +439,12 @@ void Raft::tick_heartbeat() {
         return;
       }
       trk_.reset_recent_active();
+    }
+    if (removed_handover_) {
+      // A removed leader's hand-over did not finish in one election
+      // period: step down; the new voters elect on their own timeout.
+      become_follower(term_, kNoNode);
+      return;
     }
     // A transfer that did not finish in one election period is abandoned
     // so the leader accepts proposals again.

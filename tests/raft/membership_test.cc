@@ -3,6 +3,7 @@
 // in force on append and undone with its entry, configuration in snapshots.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,6 +26,7 @@ struct Group {
     c.id = id;
     c.voters = voters;
     c.rng_seed = id;
+    c.max_entries_per_append = max_entries_per_append;
     if (!disks.contains(id)) disks[id] = std::make_unique<MemoryStorage>();
     nodes[id] = std::make_unique<Raft>(c, *disks[id]);
   }
@@ -46,7 +48,8 @@ struct Group {
       }
       if (out.empty()) return;
       for (const Message& m : out) {
-        if (!nodes.contains(m.to) || cut(m.from, m.to)) continue;
+        if (!nodes.contains(m.to) || cut(m.from, m.to) || (drop && drop(m))) continue;
+        sent.push_back(m);
         EXPECT_EQ(nodes[m.to]->step(m), StepError::kOk);
       }
     }
@@ -83,6 +86,9 @@ struct Group {
   std::map<NodeId, std::unique_ptr<MemoryStorage>> disks;
   std::map<NodeId, std::unique_ptr<Raft>> nodes;
   std::set<NodeId> down;  // every link of these nodes is cut
+  std::function<bool(const Message&)> drop;  // set: messages it returns true for are lost
+  std::vector<Message> sent;                 // every message delivered
+  std::size_t max_entries_per_append = kDefaultMaxEntriesPerAppend;  // for nodes started later
 };
 
 TEST(Membership, LearnerCatchesUpNeverVotesThenIsPromoted) {
@@ -244,6 +250,88 @@ TEST(Membership, RemovedLeaderHandsOverAndStepsDown) {
   g.lead().propose("y");
   g.settle();
   EXPECT_EQ(g.change(ConfChangeType::kAddLearner, 1).change_error, ConfChangeError::kRemovedId);
+}
+
+// The removal of leader 1 commits at index `removal` while its log goes on
+// to `removal + 1`, which no voter has (as under load): appends carrying
+// that entry are lost until the test says otherwise.
+struct LaggingRemoval {
+  LaggingRemoval() : g(3) {}
+  void start() {
+    g.drop = nullptr;
+    g.elect();
+    removal = g.lead().propose_conf_change(ConfChange{ConfChangeType::kRemove, Member{1, true, "", ""}}).index;
+    ASSERT_NE(removal, 0u);
+    ASSERT_EQ(g.lead().propose("x").error, ProposeError::kOk);
+    tail = removal + 1;
+    g.drop = [this](const Message& m) {
+      return m.type == MessageType::kAppend && !m.entries.empty() && m.entries.back().index >= tail;
+    };
+    g.settle();
+    // Committed under {2,3}; node 1 leads on to hand over, refusing
+    // proposals as a leader in transfer does.
+    Raft& one = *g.nodes[1];
+    ASSERT_EQ(one.commit(), removal);
+    ASSERT_EQ(one.role(), Role::kLeader);
+    ASSERT_FALSE(one.status().voter);
+    target = one.status().transferee;
+    ASSERT_TRUE(target == 2 || target == 3) << target;
+    EXPECT_EQ(one.propose("refused").error, ProposeError::kTransferring);
+    EXPECT_EQ(one.last_index(), tail);
+  }
+  std::size_t timeout_nows() const {
+    std::size_t n = 0;
+    for (const Message& m : g.sent) n += m.type == MessageType::kTimeoutNow ? 1 : 0;
+    return n;
+  }
+  Group g;
+  Index removal = 0;
+  Index tail = 0;
+  NodeId target = kNoNode;
+};
+
+TEST(Membership, RemovedLeaderBringsItsTargetUpToDateThenHandsOver) {
+  LaggingRemoval t;
+  t.g.max_entries_per_append = 1;
+  for (NodeId id : t.g.bootstrap) t.g.start(id, t.g.bootstrap);
+  t.start();
+  EXPECT_EQ(t.timeout_nows(), 0u);  // the target lacks `tail`: not yet
+  // The link heals: the next heartbeat brings the target up to date, it
+  // gets TimeoutNow and wins at once, well inside one election period.
+  t.g.drop = nullptr;
+  t.g.tick_all(3);
+  EXPECT_EQ(t.timeout_nows(), 1u);
+  EXPECT_NE(t.g.nodes[1]->role(), Role::kLeader);
+  EXPECT_EQ(t.g.leader(), t.target);
+  // What node 1 had is kept: `x` commits under the new leader.
+  Raft& l = t.g.lead();
+  EXPECT_GE(l.commit(), t.tail);
+  EXPECT_EQ(*l.term_at(t.tail), *t.g.nodes[1]->term_at(t.tail));
+}
+
+TEST(Membership, RemovedLeaderStepsDownAfterAnElectionPeriodIfItsTargetNeverCatchesUp) {
+  LaggingRemoval t;
+  t.g.max_entries_per_append = 1;
+  for (NodeId id : t.g.bootstrap) t.g.start(id, t.g.bootstrap);
+  t.start();
+  // The target never gets `tail`: node 1 leads (refusing proposals and
+  // appending nothing) for at most one election period, then steps down
+  // without TimeoutNow, as before the hand-over existed.
+  const Term term = t.g.nodes[1]->term();
+  int ticks = 0;
+  while (t.g.nodes[1]->role() == Role::kLeader && t.g.nodes[1]->term() == term) {
+    ASSERT_LE(ticks, 10) << "still leading after an election period";
+    EXPECT_EQ(t.g.nodes[1]->last_index(), t.tail);
+    EXPECT_EQ(t.g.nodes[1]->propose("refused").error, ProposeError::kTransferring);
+    for (auto& [id, r] : t.g.nodes) {
+      if (id == 1) r->tick();
+    }
+    t.g.settle();
+    ++ticks;
+  }
+  EXPECT_EQ(t.timeout_nows(), 0u);
+  EXPECT_NE(t.g.nodes[1]->role(), Role::kLeader);
+  EXPECT_EQ(t.g.nodes[1]->commit(), t.removal);  // it committed nothing more
 }
 
 TEST(Membership, SnapshotCarriesTheConfigurationToANewMemberAndAcrossRestart) {

@@ -153,6 +153,12 @@ struct Node {
   Term checked_term = 0;
   Index checked_commit = 0;
   raft::Membership checked_conf;
+  // check_membership(): leading (in removed_lead_term) since step
+  // removed_lead_since with its own removal committed and removed_lead_last
+  // as its last index then; it hands over within one election period.
+  Term removed_lead_term = 0;
+  std::uint64_t removed_lead_since = 0;
+  Index removed_lead_last = 0;
   std::uint64_t restart_step = 0;
   raft::MemoryStorage disk;
   std::unique_ptr<Raft> raft;
@@ -1210,9 +1216,28 @@ class Simulation {
       }
       if (r.conf_index() != 0 && r.conf_index() <= r.commit()) note_committed_conf(r.conf_index(), r.conf());
       if (!voter && r.conf_index() <= r.commit()) {
-        fail("a removed leader steps down", "n" + std::to_string(n.id) + " leads term " + std::to_string(r.term()) +
-                                                " after its removal committed at " + std::to_string(r.conf_index()));
-        return;
+        // It may lead on for one election period to hand over (raft.md,
+        // "Removing the leader"), refusing proposals and appending nothing.
+        if (n.removed_lead_term != r.term()) {
+          n.removed_lead_term = r.term();
+          n.removed_lead_since = step_;
+          n.removed_lead_last = r.last_index();
+        }
+        std::string why;
+        if (step_ - n.removed_lead_since > static_cast<std::uint64_t>(kElectionTicks)) {
+          why = " for " + std::to_string(step_ - n.removed_lead_since) + " steps";
+        } else if (r.status().transferee == raft::kNoNode) {
+          why = " without handing over";
+        } else if (r.last_index() != n.removed_lead_last) {
+          why = " and appended up to " + std::to_string(r.last_index()) + " (had " +
+                std::to_string(n.removed_lead_last) + ")";
+        }
+        if (!why.empty()) {
+          fail("a removed leader steps down", "n" + std::to_string(n.id) + " leads term " + std::to_string(r.term()) +
+                                                  " after its removal committed at " + std::to_string(r.conf_index()) +
+                                                  why);
+          return;
+        }
       }
       // The commit index moved during this step, under the configuration
       // in force at the end of the last step or the one in force now.

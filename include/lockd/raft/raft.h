@@ -355,6 +355,7 @@ class Raft {
   // a truncation, a snapshot, a restart).
   void refresh_conf();
   // Leader: after its own removal committed, hand over and step down.
+  bool removal_committed() const;  // leader: its own removal is committed
   void maybe_step_down_removed();
   // Indexes the kConfChange entries of `entries_` from position `from`.
   void index_confs(std::size_t from);
@@ -433,6 +434,9 @@ class Raft {
   bool self_vote_pending_ = false;  // candidate: own vote counts once persisted
   ProgressTracker trk_;  // configuration, votes; leader: every member's progress
   NodeId lead_transferee_ = kNoNode;
+  // Leader whose removal committed: handing over to lead_transferee_ for at
+  // most one election period, then stepping down either way.
+  bool removed_handover_ = false;
   std::optional<IncomingSnapshot> incoming_;
   bool pending_broadcast_ = false;        // leader: new entries to stream
   bool pending_commit_broadcast_ = false; // leader: commit moved, tell everyone
