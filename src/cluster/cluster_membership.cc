@@ -51,6 +51,15 @@ std::vector<Member> ClusterNode::transport_members() const {
     const bool listed = std::any_of(out.begin(), out.end(), [&](const Member& o) { return o.id == m.id; });
     if (!listed && !raft::was_removed(conf, m.id)) out.push_back(m);
   }
+  // A removed leader hands over after its removal commits (catch-up, then
+  // TimeoutNow; docs/raft.md): keep its links while this node follows it,
+  // or its hand-over never arrives. Dropped as soon as we follow another.
+  const raft::NodeId lead = raft_ ? raft_->leader() : raft::kNoNode;
+  if (lead != raft::kNoNode && lead != config_.self && raft::was_removed(conf, lead)) {
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const Member& o) { return o.id == lead; });
+    auto it = known_members_.find(lead);
+    if (!listed && it != known_members_.end()) out.push_back(it->second);
+  }
   return out;
 }
 
@@ -72,10 +81,21 @@ MemberStatus ClusterNode::status_of(raft::NodeId id) const {
 
 void ClusterNode::note_membership() {
   const raft::Membership& conf = raft_->conf();
-  if (conf_noted_once_ && conf == conf_noted_) return;
+  if (conf_noted_once_ && conf == conf_noted_) {
+    if (raft_->leader() != leader_noted_) {
+      leader_noted_ = raft_->leader();
+      transport_->set_members(transport_members());
+    }
+    return;
+  }
+  if (!conf_noted_once_) {
+    for (const Member& m : config_.members) known_members_[m.id] = m;
+  }
   conf_noted_ = conf;
   conf_noted_once_ = true;
+  leader_noted_ = raft_->leader();
   const std::vector<Member> members = current_members();
+  for (const Member& m : members) known_members_[m.id] = m;
   transport_->set_members(transport_members());
   std::map<raft::NodeId, std::string> addrs;
   for (const Member& m : members) addrs[m.id] = m.client.to_string();

@@ -345,6 +345,10 @@ class ClusterNode final : private raft::ReadyHandler {
   std::vector<raft::NodeId> unformed_peers_;  // kFormation: peers that said "no cluster yet"
   TimeNs formation_grace_end_ns_ = 0;  // kFormation: a majority suffices from then on
   raft::Membership conf_noted_;     // the configuration the transport was last given
+  raft::NodeId leader_noted_ = raft::kNoNode;  // the leader the transport was last given
+  // Every member's addresses as last seen in a configuration: a removed
+  // leader keeps its links while this node follows it (transport_members).
+  std::map<raft::NodeId, Member> known_members_;
   bool conf_noted_once_ = false;
   bool heard_leader_ = false;       // a leader was known once since start
   bool removed_noted_ = false;      // "this node was removed" logged
