@@ -398,7 +398,22 @@ void ClusterNode::progress_change(TimeNs now) {
     // Compacted away: a snapshot covers only committed entries, and the
     // term check above passed while it was in the log.
     if (!t || *t == p.term) {
-      spdlog::info("membership change at index {} committed: {}", p.index, raft::describe(conf));
+      // A leader that removed itself hands over first (interfaces.md): it
+      // answers once it stepped down, which the core bounds by one
+      // election period; the deadline guards the answer all the same.
+      if (p.change.kind == MemberChangeKind::kRemove && p.change.id == config_.self &&
+          raft_->role() == raft::Role::kLeader && now < p.deadline_ns) {
+        if (!p.commit_logged) {
+          p.commit_logged = true;
+          spdlog::info("membership change at index {} committed: {}; handing over before "
+                       "answering",
+                       p.index, raft::describe(conf));
+        }
+        return;
+      }
+      if (!p.commit_logged) {
+        spdlog::info("membership change at index {} committed: {}", p.index, raft::describe(conf));
+      }
       return finish_change({});
     }
     return finish_change({503, "not_leader",

@@ -363,6 +363,7 @@ class ClusterNode final : private raft::ReadyHandler {
     raft::Index index = 0;
     raft::Term term = 0;
     raft::NodeId target = raft::kNoNode;  // kTransfer
+    bool commit_logged = false;           // a removed leader waits for its hand-over
   };
   std::optional<PendingChange> pending_change_;
 };
