@@ -65,18 +65,10 @@ std::vector<Member> ClusterNode::transport_members() const {
 
 MemberStatus ClusterNode::status_of(raft::NodeId id) const {
   const raft::Membership& conf = raft_->conf();
-  if (conf.empty()) return MemberStatus::kUnknown;
-  if (raft::is_voter(conf, id)) return MemberStatus::kVoter;
-  if (raft::is_learner(conf, id)) return MemberStatus::kLearner;
-  if (raft::was_removed(conf, id)) {
-    // "Removed" only once the removal is committed: a running node told so
-    // stops for good, and an appended removal can still be lost with its
-    // leader. Until then it is simply no member.
-    const raft::Index committed = std::max(raft_->commit(), raft_->snapshot_meta().index);
-    return raft::was_removed(raft_->conf_at(committed), id) ? MemberStatus::kRemoved
-                                                            : MemberStatus::kNotMember;
-  }
-  return MemberStatus::kNotMember;
+  // The committed configuration is looked up only for a removed id (rare).
+  if (!raft::was_removed(conf, id)) return member_status(conf, conf, id);
+  const raft::Index committed = std::max(raft_->commit(), raft_->snapshot_meta().index);
+  return member_status(conf, raft_->conf_at(committed), id);
 }
 
 void ClusterNode::note_membership() {

@@ -7,6 +7,7 @@
 
 #include "lockd/common/byte_io.h"
 #include "lockd/raft/codec.h"
+#include "lockd/raft/membership.h"
 
 namespace lockd::cluster {
 namespace {
@@ -90,6 +91,15 @@ std::string_view to_string(MemberStatus s) {
     case MemberStatus::kRemoved: return "removed";
   }
   return "unknown";
+}
+
+MemberStatus member_status(const raft::Membership& latest, const raft::Membership& committed,
+                           raft::NodeId id) {
+  if (latest.empty()) return MemberStatus::kUnknown;
+  if (raft::is_voter(latest, id)) return MemberStatus::kVoter;
+  if (raft::is_learner(latest, id)) return MemberStatus::kLearner;
+  if (raft::was_removed(latest, id) && raft::was_removed(committed, id)) return MemberStatus::kRemoved;
+  return MemberStatus::kNotMember;
 }
 
 void encode_handshake(const Handshake& h, std::string& out) {

@@ -10,6 +10,7 @@
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/peer_input.h"
 #include "lockd/raft/codec.h"
+#include "lockd/raft/membership.h"
 #include "sample_messages.h"
 
 namespace lockd::cluster {
@@ -174,6 +175,23 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   std::size_t size = 0;
   std::uint16_t version = 0;
   EXPECT_EQ(peek_handshake(huge, size, version), HandshakeError::kBadFrame);
+}
+
+// Tag 11 says "removed" only once the removal is committed in the
+// sender's log: a node told so stops for good, and a removal that is only
+// appended can still be lost with its leader (issue 20).
+TEST(Handshake, RemovedIsSaidOnlyOnceTheRemovalIsCommitted) {
+  const raft::Membership three = raft::voters_only({1, 2, 3});
+  raft::Membership two = raft::voters_only({1, 2});
+  two.removed = {3};
+  EXPECT_EQ(member_status(two, three, 3), MemberStatus::kNotMember);  // appended, not committed
+  EXPECT_EQ(member_status(two, two, 3), MemberStatus::kRemoved);
+  EXPECT_EQ(member_status(two, three, 1), MemberStatus::kVoter);
+  raft::Membership learner = three;
+  learner.members.push_back(raft::Member{4, false, "127.0.0.1:1", "127.0.0.1:2"});
+  EXPECT_EQ(member_status(learner, three, 4), MemberStatus::kLearner);  // in force on append
+  EXPECT_EQ(member_status(three, three, 4), MemberStatus::kNotMember);
+  EXPECT_EQ(member_status(raft::Membership{}, raft::Membership{}, 1), MemberStatus::kUnknown);
 }
 
 TEST(Handshake, ChecksNameWhatDiffers) {

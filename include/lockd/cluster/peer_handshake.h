@@ -83,6 +83,15 @@ enum class MemberStatus : std::uint8_t {
 };
 std::string_view to_string(MemberStatus s);
 
+// What a node tells member `id` in tag 11. `latest` is the latest
+// configuration in its log (committed or not: thesis §4.1), `committed`
+// the one in force at its commit index. "Removed" only once the removal is
+// committed there: a running node told so stops for good, and an appended
+// removal can still be lost with its leader; until then the id is simply
+// no member.
+MemberStatus member_status(const raft::Membership& latest, const raft::Membership& committed,
+                           raft::NodeId id);
+
 // One member of the cluster as every node's configuration lists it.
 struct Member {
   raft::NodeId id = raft::kNoNode;
