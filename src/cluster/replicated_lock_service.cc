@@ -280,6 +280,13 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
         if (!p.client_gone) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
         return;
       }
+      if (r.acquire == locks::AcquireOutcome::kQueued && leader_term_ != p.term) {
+        // Applied after we lost that leadership (lose_leadership kept it,
+        // committed): a waiter is served by a leader, and the next one
+        // drops every waiter queued before it (LeaderStart).
+        if (!p.client_gone) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+        return;
+      }
       if (r.acquire == locks::AcquireOutcome::kQueued) {
         const locks::WaiterId w = index;
         // Client 0 means "nobody to answer" and nothing else: a pending
@@ -298,7 +305,10 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
         return;
       }
       if (p.client_gone) {
-        if (r.acquire == locks::AcquireOutcome::kGranted) release_orphan(r.granted, p.key);
+        // Not leading any more: the next leader's lease expiry frees it.
+        if (r.acquire == locks::AcquireOutcome::kGranted && leader_term_ != 0) {
+          release_orphan(r.granted, p.key);
+        }
         return;
       }
       if (replies_ == nullptr) return;
@@ -463,20 +473,36 @@ void ReplicatedLockService::compact_heaps() {
 }
 
 void ReplicatedLockService::lose_leadership() {
-  spdlog::warn("leadership of term {} lost: {} requests and {} waiters answered indeterminate",
-               leader_term_, pending_.size(), waiters_.size());
-  // Answer in index order, then waiters: every request not yet answered.
-  for (auto& [index, p] : pending_) {
-    if (p.client_gone) continue;
-    if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
-    if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
-      reply_indeterminate(p.client, release_echo(p.token, p.key));
+  // A request whose entry is already committed in our log, at the term we
+  // proposed it, is decided: the apply that follows (this node applies its
+  // committed log as any member does) answers it with what it did. Every
+  // other one is answered indeterminate now, in index order, then waiters.
+  const raft::Index committed = raft_.commit();
+  std::size_t decided = 0;
+  std::size_t answered = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const auto& [index, p] = *it;
+    const std::optional<raft::Term> t = raft_.term_at(index);
+    if (index <= committed && t && *t == p.term) {
+      ++decided;
+      ++it;
+      continue;
     }
+    if (!p.client_gone) {
+      ++answered;
+      if (p.kind == PendingKind::kAcquire) reply_indeterminate(p.client, acquire_echo(p.owner, p.key));
+      if (p.kind == PendingKind::kRelease || p.kind == PendingKind::kKeep) {
+        reply_indeterminate(p.client, release_echo(p.token, p.key));
+      }
+    }
+    it = pending_.erase(it);
   }
+  spdlog::warn("leadership of term {} lost: {} requests and {} waiters answered indeterminate "
+               "({} committed ones answered as they apply)",
+               leader_term_, answered, waiters_.size(), decided);
   for (auto& [id, w] : waiters_) {
     if (w.client != 0) reply_indeterminate(w.client, acquire_echo(w.owner, w.key));
   }
-  pending_.clear();
   waiters_.clear();
   client_waiters_.clear();
   to_cancel_.clear();

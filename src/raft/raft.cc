@@ -225,20 +225,23 @@ void Raft::maybe_step_down_removed() {
       lead_transferee_ = best;
       election_elapsed_ticks_ = 0;  // the hand-over gets one election period
     }
-    if (trk_.progress().at(best).match == last_index()) {
-      Message m;
-      m.type = MessageType::kTimeoutNow;
-      m.to = best;
-      send(std::move(m));
-      become_follower(term_, kNoNode);
-    } else {
-      send_append(best, true);
-    }
+    if (trk_.progress().at(best).match < last_index()) send_append(best, true);
+  }
+  if (lead_transferee_ == kNoNode) {
+    become_follower(term_, kNoNode);
     return;
   }
-  // Handing over: handle_append_resp sent TimeoutNow the moment the target
-  // acknowledged our last entry.
-  if (lead_transferee_ == kNoNode || trk_.progress().at(lead_transferee_).match == last_index()) {
+  // TimeoutNow once the target holds our last entry *and* that entry is
+  // committed (by the new voters, as the tracker counts): then every
+  // proposal we accepted has its outcome decided in our own log, and the
+  // requests behind them get real answers, not E indeterminate. Removed,
+  // we never hear of those entries again. Both come within a round trip of
+  // each other; the election period bounds the wait all the same.
+  if (trk_.progress().at(lead_transferee_).match == last_index() && commit_ == last_index()) {
+    Message m;
+    m.type = MessageType::kTimeoutNow;
+    m.to = lead_transferee_;
+    send(std::move(m));
     become_follower(term_, kNoNode);
   }
 }
@@ -559,6 +562,9 @@ ProposeResult Raft::propose_conf_change(const ConfChange& cc) {
 bool Raft::transfer_leadership(NodeId target) {
   LOCKD_CHECK(!ready_outstanding_);
   if (role_ != Role::kLeader || target == cfg_.id || !is_voter(target)) return false;
+  // A removed leader is already handing over, within one election period
+  // from its removal's commit: a transfer now would restart that clock.
+  if (removed_handover_) return false;
   lead_transferee_ = target;
   election_elapsed_ticks_ = 0;  // the transfer gets one election period
   Progress& pr = trk_.progress().at(target);
@@ -1148,7 +1154,9 @@ void Raft::handle_append_resp(const Message& m) {
     pr.next = std::max(pr.next, pr.match + 1);
     if (pr.match < last_index()) send_append(m.from, false);
   }
-  if (m.from == lead_transferee_ && pr.match == last_index()) {
+  // (A removed leader's hand-over sends its TimeoutNow from
+  // maybe_step_down_removed, once its last entry is also committed.)
+  if (m.from == lead_transferee_ && pr.match == last_index() && !removed_handover_) {
     Message t;
     t.type = MessageType::kTimeoutNow;
     t.to = m.from;

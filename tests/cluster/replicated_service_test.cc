@@ -541,6 +541,43 @@ TEST(ReplicatedLockService, WaitTimeoutIsAnsweredAfterTheCancelCommits) {
   EXPECT_EQ(n.svc_.table().waiter_count(), 0u);
 }
 
+// Leadership lost with requests in flight: one whose entry is already
+// committed gets what it did (a removed leader never hears of its entries
+// again, so this is its only chance to say), one not yet committed gets
+// E indeterminate, and a committed acquire that queued gets E
+// indeterminate too (only a leader serves waiters).
+TEST(ReplicatedLockService, CommittedRequestsAreAnsweredAfterLeadershipIsLost) {
+  Node n;
+  n.request(9, "A carol busy 60000");
+  n.settle();
+  ASSERT_EQ(n.replies_.take(9).substr(0, 2), "A ");
+  EXPECT_EQ(n.request(7, "A alice k1 1000"), "");
+  EXPECT_EQ(n.request(8, "A bob busy 60000 5000"), "");
+  // One Ready cycle: both are persisted, and so committed by this
+  // one-node group, but applied only in the next cycle.
+  n.svc_.sync(n.now);
+  ASSERT_TRUE(raft::drive_ready(n.raft_, n, 1).ok());
+  const raft::Index committed = n.raft_.commit();
+  ASSERT_EQ(committed, n.raft_.last_index());
+  EXPECT_EQ(n.replies_.take(7), "");
+  // One more, not committed, then a leader of a higher term appears.
+  EXPECT_EQ(n.request(10, "A dave k2 1000"), "");
+  raft::Message m;
+  m.type = raft::MessageType::kHeartbeat;
+  m.from = 2;
+  m.to = 1;
+  m.term = n.raft_.term() + 1;
+  ASSERT_EQ(n.raft_.step(std::move(m)), raft::StepError::kOk);
+  n.settle();
+  ASSERT_FALSE(n.svc_.serving());
+  const std::string granted = n.replies_.take(7);
+  EXPECT_EQ(granted.substr(0, 2), "A ") << granted;
+  EXPECT_NE(granted.find(" alice k1"), std::string::npos) << granted;
+  EXPECT_EQ(n.replies_.take(8), "E indeterminate bob busy\n");
+  EXPECT_EQ(n.replies_.take(10), "E indeterminate dave k2\n");
+  EXPECT_NE(n.svc_.table().find("k1"), nullptr);  // the grant stands
+}
+
 TEST(ReplicatedLockService, ExpiryThroughTheLogHandsTheKeyOn) {
   Node n;
   n.request(7, "A alice k1 200");

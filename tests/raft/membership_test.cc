@@ -309,6 +309,36 @@ TEST(Membership, RemovedLeaderBringsItsTargetUpToDateThenHandsOver) {
   EXPECT_EQ(*l.term_at(t.tail), *t.g.nodes[1]->term_at(t.tail));
 }
 
+// The target holding the removed leader's last entry is not enough: that
+// entry must also be committed (by the new voters) before TimeoutNow, so
+// that every proposal it accepted is decided in its own log (the service
+// answers them; removed, it never hears of them again).
+TEST(Membership, RemovedLeaderHandsOverOnlyOnceItsLastEntryIsCommitted) {
+  LaggingRemoval t;
+  t.g.max_entries_per_append = 1;
+  for (NodeId id : t.g.bootstrap) t.g.start(id, t.g.bootstrap);
+  t.start();
+  const NodeId other = t.target == 2 ? 3 : 2;
+  // Only the target gets `tail`: it matches node 1's last index, but
+  // {2,3} need both for a commit.
+  t.g.drop = [&](const Message& m) {
+    return m.to == other && m.type == MessageType::kAppend && !m.entries.empty() &&
+           m.entries.back().index >= t.tail;
+  };
+  t.g.tick_all(3);
+  Raft& one = *t.g.nodes[1];
+  ASSERT_EQ(one.role(), Role::kLeader);
+  EXPECT_LT(one.commit(), t.tail);
+  EXPECT_EQ(t.timeout_nows(), 0u) << "TimeoutNow before node 1's last entry committed";
+  // The other voter gets it too: committed, then TimeoutNow.
+  t.g.drop = nullptr;
+  t.g.tick_all(3);
+  EXPECT_EQ(t.timeout_nows(), 1u);
+  EXPECT_EQ(one.commit(), t.tail);
+  EXPECT_NE(one.role(), Role::kLeader);
+  EXPECT_EQ(t.g.leader(), t.target);
+}
+
 TEST(Membership, RemovedLeaderStepsDownAfterAnElectionPeriodIfItsTargetNeverCatchesUp) {
   LaggingRemoval t;
   t.g.max_entries_per_append = 1;

@@ -294,7 +294,8 @@ class Raft {
   // Starts an election now (as on an election timeout). Tests and operators.
   void campaign();
   // Leader: hand leadership to `target` once it is caught up. Returns false
-  // if not the leader or `target` is not another voter (learners never lead).
+  // if not the leader, `target` is not another voter (learners never lead),
+  // or this leader was removed and is already handing over.
   bool transfer_leadership(NodeId target);
   // The state machine took a snapshot covering [1, index] (index <=
   // applied). The core drops those entries and sends `data` to followers that
