@@ -491,6 +491,17 @@ class Node final : public raft::ReadyHandler {
     if (svc_.handle(client, *req, now, out, stats_)) return out;
     return "";
   }
+  // A leader of a higher term appears (node 2's heartbeat): this node
+  // follows it and loses its leadership.
+  void follow_a_higher_term() {
+    raft::Message m;
+    m.type = raft::MessageType::kHeartbeat;
+    m.from = 2;
+    m.to = 1;
+    m.term = raft_.term() + 1;
+    ASSERT_EQ(raft_.step(std::move(m)), raft::StepError::kOk);
+    settle();
+  }
   void tick_to(TimeNs t) {
     now = t;
     svc_.on_time(now);
@@ -562,13 +573,7 @@ TEST(ReplicatedLockService, CommittedRequestsAreAnsweredAfterLeadershipIsLost) {
   EXPECT_EQ(n.replies_.take(7), "");
   // One more, not committed, then a leader of a higher term appears.
   EXPECT_EQ(n.request(10, "A dave k2 1000"), "");
-  raft::Message m;
-  m.type = raft::MessageType::kHeartbeat;
-  m.from = 2;
-  m.to = 1;
-  m.term = n.raft_.term() + 1;
-  ASSERT_EQ(n.raft_.step(std::move(m)), raft::StepError::kOk);
-  n.settle();
+  n.follow_a_higher_term();
   ASSERT_FALSE(n.svc_.serving());
   const std::string granted = n.replies_.take(7);
   EXPECT_EQ(granted.substr(0, 2), "A ") << granted;
@@ -611,13 +616,7 @@ TEST(ReplicatedLockService, NewLeaderWatchesABigTableInSlices) {
   ASSERT_GT(n.svc_.table().bucket_count(), 8192u);
   // A leader of a higher term appears (this node follows it), then this
   // node wins again: a new term, a new LeaderStart.
-  raft::Message m;
-  m.type = raft::MessageType::kHeartbeat;
-  m.from = 2;
-  m.to = 1;
-  m.term = n.raft_.term() + 1;
-  ASSERT_EQ(n.raft_.step(std::move(m)), raft::StepError::kOk);
-  n.settle();
+  n.follow_a_higher_term();
   ASSERT_FALSE(n.svc_.serving());
   EXPECT_EQ(n.svc_.leases_watched(), 0u);
   n.raft_.campaign();
