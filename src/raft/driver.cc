@@ -29,4 +29,38 @@ StorageStatus drive_ready(Raft& raft, ReadyHandler& handler, std::size_t max_rou
   return StorageStatus::Ok();
 }
 
+StorageStatus start_ready(Raft& raft, ReadyHandler& handler, bool& syncing) {
+  syncing = false;
+  Ready rd = raft.ready();
+  handler.send(rd.messages);
+  if (rd.snapshot) {
+    // Rare (a follower far behind): done in full, in drive_ready's order.
+    StorageStatus st = handler.persist(rd);
+    if (!st.ok()) return st;
+    handler.install(*rd.snapshot);
+    for (const Entry& e : rd.committed) handler.apply(e);
+    raft.advance();
+    return StorageStatus::Ok();
+  }
+  // Apply and write before returning: the Ready's views do not outlive the
+  // next input (raft.h).
+  for (const Entry& e : rd.committed) handler.apply(e);
+  bool pending = false;
+  StorageStatus st = handler.write(rd, pending);
+  if (!st.ok()) return st;
+  if (pending) {
+    syncing = true;
+    return StorageStatus::Ok();
+  }
+  raft.advance();
+  return StorageStatus::Ok();
+}
+
+void send_while_syncing(Raft& raft, ReadyHandler& handler) {
+  std::vector<Message> messages = raft.take_messages();
+  if (!messages.empty()) handler.send(messages);
+}
+
+void complete_ready(Raft& raft) { raft.advance(); }
+
 }  // namespace lockd::raft

@@ -279,6 +279,10 @@ void Raft::send(Message m) {
   if (cfg_.faults.ack_before_persist && m.type == MessageType::kAppendResp) is_answer = false;
   if (is_answer && state_dirty()) {
     msgs_after_persist_.push_back(std::move(m));
+  } else if (is_answer && ready_outstanding_) {
+    // Given while a Ready syncs, from state that Ready carries: it goes
+    // once that sync ends (msgs_ may leave before, take_messages()).
+    msgs_in_ready_.push_back(std::move(m));
   } else {
     msgs_.push_back(std::move(m));
   }
@@ -392,7 +396,6 @@ int Raft::poll(NodeId from, bool granted) {
 }
 
 void Raft::campaign() {
-  LOCKD_CHECK(!ready_outstanding_);
   if (role_ == Role::kLeader) return;
   start_election(cfg_.pre_vote, false);
 }
@@ -400,7 +403,6 @@ void Raft::campaign() {
 // --- ticks ---
 
 void Raft::tick() {
-  LOCKD_CHECK(!ready_outstanding_);
   ++ticks_;
   if (role_ == Role::kLeader) {
     tick_heartbeat();
@@ -489,7 +491,6 @@ void Raft::append_entry(EntryType type, std::string data) {
 }
 
 ProposeResult Raft::propose(std::string data) {
-  LOCKD_CHECK(!ready_outstanding_);
   ProposeResult r;
   if (role_ != Role::kLeader) {
     r.error = ProposeError::kNotLeader;
@@ -514,7 +515,6 @@ ProposeResult Raft::propose(std::string data) {
 }
 
 ProposeResult Raft::propose_conf_change(const ConfChange& cc) {
-  LOCKD_CHECK(!ready_outstanding_);
   ProposeResult r;
   if (role_ != Role::kLeader) {
     r.error = ProposeError::kNotLeader;
@@ -560,7 +560,6 @@ ProposeResult Raft::propose_conf_change(const ConfChange& cc) {
 }
 
 bool Raft::transfer_leadership(NodeId target) {
-  LOCKD_CHECK(!ready_outstanding_);
   if (role_ != Role::kLeader || target == cfg_.id || !is_voter(target)) return false;
   // A removed leader is already handing over, within one election period
   // from its removal's commit: a transfer now would restart that clock.
@@ -641,7 +640,6 @@ StepError Raft::step(Message&& m) {
 }
 
 StepError Raft::step(const Message& m) {
-  LOCKD_CHECK(!ready_outstanding_);
   if (StepError e = validate_message(m); e != StepError::kOk) {
     ++stats_.rejected_messages;
     return e;
@@ -1227,7 +1225,7 @@ Ready Raft::ready() {
     rd.snapshot = Snapshot{snapshot_meta_, *snapshot_data_};
     snapshot_to_install_ = false;
   }
-  // Views, not copies: the log does not change until advance() (raft.h).
+  // Views, not copies: valid until the next input or advance() (raft.h).
   const std::span<const Entry> log(entries_);
   if (unstable_from_ <= last_index()) {
     rd.entries = log.subspan(unstable_from_ - snapshot_meta_.index - 1);
@@ -1245,19 +1243,41 @@ Ready Raft::ready() {
   msgs_.clear();
   msgs_in_ready_ = std::move(msgs_after_persist_);
   msgs_after_persist_.clear();
+  ready_hs_ = handed_hs_;
   ready_outstanding_ = true;
   return rd;
+}
+
+std::vector<Message> Raft::take_messages() {
+  maybe_step_down_removed();  // as ready() does: a hand-over need not wait for the sync
+  if (role_ == Role::kLeader && (pending_broadcast_ || pending_commit_broadcast_)) {
+    broadcast_append(pending_commit_broadcast_);
+    pending_broadcast_ = false;
+    pending_commit_broadcast_ = false;
+  }
+  std::vector<Message> out = std::move(msgs_);
+  msgs_.clear();
+  return out;
 }
 
 void Raft::advance() {
   LOCKD_CHECK(ready_outstanding_);
   ready_outstanding_ = false;
+  // What the Ready handed out is durable now; nothing appended since is.
+  // Inputs taken while its sync ran (raft.h "Pipelined") appended past it
+  // (unstable_from_ unmoved) or cut into it (truncate_and_append lowered
+  // unstable_from_ to the cut): either way the durable prefix ends just
+  // before unstable_from_.
   stable_index_ = unstable_from_ - 1;
   applied_ = std::max(applied_, ready_applied_to_);
   // Answers that waited for this Ready's persistence may go now.
   for (Message& m : msgs_in_ready_) msgs_.push_back(std::move(m));
   msgs_in_ready_.clear();
-  if (role_ == Role::kCandidate && self_vote_pending_ && vote_ == cfg_.id) {
+  // Our own vote counts once it is durable: it was cast in this Ready's
+  // hard state, not in one still to come (an election started while the
+  // sync ran waits for the next Ready).
+  if (role_ == Role::kCandidate && self_vote_pending_ && vote_ == cfg_.id &&
+      ready_hs_.term == term_ && ready_hs_.vote == cfg_.id) {
     self_vote_pending_ = false;
     int outcome = poll(cfg_.id, true);
     if (outcome > 0) become_leader();

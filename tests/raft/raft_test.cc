@@ -311,15 +311,114 @@ TEST(RaftStep, TermsBeyondTheCapAreRefusedAndChangeNothing) {
   EXPECT_EQ(r.term(), kMaxTerm + 1);
 }
 
-TEST(RaftContract, NothingMayHappenBetweenReadyAndAdvance) {
-  EXPECT_DEATH(
-      {
-        MemoryStorage disk;
-        Raft r(make_config(1, {1, 2, 3}), disk);
-        Ready rd = r.ready();
-        r.tick();
-      },
-      "internal check failed");
+TEST(RaftContract, OnlyReadyAndCompactWaitForAdvance) {
+  MemoryStorage disk;
+  Raft r(make_config(1, {1, 2, 3}), disk);
+  r.campaign();
+  Ready rd = r.ready();
+  // The pipelined driver feeds the core while a Ready syncs (raft.h).
+  r.tick();
+  EXPECT_EQ(r.step(message(MessageType::kHeartbeat, 2, 1, 5)), StepError::kOk);
+  EXPECT_DEATH(r.ready(), "internal check failed");
+  EXPECT_DEATH(r.compact(0, ""), "internal check failed");
+  r.advance();
+  EXPECT_TRUE(r.has_ready());
+}
+
+// --- pipelined: input while a Ready's sync runs (raft.h "Pipelined") ---
+
+// A single-node leader with its no-op committed and applied.
+void lead_alone(Raft& r, MemoryStorage& disk) {
+  r.campaign();
+  while (r.has_ready()) {
+    Ready rd = r.ready();
+    disk.append(rd.entries);
+    if (rd.hard_state) disk.set_hard_state(*rd.hard_state);
+    r.advance();
+  }
+  ASSERT_EQ(r.role(), Role::kLeader);
+  ASSERT_EQ(r.commit(), 1u);
+}
+
+TEST(RaftPipelined, EntriesProposedWhileTheSyncRunsAreNotCountedAtItsAdvance) {
+  MemoryStorage disk;
+  Raft r(make_config(1, {1}), disk);
+  lead_alone(r, disk);
+  ASSERT_EQ(r.propose("x").index, 2u);
+  Ready rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 1u);
+  disk.append(rd.entries);  // written; its sync runs
+  ASSERT_EQ(r.propose("y").index, 3u);
+  r.advance();  // the sync of "x" ended: "y" was never written
+  EXPECT_EQ(r.commit(), 2u) << "counted an entry appended while the sync ran as durable";
+  rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 1u);
+  EXPECT_EQ(rd.entries[0].index, 3u);
+  disk.append(rd.entries);
+  r.advance();
+  EXPECT_EQ(r.commit(), 3u);
+}
+
+TEST(RaftPipelined, AVoteCastWhileTheSyncRunsCountsOnceItsOwnReadyIsDurable) {
+  MemoryStorage disk;
+  Config c = make_config(1, {1, 2, 3});
+  c.pre_vote = false;
+  Raft r(c, disk);
+  // A Ready in flight (term 1 from a leader's heartbeat) ...
+  ASSERT_EQ(r.step(message(MessageType::kHeartbeat, 2, 1, 1)), StepError::kOk);
+  Ready rd = r.ready();
+  ASSERT_TRUE(rd.hard_state);
+  // ... while it syncs, this node campaigns in term 2 and node 3 grants.
+  r.campaign();
+  ASSERT_EQ(r.role(), Role::kCandidate);
+  ASSERT_EQ(r.term(), 2u);
+  ASSERT_EQ(r.step(message(MessageType::kVoteResp, 3, 1, 2)), StepError::kOk);
+  r.advance();  // term 1 is durable; our vote in term 2 is not
+  EXPECT_EQ(r.role(), Role::kCandidate) << "led on a vote for itself that a crash would forget";
+  rd = r.ready();
+  ASSERT_TRUE(rd.hard_state);
+  EXPECT_EQ(rd.hard_state->term, 2u);
+  EXPECT_EQ(rd.hard_state->vote, 1u);
+  r.advance();
+  EXPECT_EQ(r.role(), Role::kLeader);
+}
+
+TEST(RaftPipelined, ACutIntoTheSyncingEntriesLeavesOnlyItsPrefixDurable) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  // Leader 1 (term 1) sends entries 1..3; their write is in flight ...
+  Message a = message(MessageType::kAppend, 1, 2, 1);
+  for (Index i = 1; i <= 3; ++i) a.entries.push_back(Entry{1, i, EntryType::kNoop, ""});
+  ASSERT_EQ(r.step(a), StepError::kOk);
+  Ready rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 3u);
+  // ... when leader 3 (term 2) replaces 2..3 with its own 2..4, all committed.
+  Message b = message(MessageType::kAppend, 3, 2, 2);
+  b.index = 1;
+  b.log_term = 1;
+  b.commit = 4;
+  for (Index i = 2; i <= 4; ++i) b.entries.push_back(Entry{2, i, EntryType::kNoop, ""});
+  ASSERT_EQ(r.step(b), StepError::kOk);
+  r.advance();  // entries 1..3 of term 1 are on disk; 2..4 of term 2 are not
+  rd = r.ready();
+  ASSERT_EQ(rd.committed.size(), 1u) << "applies entries that were never written";
+  EXPECT_EQ(rd.committed[0].index, 1u);
+  ASSERT_EQ(rd.entries.size(), 3u);
+  EXPECT_EQ(rd.entries[0].index, 2u);
+  EXPECT_EQ(rd.entries[0].term, 2u);
+  for (const Message& m : rd.messages) {
+    EXPECT_FALSE(m.type == MessageType::kAppendResp && m.to == 3) << "acked term 2's entries before writing them";
+  }
+  r.advance();
+  rd = r.ready();
+  bool acked = false;
+  for (const Message& m : rd.messages) {
+    if (m.type == MessageType::kAppendResp && m.to == 3 && !m.reject && m.index == 4) acked = true;
+  }
+  EXPECT_TRUE(acked);
+  ASSERT_EQ(rd.committed.size(), 3u);
+  EXPECT_EQ(rd.committed[2].index, 4u);
+  r.advance();
 }
 
 TEST(RaftProgress, LeaderReportsFollowers) {
@@ -568,6 +667,99 @@ TEST(Driver, AppliesEarlierDurableEntriesBeforeTheSyncOfNewOnes) {
   EXPECT_EQ(h.applied, (std::vector<Index>{1, 2}));          // "x" went out, "y" did not
   EXPECT_EQ(h.applied_at_persist, (std::vector<std::size_t>{2}));  // before the failed sync
   EXPECT_EQ(h.disk.last_index(), 2u);
+}
+
+TEST(RaftPipelined, TheLeaderStreamsNewEntriesWhileItsOwnSyncRuns) {
+  MiniCluster c(3);
+  c.nodes[1]->campaign();
+  c.settle();
+  Raft& r = *c.nodes[1];
+  ASSERT_EQ(r.role(), Role::kLeader);
+  ASSERT_EQ(r.propose("x").error, ProposeError::kOk);
+  Ready rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 1u);
+  c.disks[1]->append(rd.entries);  // "x" syncs ...
+  const ProposeResult y = r.propose("y");
+  ASSERT_EQ(y.error, ProposeError::kOk);
+  // ... and "y" is on its way to both followers already.
+  std::vector<Message> out = r.take_messages();
+  int appends = 0;
+  for (const Message& m : out) {
+    if (m.type != MessageType::kAppend) continue;
+    for (const Entry& e : m.entries) appends += e.index == y.index ? 1 : 0;
+  }
+  EXPECT_EQ(appends, 2);
+  r.advance();
+  EXPECT_LT(r.commit(), y.index);  // not durable here yet
+}
+
+TEST(RaftPipelined, AnAnswerGivenWhileTheSyncRunsWaitsForIt) {
+  MemoryStorage disk;
+  Raft r(make_config(2, {1, 2, 3}), disk);
+  Message a = message(MessageType::kAppend, 1, 2, 1);
+  for (Index i = 1; i <= 3; ++i) a.entries.push_back(Entry{1, i, EntryType::kNoop, ""});
+  ASSERT_EQ(r.step(a), StepError::kOk);
+  Ready rd = r.ready();
+  ASSERT_EQ(rd.entries.size(), 3u);
+  // The leader repeats the append while our write syncs: nothing is new,
+  // but the ack ("I have 1..3") is only true once the sync ends.
+  ASSERT_EQ(r.step(a), StepError::kOk);
+  EXPECT_FALSE(has_type(r.take_messages(), MessageType::kAppendResp)) << "acked entries before their sync ended";
+  r.advance();
+  rd = r.ready();
+  bool acked = false;
+  for (const Message& m : rd.messages) acked = acked || (m.type == MessageType::kAppendResp && m.index == 3);
+  EXPECT_TRUE(acked);
+  r.advance();
+}
+
+// start_ready: apply, write, and leave the sync pending; the core takes
+// input meanwhile, and only complete_ready() lets what the write carried
+// count.
+class PipelinedHandler final : public ReadyHandler {
+ public:
+  void send(std::vector<Message>&) override {}
+  StorageStatus persist(const Ready& rd) override { return persist_ready(disk, rd); }
+  StorageStatus write(const Ready& rd, bool& sync_pending) override {
+    applied_at_write.push_back(applied.size());
+    sync_pending = !rd.entries.empty() || rd.hard_state.has_value();
+    return persist_ready(disk, rd);
+  }
+  void install(const Snapshot&) override {}
+  void apply(const Entry& e) override { applied.push_back(e.index); }
+
+  MemoryStorage disk;
+  std::vector<Index> applied;
+  std::vector<std::size_t> applied_at_write;
+};
+
+TEST(Driver, StartReadyLeavesTheSyncToTheCallerAndCompleteReadyAdvances) {
+  PipelinedHandler h;
+  Raft r(make_config(1, {1}), h.disk);
+  r.campaign();
+  bool syncing = false;
+  ASSERT_TRUE(start_ready(r, h, syncing).ok());
+  EXPECT_TRUE(syncing);  // the vote is written, not yet synced
+  EXPECT_EQ(r.role(), Role::kCandidate);
+  EXPECT_DEATH(r.ready(), "internal check failed");
+  complete_ready(r);
+  EXPECT_EQ(r.role(), Role::kLeader);
+  ASSERT_TRUE(start_ready(r, h, syncing).ok());  // the no-op
+  ASSERT_TRUE(syncing);
+  ASSERT_EQ(r.propose("x").error, ProposeError::kOk);  // taken while the no-op syncs
+  complete_ready(r);
+  EXPECT_EQ(r.commit(), 1u);
+  ASSERT_TRUE(start_ready(r, h, syncing).ok());  // applies the no-op, writes "x"
+  EXPECT_EQ(h.applied, (std::vector<Index>{1}));
+  EXPECT_EQ(h.applied_at_write.back(), 1u);  // applied before the write
+  ASSERT_TRUE(syncing);
+  complete_ready(r);
+  while (r.has_ready()) {
+    ASSERT_TRUE(start_ready(r, h, syncing).ok());
+    if (syncing) complete_ready(r);
+  }
+  EXPECT_EQ(h.applied, (std::vector<Index>{1, 2}));
+  EXPECT_EQ(h.disk.hard_state().commit, 2u);
 }
 
 TEST(MemoryStorage, SaveWritesSnapshotThenEntriesThenHardState) {

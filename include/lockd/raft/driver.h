@@ -19,6 +19,20 @@
 //
 // A failed persist stops the cycle before advance(): the node must stop
 // (see storage.h). Runs on the node's loop thread.
+//
+// Pipelined (issue 23): start_ready() runs the same cycle up to the write
+// and leaves the sync to someone else (the daemon's sync thread, the
+// simulator's disk). While it runs the core takes input (raft.h
+// "Pipelined"), and complete_ready() advances once it is done:
+//
+//   send, apply        as above
+//   write              entries and hard state, handed to the disk, not synced
+//   ... the loop keeps stepping peers' messages, ticks and proposals, and
+//   send_while_syncing sends what they produced that may leave early ...
+//   complete_ready     the sync finished: advance()
+//
+// A Ready with a snapshot is not pipelined: it is persisted, installed and
+// applied in full inside start_ready().
 #pragma once
 
 #include <cstddef>
@@ -39,6 +53,14 @@ class ReadyHandler {
   // body is `return persist_ready(storage, rd);`; the simulator overrides it
   // to tear writes.
   virtual StorageStatus persist(const Ready& rd) = 0;
+  // start_ready()'s write: hands `rd`'s entries and hard state to the disk
+  // and sets `sync_pending` if they are not durable yet (the caller then
+  // syncs them and calls complete_ready()). Never called with a snapshot.
+  // The default persists in full (nothing left pending).
+  virtual StorageStatus write(const Ready& rd, bool& sync_pending) {
+    sync_pending = false;
+    return persist(rd);
+  }
   // Replaces the state machine with the snapshot's contents.
   virtual void install(const Snapshot& snapshot) = 0;
   // Applies one committed entry (no-ops included, so the handler can track
@@ -53,5 +75,18 @@ StorageStatus persist_ready(Storage& storage, const Ready& rd);
 // so one busy node cannot starve a loop turn). Returns the first failed
 // persist (advance() was not called: stop the node), or ok.
 StorageStatus drive_ready(Raft& raft, ReadyHandler& handler, std::size_t max_rounds);
+
+// One pipelined cycle for the core's next Ready (the caller checked
+// has_ready()). `syncing` comes back true when the write awaits its sync:
+// the core stays mid-Ready (input allowed, no ready()) until
+// complete_ready(). Otherwise the cycle is done and advanced. A failed
+// write or persist returns its status without advance(): stop the node.
+StorageStatus start_ready(Raft& raft, ReadyHandler& handler, bool& syncing);
+// While the sync runs: sends what may leave before it ends
+// (Raft::take_messages: the leader's appends of entries proposed since,
+// so followers write them while its own sync runs).
+void send_while_syncing(Raft& raft, ReadyHandler& handler);
+// The outstanding Ready's sync completed: it is durable.
+void complete_ready(Raft& raft);
 
 }  // namespace lockd::raft

@@ -21,8 +21,23 @@
 // itself towards a commit quorum only for entries it has persisted, and a
 // candidate counts its own vote only once that vote is persisted.
 //
-// Between ready() and advance() the driver calls nothing else on the core
-// (checked): one Ready is one group commit.
+// One Ready is one group commit, and there is at most one outstanding:
+// ready() and compact() are refused (checked) until advance().
+//
+// Pipelined (issue 23, driver.h start_ready): while a Ready's sync runs
+// elsewhere, the driver may keep feeding the core — step(), tick(),
+// propose(), transfer_leadership(), campaign() — so the next batch forms
+// while the disk syncs. Nothing that input causes is promised early:
+// entries appended meanwhile are not durable at this advance() (the leader
+// does not count them towards a commit quorum), answers given from state
+// the outstanding Ready does not cover wait for the next one, and a vote
+// we cast for ourselves meanwhile counts only once the Ready that carries
+// it is durable. A cut into the outstanding entries (a new leader's
+// conflicting append) leaves only the prefix before the cut durable.
+// The outstanding Ready's `entries` and `committed` views are invalid after
+// the first such input: write and apply them first. take_messages() hands
+// out meanwhile what may leave before the sync ends (the leader's appends
+// of entries proposed meanwhile among them).
 //
 // Protocol (Raft paper + Ongaro's thesis): randomized election timeouts in
 // [election_ticks, 2*election_ticks); PreVote; CheckQuorum with leader
@@ -177,9 +192,8 @@ std::string_view to_string(ConfigError e);
 //
 // `entries` and `committed` are views into the core's own log, not copies
 // (issue 23: the payloads were copied into every Ready): they stay valid
-// until advance(), and nothing may change the log before that (every input
-// is refused between ready() and advance()). A driver that needs an entry
-// after advance() copies it.
+// until advance() or the next input (step, tick, propose, ...), whichever
+// comes first. A driver that needs an entry later copies it.
 struct Ready {
   std::optional<HardState> hard_state;  // write when set
   std::optional<Snapshot> snapshot;     // received from the leader: persist, then restore the state machine from it
@@ -307,6 +321,13 @@ class Raft {
   Ready ready();
   // Everything in the last Ready is durable, sent and applied.
   void advance();
+  // Pipelined: the messages that may leave now, without a Ready — requests
+  // (the leader's appends of what was proposed since the last Ready, so
+  // followers write them while the leader's own sync runs, thesis
+  // §10.2.1; heartbeats; vote requests) and answers that depend on nothing
+  // unsynced. Every answer that does waits for its Ready's advance(), as
+  // always. Callable any time; the next ready() carries the rest.
+  std::vector<Message> take_messages();
 
   // --- views ---
   Status status() const;
@@ -448,6 +469,7 @@ class Raft {
   HardState handed_hs_;      // last hard state handed out
   bool snapshot_to_install_ = false;  // snapshot_meta_/data_ came from the leader, not handed out
   bool ready_outstanding_ = false;    // between ready() and advance()
+  HardState ready_hs_;                // the hard state durable once the outstanding Ready is
   Index ready_applied_to_ = 0;        // what advance() makes `applied_`
 
   const Message* movable_msg_ = nullptr;    // step(Message&&): its entries may be moved out
