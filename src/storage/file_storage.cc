@@ -351,9 +351,36 @@ StorageStatus FileStorage::write_snapshot_file(const raft::Snapshot& snap) {
   return sync_dir();
 }
 
+StorageStatus FileStorage::write(const std::optional<raft::HardState>& hard_state,
+                                 std::span<const raft::Entry> entries, bool& sync_pending) {
+  LOCKD_CHECK(opened_);
+  LOCKD_CHECK(!pending_);
+  sync_pending = false;
+  if (!failed_.ok()) return failed_;
+  if (entries.empty() && !hard_state) return StorageStatus::Ok();
+  defer_sync_ = true;
+  StorageStatus s = append_records(hard_state, entries, nullptr, std::string());
+  defer_sync_ = false;
+  sync_pending = pending_.has_value();
+  return s;
+}
+
+StorageStatus FileStorage::synced(int err) {
+  LOCKD_CHECK(pending_);
+  const PendingSync p = std::move(*pending_);
+  pending_.reset();
+  if (!failed_.ok()) return failed_;
+  if (err != 0) return failed_ = fail_io(p.name, p.offset, "fdatasync", err);
+  ++stats_.syncs;
+  stats_.sync_latency.record(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - p.started).count());
+  return StorageStatus::Ok();
+}
+
 StorageStatus FileStorage::save(const std::optional<raft::HardState>& hard_state,
                                 std::span<const raft::Entry> entries, const raft::Snapshot* snapshot) {
   LOCKD_CHECK(opened_);
+  LOCKD_CHECK(!pending_);
   if (!failed_.ok()) return failed_;
   if (snapshot != nullptr && snapshot->meta.index <= snapshot_.meta.index) snapshot = nullptr;
   if (snapshot == nullptr && entries.empty() && !hard_state) return StorageStatus::Ok();
@@ -375,6 +402,7 @@ std::string FileStorage::snapshot_path(raft::Index index) const { return path(sn
 
 StorageStatus FileStorage::adopt_snapshot_file(const raft::SnapshotMeta& meta, std::string data) {
   LOCKD_CHECK(opened_);
+  LOCKD_CHECK(!pending_);
   if (!failed_.ok()) return failed_;
   if (meta.index <= snapshot_.meta.index) {
     // A snapshot from the leader overtook this one while it was written.
@@ -476,7 +504,11 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
     if (roll) ::close(fd);
     return fail_io(name, offset, "write", err);
   }
-  if (options_.sync && ::fdatasync(fd) != 0) {
+  // write(): the one sync left is the caller's (a new segment's are not).
+  const bool defer = defer_sync_ && !roll;
+  if (defer) {
+    pending_ = PendingSync{name, offset, t0};
+  } else if (options_.sync && ::fdatasync(fd) != 0) {
     const int err = errno;
     if (roll) ::close(fd);
     return fail_io(name, offset, "fdatasync", err);
@@ -494,9 +526,10 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
   seg.bytes += batch.size();
   seg.max_index = std::max(seg.max_index, max_index);
   ++stats_.saves;
-  ++stats_.syncs;
   stats_.entries += entry_count;
   stats_.bytes += batch.size();
+  if (defer) return StorageStatus::Ok();  // synced() counts the sync
+  ++stats_.syncs;
   stats_.sync_latency.record(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   return StorageStatus::Ok();

@@ -100,6 +100,59 @@ TEST(FileStorage, ReleasedReadSideKeepsTermsOnlyAndWritesTheSame) {
   EXPECT_EQ(again->hard_state(), (HardState{2, 2, 3}));
 }
 
+// Pipelined saves (issue 23): write() leaves the segment's one sync to the
+// caller, refuses everything until synced(), and a failed sync is final.
+TEST(FileStorage, WriteLeavesTheSyncToTheCallerUntilSynced) {
+  TempDir dir;
+  FileStorageOptions o = options(dir.path());
+  o.sync = true;
+  {
+    FileStorage st(o);
+    ASSERT_TRUE(st.open().ok());
+    bool pending = false;
+    ASSERT_TRUE(st.write(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, pending).ok());
+    // The first write starts a segment: its sync points are all done here.
+    EXPECT_FALSE(pending);
+    ASSERT_TRUE(st.write(HardState{1, 1, 1}, std::vector<Entry>{entry(2, 1), entry(3, 1)}, pending).ok());
+    ASSERT_TRUE(pending);
+    EXPECT_TRUE(st.sync_pending());
+    ASSERT_GE(st.sync_fd(), 0);
+    const std::uint64_t syncs = st.stats().syncs;
+    EXPECT_DEATH((void)st.write(std::nullopt, std::vector<Entry>{entry(4, 1)}, pending), "internal check failed");
+    EXPECT_DEATH((void)st.save(std::nullopt, std::vector<Entry>{entry(4, 1)}, nullptr), "internal check failed");
+    ASSERT_EQ(::fdatasync(st.sync_fd()), 0);
+    ASSERT_TRUE(st.synced(0).ok());
+    EXPECT_FALSE(st.sync_pending());
+    EXPECT_EQ(st.stats().syncs, syncs + 1);
+    // Nothing to write: nothing pending.
+    ASSERT_TRUE(st.write(std::nullopt, {}, pending).ok());
+    EXPECT_FALSE(pending);
+  }
+  auto again = open_ok(dir.path());
+  EXPECT_EQ(entries_of(*again), (std::vector<Entry>{entry(1, 1), entry(2, 1), entry(3, 1)}));
+  EXPECT_EQ(again->hard_state(), (HardState{1, 1, 1}));
+}
+
+TEST(FileStorage, AFailedPendingSyncIsFinal) {
+  TempDir dir;
+  FileStorageOptions o = options(dir.path());
+  o.sync = true;
+  FileStorage st(o);
+  ASSERT_TRUE(st.open().ok());
+  bool pending = false;
+  ASSERT_TRUE(st.write(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, pending).ok());
+  ASSERT_TRUE(st.write(std::nullopt, std::vector<Entry>{entry(2, 1)}, pending).ok());
+  ASSERT_TRUE(pending);
+  const raft::StorageStatus failed = st.synced(EIO);
+  EXPECT_EQ(failed.error, StorageError::kIo);
+  expect_one_line(failed);
+  EXPECT_NE(failed.message.find("fdatasync"), std::string::npos) << failed.message;
+  // Never retried: every later write and save gets the same answer.
+  EXPECT_EQ(st.write(std::nullopt, std::vector<Entry>{entry(3, 1)}, pending).message, failed.message);
+  EXPECT_FALSE(pending);
+  EXPECT_EQ(st.save(std::nullopt, std::vector<Entry>{entry(3, 1)}, nullptr).message, failed.message);
+}
+
 TEST(FileStorage, RoundTripsEveryRecordType) {
   TempDir dir;
   State want;

@@ -28,9 +28,11 @@
 // acknowledge data that is not on disk). Caller bugs are LOCKD_CHECKs.
 //
 // Runs on the node's loop thread; not thread-safe. save() blocks for the
-// write and the sync (~0.2 ms on an idle SSD).
+// write and the sync (~0.2 ms on an idle SSD); write() leaves the sync to
+// the caller (the daemon's sync thread).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -70,7 +72,7 @@ struct StorageStats {
   std::uint64_t snapshots = 0;         // snapshot files written
   std::uint64_t segments_created = 0;
   std::uint64_t segments_removed = 0;
-  LatencyHistogram sync_latency;       // write + fdatasync of one save
+  LatencyHistogram sync_latency;       // write + fdatasync of one save (write(): until synced())
 };
 
 // What open() found, for the startup log.
@@ -102,6 +104,22 @@ class FileStorage final : public raft::Storage {
   raft::StorageStatus save(const std::optional<raft::HardState>& hard_state,
                            std::span<const raft::Entry> entries,
                            const raft::Snapshot* snapshot) override;
+
+  // Pipelined saves (issue 23, raft/driver.h start_ready): like save()
+  // without a snapshot, but when all that is left is the live segment's
+  // fdatasync, it is left to the caller: `sync_pending` comes back true,
+  // the caller runs fdatasync(sync_fd()) (from any thread; -1: a test
+  // storage that never syncs) and reports it with synced(). Until then
+  // save(), write() and adopt_snapshot_file() are refused (checked). A
+  // write that starts a new segment is made durable in full (its sync
+  // points are in order: old segment, new one, directory).
+  raft::StorageStatus write(const std::optional<raft::HardState>& hard_state,
+                            std::span<const raft::Entry> entries, bool& sync_pending);
+  bool sync_pending() const { return pending_.has_value(); }
+  int sync_fd() const { return options_.sync ? seg_fd_ : -1; }
+  // The pending sync ended: `err` is fdatasync's errno (0: durable). A
+  // failure is final, as for save().
+  raft::StorageStatus synced(int err);
 
   // Adopts a snapshot file already durable in DIR under its final name
   // (snapshot_path(meta.index): written, synced, renamed, directory synced —
@@ -164,6 +182,14 @@ class FileStorage final : public raft::Storage {
   std::uint64_t seg_end_ = 0;  // its size: records, then zeros (the runway) up to here
   bool opened_ = false;
   raft::StorageStatus failed_;  // sticky after a failed save
+  // write(): the sync left to the caller, if any.
+  struct PendingSync {
+    std::string name;  // the segment (for the error line)
+    std::uint64_t offset = 0;
+    std::chrono::steady_clock::time_point started;
+  };
+  bool defer_sync_ = false;  // set during write(): write_batch may leave the sync pending
+  std::optional<PendingSync> pending_;
   std::vector<Segment> segments_;
   raft::HardState hard_state_;
   raft::Snapshot snapshot_;

@@ -1,0 +1,70 @@
+// SyncThread: a sync runs off the caller's thread, wakes notify_fd, and
+// reports fdatasync's errno.
+#include "lockd/storage/sync_thread.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <optional>
+
+#include "temp_dir.h"
+
+namespace lockd::storage {
+namespace {
+
+// Waits (generously) for notify_fd, then takes the result.
+std::optional<int> wait_and_take(SyncThread& t) {
+  pollfd p{t.notify_fd(), POLLIN, 0};
+  if (::poll(&p, 1, 30'000) != 1) return std::nullopt;
+  return t.take();
+}
+
+TEST(SyncThread, SyncsAFileAndWakesTheLoop) {
+  test::TempDir dir;
+  const int fd = ::open((dir.path() + "/f").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "x", 1), 1);
+  SyncThread t;
+  EXPECT_FALSE(t.take());  // nothing submitted
+  t.submit(fd);
+  EXPECT_TRUE(t.busy());
+  EXPECT_EQ(wait_and_take(t), std::optional<int>(0));
+  EXPECT_FALSE(t.busy());
+  // The eventfd was cleared: nothing to read until the next sync ends.
+  pollfd p{t.notify_fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  // Again, and a storage that never syncs (fd -1) completes the same way.
+  t.submit(fd);
+  EXPECT_EQ(wait_and_take(t), std::optional<int>(0));
+  t.submit(-1);
+  EXPECT_EQ(wait_and_take(t), std::optional<int>(0));
+  ::close(fd);
+}
+
+TEST(SyncThread, ReportsTheErrnoOfAFailedSync) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  SyncThread t;
+  t.submit(fds[1]);  // a pipe cannot be synced: EINVAL
+  EXPECT_EQ(wait_and_take(t), std::optional<int>(EINVAL));
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST(SyncThread, ADestructorWaitsForTheSyncInFlight) {
+  test::TempDir dir;
+  const int fd = ::open((dir.path() + "/f").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  {
+    SyncThread t;
+    t.submit(fd);
+  }  // joins without taking the result
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace lockd::storage
