@@ -63,13 +63,32 @@ MUTATIONS = [
          source="heartbeats carry min(next-1, commit): next is optimistic while streaming",
          find="std::min(pr.match, commit_);",
          replace="std::min(pr.next - 1, commit_);"),
-    dict(name="leader-counts-unpersisted-self", file="src/raft/raft.cc", kind="harmless",
-         source="the leader counts entries it has not yet made durable toward a commit quorum",
-         why="the Ready cycle is synchronous (drive_ready: send, save, advance, nothing stepped in between), so "
-             "no ack for an entry can be counted before the leader's own copy is durable; a bug again if "
-             "persistence ever becomes asynchronous",
+    dict(name="leader-counts-unpersisted-self", file="src/raft/raft.cc", kind="bug",
+         source="the leader counts entries it has not yet made durable toward a commit quorum (harmless "
+                "while the Ready cycle was synchronous; a bug since the sync runs off the loop, issue 23)",
          find="  Index q = trk_.committed(cfg_.id, self_match(), cfg_.faults.commit_needs_all_voters);",
          replace="  Index q = trk_.committed(cfg_.id, last_index(), cfg_.faults.commit_needs_all_voters);"),
+    # ---- pipelined sync (issue 23: the core takes input while a Ready syncs) ----
+    dict(name="advance-counts-entries-taken-during-sync", file="src/raft/raft.cc", kind="bug",
+         source="advance() marks the whole log durable, including entries appended while the sync ran "
+                "(etcd's stableTo checks the index and term it persisted for this reason)",
+         find="  stable_index_ = unstable_from_ - 1;\n  applied_ = std::max(applied_, ready_applied_to_);",
+         replace="  stable_index_ = last_index();\n  applied_ = std::max(applied_, ready_applied_to_);"),
+    dict(name="self-vote-counts-before-its-sync", file="src/raft/raft.cc", kind="bug",
+         source="a candidate counts its own vote at the first advance() after it campaigned, though that "
+                "Ready was handed out before the vote was cast",
+         find="      ready_hs_.term == term_ && ready_hs_.vote == cfg_.id) {",
+         replace="      true) {"),
+    dict(name="answer-during-sync-sent-early", file="src/raft/raft.cc", kind="bug",
+         source="an answer given while a Ready syncs, from state that Ready carries, goes out with the "
+                "messages sent during the sync (take_messages) instead of after it",
+         find="  } else if (is_answer && ready_outstanding_) {",
+         replace="  } else if (false) {"),
+    dict(name="driver-advances-before-the-sync", file="src/raft/driver.cc", kind="bug",
+         source="the pipelined driver advances as soon as the write is handed to the disk: acks and "
+                "applies go out before the sync ends",
+         find="  if (pending) {\n    syncing = true;",
+         replace="  if (false) {\n    syncing = true;"),
     dict(name="commit-index-sorted-ascending", file="src/raft/quorum.cc", kind="harmless", sizes=[4],
          source="the quorum index is read from matches sorted the wrong way (same median for odd sizes)",
          why="at 4 nodes it commits on 2 replicas while votes still need 3: 2 + 3 > 4, so every election "

@@ -41,6 +41,7 @@ constexpr int kElectionTicks = 10;                // every node's election base
 constexpr std::uint64_t kLivenessBudgetSteps = 400;  // after faults stop: leader + commit within this
 constexpr std::size_t kMaxNetworkMessages = 20000;   // the network's buffer; beyond it, drop
 constexpr std::size_t kMaxReadyRoundsPerVisit = 4;       // Ready/advance cycles per node visit
+constexpr std::uint64_t kMaxStallSteps = 25;             // pipelined: longest disk stall (ticks)
 constexpr std::size_t kMaxUncommittedInSim = 256; // leader back-pressure in the sim
 constexpr int kKeys = 4;                          // lock keys clients fight over
 constexpr int kOwners = 5;                        // distinct lock owners
@@ -167,6 +168,17 @@ struct Node {
   std::unique_ptr<cluster::LockStateMachine> sm;
   Term leader_start_term = 0;  // the term this node last proposed its LeaderStart in
   Index applied = 0;
+  // Pipelined: the Ready written and not yet synced (an owned copy: the
+  // Ready's views do not outlive the next input), and whether the core
+  // waits for complete_ready().
+  struct PendingWrite {
+    std::optional<raft::HardState> hard_state;
+    std::vector<Entry> entries;
+  };
+  std::optional<PendingWrite> pending;
+  bool awaiting_sync = false;
+  std::uint64_t sync_due_step = 0;  // its sync ends in this step (or the next one)
+  std::uint64_t sync_visit = 0;     // the process() visit that wrote it
   Index seen_commit = 0;    // commit indexes up to here were recorded in history
   Term running_term = 0;    // highest term seen since the last restart
   Term durable_term = 0;    // highest term ever persisted
@@ -177,8 +189,19 @@ struct Node {
 class Simulation {
  public:
   Simulation(const SimOptions& opts, std::uint64_t seed)
-      : opts_(opts), seed_(seed), rng_(seed), mrng_(seed ^ 0x6d656d6265727368ull) {
+      : opts_(opts), seed_(seed), rng_(seed), mrng_(seed ^ 0x6d656d6265727368ull),
+        prng_(seed ^ 0x706970656c696e65ull) {
     draw_weather();
+    // Three seeds in four run the daemon's pipelined cycle (driver.h
+    // start_ready): a Ready's sync ends a random number of node visits
+    // later, and the core takes messages, ticks and proposals meanwhile.
+    pipelined_ = prng_.below(4) != 0;
+    if (pipelined_) {
+      sync_done_chance_ = 0.15 + prng_.unit() * 0.8;
+      stall_chance_ = prng_.chance(0.3) ? 0.0 : prng_.unit() * 0.3;
+      trace("pipelined sync: ends with chance %.2f per node visit, stalls %.2f", sync_done_chance_,
+            stall_chance_);
+    }
     if (opts_.membership) conf_rate_ = 0.005 + mrng_.unit() * 0.03;
     int n = opts_.nodes + (opts_.membership ? kSpareNodes : 0);
     // Every node's monotonic clock has its own origin: a fixed offset of
@@ -234,6 +257,15 @@ class Simulation {
         if (!n.up) continue;
         n.raft->tick();
         process(n);
+      }
+      if (pipelined_) {
+        // Syncs that did not stall end within their step (a tick is far
+        // longer than an fdatasync).
+        end_of_step_ = true;
+        for (Node& n : nodes_) {
+          if (n.up && n.pending) process(n);
+        }
+        end_of_step_ = false;
       }
       check_invariants();
       if (steady_ && result_.passed) check_steady();
@@ -609,6 +641,26 @@ class Simulation {
       sim_.persist(n_, rd, SIZE_MAX);
       return raft::StorageStatus::Ok();
     }
+    // Pipelined: nothing reaches the disk until the sync ends (process()).
+    raft::StorageStatus write(const Ready& rd, bool& sync_pending) override {
+      sync_pending = !rd.entries.empty() || rd.hard_state.has_value();
+      if (!sync_pending) return raft::StorageStatus::Ok();
+      if (!n_.pending) {
+        n_.pending = Node::PendingWrite{};
+        n_.sync_due_step = sim_.step_ + sim_.stall_steps();
+        n_.sync_visit = sim_.visits_;
+      }
+      // Another write before the last one synced (only a driver that did
+      // not wait for it does that): the disk syncs both together.
+      Node::PendingWrite& p = *n_.pending;
+      if (!rd.entries.empty()) {
+        const Index first = rd.entries.front().index;
+        while (!p.entries.empty() && p.entries.back().index >= first) p.entries.pop_back();
+        p.entries.insert(p.entries.end(), rd.entries.begin(), rd.entries.end());
+      }
+      if (rd.hard_state) p.hard_state = rd.hard_state;
+      return raft::StorageStatus::Ok();
+    }
     void install(const raft::Snapshot& snapshot) override {
       sim_.restore_sm(n_, snapshot);
       n_.applied = snapshot.meta.index;
@@ -634,12 +686,19 @@ class Simulation {
 
   void process(Node& n) {
     if (!n.up) return;
+    ++visits_;
     SimReadyHandler handler(*this, n);
-    raft::drive_ready(*n.raft, handler, kMaxReadyRoundsPerVisit);
+    if (pipelined_) {
+      if (!process_pipelined(n, handler)) return;
+    } else {
+      raft::drive_ready(*n.raft, handler, kMaxReadyRoundsPerVisit);
+    }
     if (handler.crashed()) {
       crash(n, "during persist");
       return;
     }
+    // The daemon compacts between batches only (compact() waits for advance()).
+    if (n.awaiting_sync) return;
     if (n.applied >= n.disk.snapshot().meta.index + w_.compact_every) {
       raft::Snapshot snap;
       snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied), n.raft->conf_at(n.applied)};
@@ -649,31 +708,93 @@ class Simulation {
     }
   }
 
+  // The pipelined cycle (driver.h start_ready / complete_ready): false if
+  // the node crashed. A visit may end the sync in flight (then the next
+  // Ready is written at once), or leave it running while the core takes
+  // more input.
+  bool process_pipelined(Node& n, SimReadyHandler& handler) {
+    for (std::size_t round = 0; round < kMaxReadyRoundsPerVisit; ++round) {
+      // The disk syncs on its own schedule, whatever the driver believes.
+      if (n.pending && sync_ends_now(n)) {
+        const Node::PendingWrite& p = *n.pending;
+        if (storming() && prng_.chance(w_.crash_in_io)) {
+          crash(n, "during sync");  // tears the pending write
+          return false;
+        }
+        persist(n, nullptr, p.entries, p.hard_state, SIZE_MAX);
+        n.pending.reset();
+        if (n.awaiting_sync) {
+          n.awaiting_sync = false;
+          raft::complete_ready(*n.raft);
+        }
+      }
+      if (n.awaiting_sync) {
+        raft::send_while_syncing(*n.raft, handler);
+        return true;
+      }
+      if (!n.raft->has_ready()) return true;
+      bool syncing = false;
+      if (!raft::start_ready(*n.raft, handler, syncing).ok()) return true;  // crashed() says so
+      n.awaiting_sync = syncing;
+    }
+    return true;
+  }
+
+  // Pipelined: a sync normally ends within the step it began in, at a
+  // random node visit or at the end of the step (a tick is far longer than
+  // an fdatasync). In a
+  // storm the disk may stall for up to kMaxStallSteps (the node's
+  // heartbeats and answers wait, as they would behind a blocked loop),
+  // which leaves time for acks, elections and crashes to land mid-sync.
+  std::uint64_t stall_steps() {
+    if (!storming() || !prng_.chance(stall_chance_)) return 0;
+    return prng_.range(1, kMaxStallSteps);
+  }
+  bool sync_ends_now(const Node& n) {
+    if (step_ < n.sync_due_step) return false;
+    if (step_ > n.sync_due_step || end_of_step_) return true;
+    if (visits_ == n.sync_visit) return false;  // some input lands in every window
+    // Out of storms, at the next visit: replication then runs as fast as
+    // with a synchronous disk, so the liveness bounds still hold.
+    return !storming() || prng_.chance(sync_done_chance_);
+  }
+
   // Writes the first `ops` operations of `rd` to disk, in the order the
   // contract asks for.
   void persist(Node& n, const Ready& rd, std::size_t ops) {
+    persist(n, rd.snapshot ? &*rd.snapshot : nullptr, rd.entries, rd.hard_state, ops);
+  }
+  void persist(Node& n, const raft::Snapshot* snapshot, std::span<const Entry> entries,
+               const std::optional<raft::HardState>& hard_state, std::size_t ops) {
     if (ops == 0) return;
-    if (rd.snapshot) {
-      n.disk.save_snapshot(*rd.snapshot);
+    if (snapshot) {
+      n.disk.save_snapshot(*snapshot);
       if (--ops == 0) return;
     }
-    std::size_t k = std::min(ops, rd.entries.size());
-    n.disk.append(std::span<const Entry>(rd.entries.data(), k));
+    std::size_t k = std::min(ops, entries.size());
+    n.disk.append(entries.first(k));
     ops -= k;
     if (ops == 0) return;
-    if (rd.hard_state) {
-      if (rd.hard_state->term < n.durable_term) {
+    if (hard_state) {
+      if (hard_state->term < n.durable_term) {
         fail("terms never decrease", "node " + std::to_string(n.id) + " persisted term " +
-                                         std::to_string(rd.hard_state->term) + " after " +
+                                         std::to_string(hard_state->term) + " after " +
                                          std::to_string(n.durable_term));
       }
-      n.durable_term = std::max(n.durable_term, rd.hard_state->term);
-      n.disk.set_hard_state(*rd.hard_state);
+      n.durable_term = std::max(n.durable_term, hard_state->term);
+      n.disk.set_hard_state(*hard_state);
     }
   }
 
   void crash(Node& n, const char* why) {
     trace("n%llu crashes (%s)", ull(n.id), why);
+    if (n.pending) {
+      // A write whose sync had not ended: any prefix of it may be on disk.
+      const Node::PendingWrite& p = *n.pending;
+      persist(n, nullptr, p.entries, p.hard_state, prng_.below(p.entries.size() + (p.hard_state ? 1 : 0) + 1));
+      n.pending.reset();
+    }
+    n.awaiting_sync = false;
     n.up = false;
     n.raft.reset();
     n.sm.reset();
@@ -685,6 +806,8 @@ class Simulation {
     for (Node& n : nodes_) {
       if (n.removed && n.up && (step_ >= n.stop_step || step_ >= faults_end_)) {
         trace("n%llu stops: removed", ull(n.id));
+        n.pending.reset();
+        n.awaiting_sync = false;
         n.up = false;
         n.raft.reset();
         n.sm.reset();
@@ -1691,6 +1814,12 @@ class Simulation {
   std::size_t chunk_bytes_ = 256;
   std::vector<NodeId> voters_;  // the bootstrap configuration (nodes 1..--nodes)
   Prng mrng_;                   // --membership draws: a stream of its own, so runs without it are unchanged
+  Prng prng_;                   // pipelined-sync draws: their own stream too
+  bool pipelined_ = false;      // this seed drives its nodes with start_ready / complete_ready
+  double sync_done_chance_ = 1;  // per node visit: the Ready's sync ends
+  double stall_chance_ = 0;      // per sync, in storms: the disk stalls for a few steps
+  bool end_of_step_ = false;     // the sweep that ends this step's syncs
+  std::uint64_t visits_ = 0;     // process() calls so far
   double conf_rate_ = 0;        // per step: try a configuration change
   Index last_conf_seen_ = 0;    // highest committed kConfChange handled by conf_committed()
   raft::Membership committed_conf_;  // the newest committed configuration (empty: the bootstrap one)
