@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #ifdef __GLIBC__
+#include <event2/event.h>
 #include <malloc.h>
 #endif
 #include <random>
@@ -50,7 +51,9 @@ ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
       service_timer_(base, [this] { on_service_timer(); }),
       kick_timer_(base, [] {}) {}
 
-ClusterNode::~ClusterNode() = default;
+ClusterNode::~ClusterNode() {
+  if (sync_event_ != nullptr) event_free(sync_event_);
+}
 
 bool ClusterNode::open(std::string& error) {
   storage::FileStorageOptions wal{config_.data_dir};
@@ -78,6 +81,17 @@ bool ClusterNode::open(std::string& error) {
                          &identity_);
   if (!error.empty()) return false;
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
+  if (config_.wal_sync_thread) {
+    // The WAL's fdatasync runs there, off the loop (sync_thread.h). The
+    // event only wakes the loop: after_turn() takes the result.
+    sync_thread_ = std::make_unique<storage::SyncThread>();
+    sync_event_ = event_new(base_, sync_thread_->notify_fd(), EV_READ | EV_PERSIST,
+                            [](evutil_socket_t, short, void*) {}, nullptr);
+    if (sync_event_ == nullptr || event_add(sync_event_, nullptr) != 0) {
+      error = "cannot watch the sync thread's eventfd";
+      return false;
+    }
+  }
   // An empty data dir: nothing stored, no snapshot, no cluster id.
   const bool empty = storage_->hard_state().term == 0 && storage_->entries().empty() &&
                      storage_->snapshot().meta.index == 0 && identity_.cluster_id == 0;
@@ -322,16 +336,34 @@ void ClusterNode::on_service_timer() {
 
 void ClusterNode::after_turn() {
   if (!raft_) return;
+  // The batch on the sync thread is durable: what waited for it may go
+  // (the core releases the answers in its next Ready).
+  if (syncing_) {
+    if (const std::optional<int> err = sync_thread_->take()) {
+      const raft::StorageStatus st = storage_->synced(*err);
+      // Never advance() past a failed sync: stop now (storage.h).
+      if (!st.ok()) fail_storage(st.message);
+      syncing_ = false;
+      raft::complete_ready(*raft_);
+    }
+  }
+  // Between two batches, the only moment the WAL and the core's log may be
+  // compacted.
+  if (!syncing_) maybe_snapshot();
   // Each round: notice role changes and propose what was deferred, then
   // one Ready cycle. Apply never proposes (Raft is mid-cycle), so what it
-  // defers goes out in the next round.
+  // defers goes out in the next round. A round that leaves a batch on the
+  // sync thread ends the rounds: the next batch forms while it syncs.
   for (std::size_t round = 0; round < kMaxReadyRoundsPerTurn; ++round) {
     service_->sync(net::monotonic_now_ns());
-    if (!raft_->has_ready()) break;
-    const raft::StorageStatus st = raft::drive_ready(*raft_, *this, 1);
+    if (syncing_ || !raft_->has_ready()) break;
+    const raft::StorageStatus st = raft::start_ready(*raft_, *this, syncing_);
     // Never advance() past a failed write: stop now (storage.h).
     if (!st.ok()) fail_storage(st.message);
   }
+  // The leader streams what was proposed meanwhile to the followers now,
+  // while its own copy waits for the sync in flight.
+  if (syncing_) raft::send_while_syncing(*raft_, *this);
   const TimeNs now = net::monotonic_now_ns();
   service_->sync(now);
   note_table_floor(now);
@@ -351,8 +383,9 @@ void ClusterNode::after_turn() {
   }
   if (last_leader_ != raft::kNoNode) heard_leader_ = true;
   progress_change(now);
-  maybe_snapshot();
-  if (raft_->has_ready()) {
+  if (syncing_) {
+    // notify_fd wakes the loop when the sync ends.
+  } else if (raft_->has_ready()) {
     kick_timer_.arm_after(0);
   } else if (snapshots_->busy()) {
     kick_timer_.arm_after(kNsPerMs);  // read the child's file back soon
@@ -500,17 +533,34 @@ void ClusterNode::send(std::vector<raft::Message>& messages) {
   if (!messages.empty()) transport_->flush();
 }
 
-raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
-  // Replies to entries applied just before (driver.h) go out now, not after
-  // the sync of the next batch.
-  if (before_sync_ && (!rd.entries.empty() || rd.snapshot || rd.hard_state)) before_sync_();
-  raft::StorageStatus st = raft::persist_ready(*storage_, rd);
+raft::StorageStatus ClusterNode::write(const raft::Ready& rd, bool& sync_pending) {
+  // No reply flush here (unlike persist()): the loop does not block on
+  // this sync, so the turn's end flushes them as soon.
+  if (!sync_thread_) {  // --wal-sync=loop: the whole cycle on the loop
+    sync_pending = false;
+    return persist(rd);
+  }
+  raft::StorageStatus st = storage_->write(rd.hard_state, rd.entries, sync_pending);
+  note_written(rd);
+  if (st.ok() && sync_pending) sync_thread_->submit(storage_->sync_fd());
+  return st;
+}
+
+void ClusterNode::note_written(const raft::Ready& rd) {
   if (raft_->role() == raft::Role::kLeader) {
     const TimeNs now = net::monotonic_now_ns();
     for (const raft::Entry& e : rd.entries) commit_latency_.written(e.index, now);
   } else {
     commit_latency_.clear();
   }
+}
+
+raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
+  // Replies to entries applied just before (driver.h) go out now, not after
+  // the sync of the next batch.
+  if (before_sync_ && (!rd.entries.empty() || rd.snapshot || rd.hard_state)) before_sync_();
+  raft::StorageStatus st = raft::persist_ready(*storage_, rd);
+  note_written(rd);
   return st;
 }
 

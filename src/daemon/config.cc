@@ -268,6 +268,11 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--snapshot-entries", c.snapshot_entries,
                  "snapshot and compact the log at least N applied entries apart (and once the log since the last snapshot is a quarter of its size)")
       ->group(kClusterTuning);
+  app.add_option("--wal-sync", c.wal_sync,
+                 "loop: fdatasync on the event loop (the default, measured best here); thread: on a "
+                 "sync thread while the loop keeps reading (docs/cluster.md \"WAL sync\")")
+      ->check(CLI::IsMember({"loop", "thread"}))
+      ->group(kClusterTuning);
   app.add_option("--token-floor", c.token_floor,
                  "every token granted is larger than N (moving from single mode, or a "
                  "re-created cluster: the largest token handed out before)");

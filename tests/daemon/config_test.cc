@@ -141,6 +141,17 @@ TEST(ConfigTest, TuningOfTheOtherModeIsAWarning) {
       << lockd.process().stderr_text();
 }
 
+// --wal-sync takes loop or thread only (docs/cluster.md "WAL sync").
+TEST(ConfigTest, WalSyncTakesLoopOrThread) {
+  TempDir dir;
+  const Exit e = run_to_exit({"--mode", "cluster", "--node-id", "1", "--peer",
+                              "1=127.0.0.1:1/127.0.0.1:2", "--data-dir", dir.path(), "--admin",
+                              "off", "--wal-sync", "sometimes"});
+  EXPECT_EQ(e.status, 2);
+  EXPECT_NE(e.err.find("--wal-sync"), std::string::npos) << e.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY"));
+}
+
 TEST(ConfigTest, ClashingAddressesAreRefused) {
   TempDir dir;
   const std::vector<std::string> cluster{"--mode", "cluster", "--node-id", "1",

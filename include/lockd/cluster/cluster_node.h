@@ -5,12 +5,14 @@
 // - a timer ticks the core every heartbeat (--heartbeat-ms is one tick;
 //   election_ticks = --election-timeout-ms / --heartbeat-ms);
 // - peer messages are stepped in as they arrive;
-// - once per loop turn, after_turn() runs the Ready cycle (raft::drive_ready:
-//   send, apply what earlier syncs made durable, one save() = one
-//   fdatasync for the batch, install, advance), lets the service notice leadership changes and propose what
+// - once per loop turn, after_turn() runs the Ready cycle pipelined
+//   (raft::start_ready: send, apply what earlier syncs made durable, write
+//   the batch to the WAL; its one fdatasync runs on the sync thread while
+//   the loop keeps reading; the turn after it ends, complete_ready
+//   advances), lets the service notice leadership changes and propose what
 //   it deferred, and flushes the transport (one write per peer).
-// A failed save() stops the process at once (exit 1) without advance():
-// after a failed fsync nothing the node would say can be trusted.
+// A failed write or sync stops the process at once (exit 1) without
+// advance(): after a failed fsync nothing the node would say can be trusted.
 //
 // Storage is the file WAL in --data-dir (storage/file_storage.h). Every
 // snapshot_entries applied entries, once the log written since the last
@@ -20,8 +22,9 @@
 // and the log is compacted; a follower too far behind gets the snapshot
 // from the leader.
 //
-// Runs on the loop thread. Blocking fdatasync on the loop is accepted: it
-// is the node's commit latency either way.
+// Runs on the loop thread, except the WAL's fdatasync (sync_thread.h). A
+// Ready with a snapshot, a new segment and the node's own snapshots still
+// sync on the loop: they are rare.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +49,9 @@
 #include "lockd/raft/storage.h"
 #include "lockd/storage/file_storage.h"
 #include "lockd/storage/snapshot_writer.h"
+#include "lockd/storage/sync_thread.h"
 
+struct event;
 struct event_base;
 
 namespace lockd::cluster {
@@ -129,6 +134,10 @@ struct ClusterNodeConfig {
   // A snapshot (and log compaction) once this many entries were applied
   // since the last one.
   std::uint64_t snapshot_entries = 10'000;
+  // --wal-sync=thread: the WAL's fdatasync runs on a sync thread and the
+  // Ready cycle is pipelined (raft::start_ready); false: on the loop
+  // (raft::drive_ready's order, the sync blocking the loop).
+  bool wal_sync_thread = false;
   // How members authenticate on the raft port (docs/security.md).
   PeerSecurity peer_security;
   // This node's admin address as peers learn it from the handshake; "" = off.
@@ -257,6 +266,9 @@ class ClusterNode final : private raft::ReadyHandler {
   // raft::ReadyHandler
   void send(std::vector<raft::Message>& messages) override;
   raft::StorageStatus persist(const raft::Ready& rd) override;
+  raft::StorageStatus write(const raft::Ready& rd, bool& sync_pending) override;
+  // Commit latency: the leader's entries were written now.
+  void note_written(const raft::Ready& rd);
   void install(const raft::Snapshot& snapshot) override;
   void apply(const raft::Entry& entry) override;
 
@@ -315,6 +327,9 @@ class ClusterNode final : private raft::ReadyHandler {
   ClusterNodeConfig config_;
   std::unique_ptr<storage::FileStorage> storage_;
   std::unique_ptr<storage::SnapshotWriter> snapshots_;
+  std::unique_ptr<storage::SyncThread> sync_thread_;
+  struct event* sync_event_ = nullptr;  // the sync thread's notify_fd: wakes the loop
+  bool syncing_ = false;  // a Ready's batch is on the sync thread (the core is mid-Ready)
   raft::Index last_snapshot_index_ = 0;
   std::uint64_t last_snapshot_bytes_ = 0;  // its data's size: the log must outgrow it first
   TimeNs last_snapshot_refusal_warn_ns_ = 0;  // monotonic; 0: never warned
