@@ -364,6 +364,32 @@ TEST(Membership, RemovedLeaderStepsDownAfterAnElectionPeriodIfItsTargetNeverCatc
   EXPECT_EQ(t.g.nodes[1]->commit(), t.removal);  // it committed nothing more
 }
 
+// An admin transfer asked of a removed leader while it hands over is
+// refused: it must neither retarget the hand-over nor restart its one
+// election period (lockd-sim --membership seed 109 found the second).
+TEST(Membership, TransferIsRefusedWhileARemovedLeaderHandsOver) {
+  LaggingRemoval t;
+  t.g.max_entries_per_append = 1;
+  for (NodeId id : t.g.bootstrap) t.g.start(id, t.g.bootstrap);
+  t.start();  // the target never gets `tail`: the hand-over runs its full period
+  Raft& one = *t.g.nodes[1];
+  ASSERT_EQ(one.role(), Role::kLeader);
+  const NodeId other = t.target == 2 ? 3 : 2;
+  const Term term = one.term();
+  int ticks = 0;
+  while (one.role() == Role::kLeader && one.term() == term) {
+    ASSERT_LE(ticks, 10) << "still leading after an election period: a transfer restarted it";
+    EXPECT_FALSE(one.transfer_leadership(other));
+    EXPECT_EQ(one.status().transferee, t.target);
+    for (auto& [id, r] : t.g.nodes) {
+      if (id == 1) r->tick();
+    }
+    t.g.settle();
+    ++ticks;
+  }
+  EXPECT_EQ(t.timeout_nows(), 0u);
+}
+
 TEST(Membership, SnapshotCarriesTheConfigurationToANewMemberAndAcrossRestart) {
   Group g(3);
   g.elect();

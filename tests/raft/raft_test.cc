@@ -383,13 +383,18 @@ TEST(RaftPipelined, AVoteCastWhileTheSyncRunsCountsOnceItsOwnReadyIsDurable) {
   EXPECT_EQ(r.role(), Role::kLeader);
 }
 
+// Leader 1's append of entries 1..3 (term 1) to node 2.
+Message three_entries_from_leader_1() {
+  Message a = message(MessageType::kAppend, 1, 2, 1);
+  for (Index i = 1; i <= 3; ++i) a.entries.push_back(Entry{1, i, EntryType::kNoop, ""});
+  return a;
+}
+
 TEST(RaftPipelined, ACutIntoTheSyncingEntriesLeavesOnlyItsPrefixDurable) {
   MemoryStorage disk;
   Raft r(make_config(2, {1, 2, 3}), disk);
   // Leader 1 (term 1) sends entries 1..3; their write is in flight ...
-  Message a = message(MessageType::kAppend, 1, 2, 1);
-  for (Index i = 1; i <= 3; ++i) a.entries.push_back(Entry{1, i, EntryType::kNoop, ""});
-  ASSERT_EQ(r.step(a), StepError::kOk);
+  ASSERT_EQ(r.step(three_entries_from_leader_1()), StepError::kOk);
   Ready rd = r.ready();
   ASSERT_EQ(rd.entries.size(), 3u);
   // ... when leader 3 (term 2) replaces 2..3 with its own 2..4, all committed.
@@ -696,8 +701,7 @@ TEST(RaftPipelined, TheLeaderStreamsNewEntriesWhileItsOwnSyncRuns) {
 TEST(RaftPipelined, AnAnswerGivenWhileTheSyncRunsWaitsForIt) {
   MemoryStorage disk;
   Raft r(make_config(2, {1, 2, 3}), disk);
-  Message a = message(MessageType::kAppend, 1, 2, 1);
-  for (Index i = 1; i <= 3; ++i) a.entries.push_back(Entry{1, i, EntryType::kNoop, ""});
+  const Message a = three_entries_from_leader_1();
   ASSERT_EQ(r.step(a), StepError::kOk);
   Ready rd = r.ready();
   ASSERT_EQ(rd.entries.size(), 3u);

@@ -102,19 +102,31 @@ TEST(FileStorage, ReleasedReadSideKeepsTermsOnlyAndWritesTheSame) {
 
 // Pipelined saves (issue 23): write() leaves the segment's one sync to the
 // caller, refuses everything until synced(), and a failed sync is final.
+
+// A syncing storage in `dir` with entry 1 durable and `second` written,
+// its sync pending.
+std::unique_ptr<FileStorage> open_with_a_pending_sync(const std::string& dir,
+                                                      const std::optional<HardState>& hs,
+                                                      std::vector<Entry> second) {
+  FileStorageOptions o = options(dir);
+  o.sync = true;
+  auto st = std::make_unique<FileStorage>(o);
+  EXPECT_TRUE(st->open().ok());
+  bool pending = false;
+  EXPECT_TRUE(st->write(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, pending).ok());
+  // The first write starts a segment: its sync points are all done there.
+  EXPECT_FALSE(pending);
+  EXPECT_TRUE(st->write(hs, second, pending).ok());
+  EXPECT_TRUE(pending);
+  return st;
+}
+
 TEST(FileStorage, WriteLeavesTheSyncToTheCallerUntilSynced) {
   TempDir dir;
-  FileStorageOptions o = options(dir.path());
-  o.sync = true;
   {
-    FileStorage st(o);
-    ASSERT_TRUE(st.open().ok());
-    bool pending = false;
-    ASSERT_TRUE(st.write(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, pending).ok());
-    // The first write starts a segment: its sync points are all done here.
-    EXPECT_FALSE(pending);
-    ASSERT_TRUE(st.write(HardState{1, 1, 1}, std::vector<Entry>{entry(2, 1), entry(3, 1)}, pending).ok());
-    ASSERT_TRUE(pending);
+    auto owned = open_with_a_pending_sync(dir.path(), HardState{1, 1, 1}, {entry(2, 1), entry(3, 1)});
+    FileStorage& st = *owned;
+    bool pending = true;
     EXPECT_TRUE(st.sync_pending());
     ASSERT_GE(st.sync_fd(), 0);
     const std::uint64_t syncs = st.stats().syncs;
@@ -135,14 +147,9 @@ TEST(FileStorage, WriteLeavesTheSyncToTheCallerUntilSynced) {
 
 TEST(FileStorage, AFailedPendingSyncIsFinal) {
   TempDir dir;
-  FileStorageOptions o = options(dir.path());
-  o.sync = true;
-  FileStorage st(o);
-  ASSERT_TRUE(st.open().ok());
-  bool pending = false;
-  ASSERT_TRUE(st.write(HardState{1, 1, 0}, std::vector<Entry>{entry(1, 1)}, pending).ok());
-  ASSERT_TRUE(st.write(std::nullopt, std::vector<Entry>{entry(2, 1)}, pending).ok());
-  ASSERT_TRUE(pending);
+  auto owned = open_with_a_pending_sync(dir.path(), std::nullopt, {entry(2, 1)});
+  FileStorage& st = *owned;
+  bool pending = true;
   const raft::StorageStatus failed = st.synced(EIO);
   EXPECT_EQ(failed.error, StorageError::kIo);
   expect_one_line(failed);
