@@ -72,7 +72,8 @@ bool ReplicatedLockService::is_leader() const {
 bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request& req,
                                    TimeNs now_ns, std::string& out, server::ServerStats& stats) {
   if (!is_leader() || !accepting_) {
-    const raft::NodeId leader = raft_.leader();
+    // After a hand-over the node we handed to (raft.h leader_hint).
+    const raft::NodeId leader = raft_.leader_hint();
     auto addr = options_.client_addrs.find(leader);
     if (accepting_ && leader != raft::kNoNode && leader != raft_.id() &&
         addr != options_.client_addrs.end()) {

@@ -242,8 +242,21 @@ void Raft::maybe_step_down_removed() {
     m.type = MessageType::kTimeoutNow;
     m.to = lead_transferee_;
     send(std::move(m));
+    note_handed_to(lead_transferee_);
     become_follower(term_, kNoNode);
   }
+}
+
+void Raft::note_handed_to(NodeId target) {
+  handed_to_ = target;
+  handed_to_term_ = term_;
+}
+
+NodeId Raft::leader_hint() const {
+  if (leader_ != kNoNode) return leader_;
+  // The TimeoutNow target campaigns in the next term and normally wins it.
+  if (handed_to_ != kNoNode && (term_ == handed_to_term_ || term_ == handed_to_term_ + 1)) return handed_to_;
+  return kNoNode;
 }
 
 Index Raft::last_index() const {
@@ -572,6 +585,7 @@ bool Raft::transfer_leadership(NodeId target) {
     m.type = MessageType::kTimeoutNow;
     m.to = target;
     send(std::move(m));
+    note_handed_to(target);
   } else {
     send_append(target, true);
   }
@@ -1159,6 +1173,7 @@ void Raft::handle_append_resp(const Message& m) {
     t.type = MessageType::kTimeoutNow;
     t.to = m.from;
     send(std::move(t));
+    note_handed_to(m.from);
   }
 }
 

@@ -510,8 +510,8 @@ TEST(ClusterWalSyncThread, FailedSyncStopsTheNodeWithoutAnAck) {
   failed_sync_stops_the_node_without_an_ack({"--wal-sync", "thread"});
 }
 
-// Every grant a client saw survives kill -9 of every node: 400 requests
-// pipelined on one connection and 200 more on another form batches while
+// Every grant a client saw survives kill -9 of every node: 200 requests
+// pipelined on one connection and 100 more on another form batches while
 // earlier ones sync, and each `A` was sent only after its entry was synced
 // on a majority.
 TEST(ClusterWalSyncThread, EveryGrantSurvivesKillNineOfEveryNode) {
@@ -522,19 +522,19 @@ TEST(ClusterWalSyncThread, EveryGrantSurvivesKillNineOfEveryNode) {
   LineClient b(c.client_port(leader));
   std::string burst_a;
   std::string burst_b;
-  for (int i = 0; i < 400; ++i) burst_a += "A a" + std::to_string(i) + " ka" + std::to_string(i) + " 600000\n";
-  for (int i = 0; i < 200; ++i) burst_b += "A b" + std::to_string(i) + " kb" + std::to_string(i) + " 600000\n";
+  for (int i = 0; i < 200; ++i) burst_a += "A a" + std::to_string(i) + " ka" + std::to_string(i) + " 600000\n";
+  for (int i = 0; i < 100; ++i) burst_b += "A b" + std::to_string(i) + " kb" + std::to_string(i) + " 600000\n";
   a.send(burst_a);
   b.send(burst_b);
   std::uint64_t max_token = 0;
   std::vector<std::string> held;
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 200; ++i) {
     const std::string r = a.read_line().value_or("<none>");
     ASSERT_EQ(r.substr(0, 2), "A ") << i << ": " << r;
     max_token = std::max(max_token, token_of(r));
     held.push_back("ka" + std::to_string(i));
   }
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 100; ++i) {
     const std::string r = b.read_line().value_or("<none>");
     ASSERT_EQ(r.substr(0, 2), "A ") << i << ": " << r;
     max_token = std::max(max_token, token_of(r));

@@ -303,6 +303,10 @@ TEST(Membership, RemovedLeaderBringsItsTargetUpToDateThenHandsOver) {
   EXPECT_EQ(t.timeout_nows(), 1u);
   EXPECT_NE(t.g.nodes[1]->role(), Role::kLeader);
   EXPECT_EQ(t.g.leader(), t.target);
+  // Removed, node 1 never hears of the winner, but it points clients at
+  // the node it handed over to rather than answering "no leader".
+  EXPECT_EQ(t.g.nodes[1]->leader(), kNoNode);
+  EXPECT_EQ(t.g.nodes[1]->leader_hint(), t.target);
   // What node 1 had is kept: `x` commits under the new leader.
   Raft& l = t.g.lead();
   EXPECT_GE(l.commit(), t.tail);

@@ -337,6 +337,12 @@ class Raft {
   Term term() const { return term_; }
   Role role() const { return role_; }
   NodeId leader() const { return leader_; }
+  // Where to send a client: the leader if known; otherwise the node this
+  // one sent TimeoutNow to, in that term or the next (it campaigns at once
+  // and normally wins). A leader that handed over — above all a removed
+  // one, which never hears of the winner — then points clients at the
+  // winner instead of answering "no leader". kNoNode if neither.
+  NodeId leader_hint() const;
   Index commit() const { return commit_; }
   Index last_index() const;
   // Term of the entry at `i`: nullopt when compacted away or beyond the log.
@@ -459,6 +465,9 @@ class Raft {
   // Leader whose removal committed: handing over to lead_transferee_ for at
   // most one election period, then stepping down either way.
   bool removed_handover_ = false;
+  NodeId handed_to_ = kNoNode;  // our last TimeoutNow went there, in handed_to_term_
+  Term handed_to_term_ = 0;
+  void note_handed_to(NodeId target);
   std::optional<IncomingSnapshot> incoming_;
   bool pending_broadcast_ = false;        // leader: new entries to stream
   bool pending_commit_broadcast_ = false; // leader: commit moved, tell everyone
