@@ -325,6 +325,44 @@ TEST(RaftContract, OnlyReadyAndCompactWaitForAdvance) {
   EXPECT_TRUE(r.has_ready());
 }
 
+// A leader that handed over points clients at its TimeoutNow target while
+// it knows no leader (raft.h leader_hint): the target campaigns at once.
+TEST(RaftTransfer, LeaderHintIsTheTargetUntilALeaderIsHeardOf) {
+  MiniCluster c(3);
+  c.nodes[1]->campaign();
+  c.settle();
+  Raft& one = *c.nodes[1];
+  ASSERT_EQ(one.role(), Role::kLeader);
+  ASSERT_TRUE(one.transfer_leadership(2));
+  // Node 1's TimeoutNow reaches node 2, whose vote request reaches node 1.
+  auto drain = [](Raft& r) {
+    std::vector<Message> out;
+    while (r.has_ready()) {
+      Ready rd = r.ready();
+      out.insert(out.end(), rd.messages.begin(), rd.messages.end());
+      r.advance();
+    }
+    return out;
+  };
+  for (const Message& m : drain(one)) {
+    if (m.to == 2 && m.type == MessageType::kTimeoutNow) {
+      ASSERT_EQ(c.nodes[2]->step(m), StepError::kOk);
+    }
+  }
+  for (const Message& m : drain(*c.nodes[2])) {
+    if (m.to == 1 && m.type == MessageType::kVote) {
+      ASSERT_EQ(one.step(m), StepError::kOk);
+    }
+  }
+  EXPECT_NE(one.role(), Role::kLeader);
+  EXPECT_EQ(one.leader(), kNoNode);
+  EXPECT_EQ(one.leader_hint(), 2u);
+  // Once it hears of a leader, that is the hint.
+  c.settle();
+  EXPECT_EQ(one.leader(), 2u);
+  EXPECT_EQ(one.leader_hint(), 2u);
+}
+
 // --- pipelined: input while a Ready's sync runs (raft.h "Pipelined") ---
 
 // A single-node leader with its no-op committed and applied.
