@@ -534,12 +534,12 @@ void ClusterNode::send(std::vector<raft::Message>& messages) {
 }
 
 raft::StorageStatus ClusterNode::write(const raft::Ready& rd, bool& sync_pending) {
-  // No reply flush here (unlike persist()): the loop does not block on
-  // this sync, so the turn's end flushes them as soon.
   if (!sync_thread_) {  // --wal-sync=loop: the whole cycle on the loop
     sync_pending = false;
     return persist(rd);
   }
+  // No reply flush here (unlike persist()): the loop does not block on
+  // this sync, so the turn's end flushes them as soon.
   raft::StorageStatus st = storage_->write(rd.hard_state, rd.entries, sync_pending);
   note_written(rd);
   if (st.ok() && sync_pending) sync_thread_->submit(storage_->sync_fd());
