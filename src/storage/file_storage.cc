@@ -358,9 +358,7 @@ StorageStatus FileStorage::write(const std::optional<raft::HardState>& hard_stat
   sync_pending = false;
   if (!failed_.ok()) return failed_;
   if (entries.empty() && !hard_state) return StorageStatus::Ok();
-  defer_sync_ = true;
-  StorageStatus s = append_records(hard_state, entries, nullptr, std::string());
-  defer_sync_ = false;
+  StorageStatus s = append_records(hard_state, entries, nullptr, std::string(), Sync::kLeaveToCaller);
   sync_pending = pending_.has_value();
   return s;
 }
@@ -389,7 +387,7 @@ StorageStatus FileStorage::save(const std::optional<raft::HardState>& hard_state
     ++stats_.snapshots;
   }
   return append_records(hard_state, entries, snapshot ? &snapshot->meta : nullptr,
-                        snapshot && keep_payloads_ ? snapshot->data : std::string());
+                        snapshot && keep_payloads_ ? snapshot->data : std::string(), Sync::kNow);
 }
 
 void FileStorage::release_read_side() {
@@ -412,12 +410,13 @@ StorageStatus FileStorage::adopt_snapshot_file(const raft::SnapshotMeta& meta, s
     return StorageStatus::Ok();
   }
   ++stats_.snapshots;
-  return append_records(std::nullopt, {}, &meta, std::move(data));
+  return append_records(std::nullopt, {}, &meta, std::move(data), Sync::kNow);
 }
 
 StorageStatus FileStorage::append_records(const std::optional<raft::HardState>& hard_state,
                                           std::span<const raft::Entry> entries,
-                                          const raft::SnapshotMeta* snap_meta, std::string snap_data) {
+                                          const raft::SnapshotMeta* snap_meta, std::string snap_data,
+                                          Sync sync) {
   std::string batch;
   const bool roll = seg_fd_ < 0 || segments_.back().bytes >= options_.segment_bytes;
   if (roll) {
@@ -456,7 +455,7 @@ StorageStatus FileStorage::append_records(const std::optional<raft::HardState>& 
     hard_state_ = *hard_state;
   }
 
-  if (StorageStatus s = write_batch(batch, roll, max_index, entries.size()); !s.ok()) return failed_ = s;
+  if (StorageStatus s = write_batch(batch, roll, max_index, entries.size(), sync); !s.ok()) return failed_ = s;
   if (snap_meta != nullptr) {
     // The mark is durable: older snapshot files and the segments the new
     // snapshot covers are no longer needed.
@@ -470,7 +469,7 @@ StorageStatus FileStorage::append_records(const std::optional<raft::HardState>& 
 }
 
 StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft::Index max_index,
-                                       std::size_t entry_count) {
+                                       std::size_t entry_count, Sync sync) {
   const auto t0 = std::chrono::steady_clock::now();
   int fd = seg_fd_;
   std::uint64_t offset = roll ? 0 : segments_.back().bytes;
@@ -505,7 +504,7 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
     return fail_io(name, offset, "write", err);
   }
   // write(): the one sync left is the caller's (a new segment's are not).
-  const bool defer = defer_sync_ && !roll;
+  const bool defer = sync == Sync::kLeaveToCaller && !roll;
   if (defer) {
     pending_ = PendingSync{name, offset, t0};
   } else if (options_.sync && ::fdatasync(fd) != 0) {

@@ -11,7 +11,7 @@
 
 namespace lockd::storage {
 
-SyncThread::SyncThread() {
+SyncThread::SyncThread(SyncFn sync) : sync_(sync) {
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   LOCKD_CHECK(event_fd_ >= 0);
   thread_ = std::thread([this] { run(); });
@@ -65,7 +65,7 @@ void SyncThread::run() {
     has_job_ = false;
     lock.unlock();
     int err = 0;
-    if (fd >= 0 && ::fdatasync(fd) != 0) err = errno;
+    if (fd >= 0 && sync_(fd) != 0) err = errno;
     lock.lock();
     result_ = err;
     done_ = true;

@@ -165,11 +165,15 @@ class FileStorage final : public raft::Storage {
   raft::StorageStatus write_snapshot_file(const raft::Snapshot& snap);
   // Applies a snapshot to the in-memory log; returns the mark to write.
   raft::SnapshotMark apply_snapshot(const raft::SnapshotMeta& meta, std::string data);
+  // Who syncs a batch written to the live segment: write_batch itself
+  // (save) or the caller (write(), which leaves it pending). A new
+  // segment is always synced in full.
+  enum class Sync { kNow, kLeaveToCaller };
   raft::StorageStatus append_records(const std::optional<raft::HardState>& hard_state,
                                      std::span<const raft::Entry> entries,
-                                     const raft::SnapshotMeta* snap_meta, std::string snap_data);
+                                     const raft::SnapshotMeta* snap_meta, std::string snap_data, Sync sync);
   raft::StorageStatus write_batch(const std::string& batch, bool roll, raft::Index max_index,
-                                  std::size_t entry_count);
+                                  std::size_t entry_count, Sync sync);
   raft::StorageStatus drop_covered();
   // Zeros from `from` to `from + runway_bytes` of the live segment `fd`.
   int write_runway(int fd, std::uint64_t from);
@@ -188,7 +192,6 @@ class FileStorage final : public raft::Storage {
     std::uint64_t offset = 0;
     std::chrono::steady_clock::time_point started;
   };
-  bool defer_sync_ = false;  // set during write(): write_batch may leave the sync pending
   std::optional<PendingSync> pending_;
   std::vector<Segment> segments_;
   raft::HardState hard_state_;

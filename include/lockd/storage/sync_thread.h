@@ -21,12 +21,17 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 namespace lockd::storage {
 
 class SyncThread {
  public:
+  // How a file is synced: ::fdatasync, or a stand-in in tests (0 or -1
+  // with errno, as fdatasync).
+  using SyncFn = int (*)(int fd);
   // Starts the thread. Aborts (LOCKD_CHECK) if the eventfd cannot be made.
-  SyncThread();
+  explicit SyncThread(SyncFn sync = ::fdatasync);
   // Waits for a sync in flight to end, then joins.
   ~SyncThread();
   SyncThread(const SyncThread&) = delete;
@@ -46,6 +51,7 @@ class SyncThread {
  private:
   void run();
 
+  SyncFn sync_;
   int event_fd_ = -1;
   bool busy_ = false;  // loop thread only: submitted, not yet taken
   std::mutex mu_;
