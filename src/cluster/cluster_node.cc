@@ -16,6 +16,7 @@
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/cluster/restore.h"
 #include "lockd/common/check.h"
+#include "lockd/common/crc32c.h"
 #include "lockd/net/clock.h"
 #include "lockd/raft/driver.h"
 #include "lockd/raft/membership.h"
@@ -24,10 +25,11 @@ namespace lockd::cluster {
 namespace {
 
 // After an O(table) turnover of memory — a snapshot installed (the old
-// table, the checked copy and the chunks freed) or the log compacted (the
-// entries a snapshot covers freed) — glibc keeps the freed pages in the
-// middle of its heap: RSS stays at the high-water mark. Hand them back.
-// Rare (once per snapshot) and bounded by the heap's free lists.
+// table, the checked copy and the chunks freed) — glibc keeps the freed
+// pages in the middle of its heap: RSS stays at the high-water mark. Hand
+// them back. Rare (a follower far behind) and bounded by the heap's free
+// lists. Not after the node's own compaction: the log grows back into
+// what it frees.
 void return_freed_memory() {
 #ifdef __GLIBC__
   ::malloc_trim(0);
@@ -124,9 +126,14 @@ bool ClusterNode::open(std::string& error) {
   // stores it: one that would not install must never reach the disk, or
   // the node could not restart (issue 21). service_ is built below, before
   // any message can arrive.
+  // The decoded machine is kept for install(), which would otherwise decode
+  // the same bytes again.
   rc.check_snapshot = [this](const raft::SnapshotMeta& meta, std::string_view data) {
     std::string why;
-    if (service_->state_machine().check_snapshot(data, meta.index, why)) return true;
+    if (auto decoded = service_->state_machine().decode_snapshot(data, meta.index, why)) {
+      checked_snapshot_ = CheckedSnapshot{meta.index, meta.term, data.size(), crc32c(data), std::move(decoded)};
+      return true;
+    }
     const TimeNs now = net::monotonic_now_ns();
     if (last_snapshot_refusal_warn_ns_ == 0 || now - last_snapshot_refusal_warn_ns_ >= kRefusalWarnIntervalNs) {
       last_snapshot_refusal_warn_ns_ = now;
@@ -338,32 +345,33 @@ void ClusterNode::after_turn() {
   if (!raft_) return;
   // The batch on the sync thread is durable: what waited for it may go
   // (the core releases the answers in its next Ready).
-  if (syncing_) {
+  if (syncing()) {
     if (const std::optional<int> err = sync_thread_->take()) {
       const raft::StorageStatus st = storage_->synced(*err);
       // Never advance() past a failed sync: stop now (storage.h).
       if (!st.ok()) fail_storage(st.message);
-      syncing_ = false;
       raft::complete_ready(*raft_);
     }
   }
   // Between two batches, the only moment the WAL and the core's log may be
   // compacted.
-  if (!syncing_) maybe_snapshot();
+  if (!syncing()) maybe_snapshot();
+  dropped_entries_.free_some(kDroppedEntriesFreedPerTurn);
   // Each round: notice role changes and propose what was deferred, then
   // one Ready cycle. Apply never proposes (Raft is mid-cycle), so what it
   // defers goes out in the next round. A round that leaves a batch on the
   // sync thread ends the rounds: the next batch forms while it syncs.
   for (std::size_t round = 0; round < kMaxReadyRoundsPerTurn; ++round) {
     service_->sync(net::monotonic_now_ns());
-    if (syncing_ || !raft_->has_ready()) break;
-    const raft::StorageStatus st = raft::start_ready(*raft_, *this, syncing_);
+    if (syncing() || !raft_->has_ready()) break;
+    bool pending = false;  // = syncing(): write() left the batch's sync to the sync thread
+    const raft::StorageStatus st = raft::start_ready(*raft_, *this, pending);
     // Never advance() past a failed write: stop now (storage.h).
     if (!st.ok()) fail_storage(st.message);
   }
   // The leader streams what was proposed meanwhile to the followers now,
   // while its own copy waits for the sync in flight.
-  if (syncing_) raft::send_while_syncing(*raft_, *this);
+  if (syncing()) raft::send_while_syncing(*raft_, *this);
   const TimeNs now = net::monotonic_now_ns();
   service_->sync(now);
   note_table_floor(now);
@@ -383,12 +391,14 @@ void ClusterNode::after_turn() {
   }
   if (last_leader_ != raft::kNoNode) heard_leader_ = true;
   progress_change(now);
-  if (syncing_) {
+  if (syncing()) {
     // notify_fd wakes the loop when the sync ends.
   } else if (raft_->has_ready()) {
     kick_timer_.arm_after(0);
   } else if (snapshots_->busy()) {
     kick_timer_.arm_after(kNsPerMs);  // read the child's file back soon
+  } else if (!dropped_entries_.empty()) {
+    kick_timer_.arm_after(kNsPerMs);  // the next slice of compacted entries
   }
   transport_->flush();
   rearm_service_timer(net::monotonic_now_ns());
@@ -490,14 +500,19 @@ void ClusterNode::maybe_snapshot() {
     if (!done->status.ok()) fail_storage(done->status.message);
     last_snapshot_index_ = done->meta.index;
     last_snapshot_bytes_ = done->data.size();
-    const auto& t = snapshots_->timing();
-    spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms)",
-                 done->meta.index, t.bytes, t.fork_ms, t.child_ms);
-    // A leader's snapshot installed meanwhile may already cover more.
+    const TimeNs t0 = net::monotonic_now_ns();
+    // A leader's snapshot installed meanwhile may already cover more. The
+    // dropped entries are freed over the next turns, and the memory stays
+    // with the allocator: the log grows back into it before the next
+    // snapshot (malloc_trim here cost up to 140 ms in one turn).
     if (done->meta.index > raft_->snapshot_meta().index) {
-      raft_->compact(done->meta.index, std::move(done->data));
+      dropped_entries_.add(raft_->compact(done->meta.index, std::move(done->data)));
     }
-    return_freed_memory();
+    const auto& t = snapshots_->timing();
+    spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms; on the loop: read back {:.1f} ms "
+                 "in slices, WAL mark {:.1f} ms, log compacted {:.1f} ms, {} entries to free)",
+                 done->meta.index, t.bytes, t.fork_ms, t.child_ms, t.read_ms, t.adopt_ms,
+                 static_cast<double>(net::monotonic_now_ns() - t0) / 1e6, dropped_entries_.pending());
     return;
   }
   const raft::Index applied = service_->state_machine().applied();
@@ -505,6 +520,19 @@ void ClusterNode::maybe_snapshot() {
   if (!policy.due(applied, last_snapshot_index_, storage_->bytes_since_snapshot(), last_snapshot_bytes_)) return;
   const std::optional<raft::Term> term = raft_->term_at(applied);
   if (!term) return;  // just installed a snapshot there
+  if (raft_->role() == raft::Role::kLeader) {
+    const raft::NodeId waits_for = storage::CatchUpHold{}.waits_for(
+        raft_->progress(), applied, storage_->bytes_since_snapshot(), last_snapshot_bytes_);
+    if (waits_for != raft::kNoNode) {
+      if (snapshot_held_for_ != waits_for) {
+        spdlog::info("next snapshot held while node {} catches up (up to a log of half "
+                     "the last snapshot's size)", waits_for);
+      }
+      snapshot_held_for_ = waits_for;
+      return;
+    }
+  }
+  snapshot_held_for_ = raft::kNoNode;
   // The configuration in force there goes into the file's header, so a
   // restart after the log is compacted still knows the members.
   const raft::StorageStatus st = snapshots_->start(
@@ -565,8 +593,20 @@ raft::StorageStatus ClusterNode::persist(const raft::Ready& rd) {
 }
 
 void ClusterNode::install(const raft::Snapshot& snapshot) {
+  // The core installs the snapshot it last checked (raft.h: check_snapshot
+  // runs as the last chunk arrives, install in the next Ready); the
+  // checksum makes sure of it before the decoded machine stands in for
+  // the bytes.
+  std::unique_ptr<LockStateMachine> decoded;
+  if (checked_snapshot_ && checked_snapshot_->index == snapshot.meta.index &&
+      checked_snapshot_->term == snapshot.meta.term && checked_snapshot_->bytes == snapshot.data.size() &&
+      checked_snapshot_->crc == crc32c(snapshot.data)) {
+    decoded = std::move(checked_snapshot_->decoded);
+  }
+  checked_snapshot_.reset();
+  const bool as_checked = decoded != nullptr;
   std::string error;
-  if (!service_->install(snapshot, error)) {
+  if (!service_->install(snapshot, error, std::move(decoded))) {
     // Raft accepted and stored it, so the state machine cannot go on
     // without it: stop, loudly (a leader bug or a corrupt transfer).
     spdlog::critical("snapshot at index {} cannot be installed: {}", snapshot.meta.index, error);
@@ -576,7 +616,8 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
   last_snapshot_index_ = snapshot.meta.index;
   last_snapshot_bytes_ = snapshot.data.size();
   return_freed_memory();
-  spdlog::info("installed the leader's snapshot at index {}", snapshot.meta.index);
+  spdlog::info("installed the leader's snapshot at index {}{}", snapshot.meta.index,
+               as_checked ? " (the table decoded when it was checked)" : "");
 }
 
 void ClusterNode::apply(const raft::Entry& entry) {

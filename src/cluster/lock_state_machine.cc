@@ -186,8 +186,19 @@ void LockStateMachine::start_restored_group(std::uint64_t seed) {
 
 bool LockStateMachine::check_snapshot(std::string_view bytes, raft::Index index,
                                       std::string& error) const {
-  LockStateMachine scratch(local_);
-  return scratch.restore(bytes, index, error);
+  return decode_snapshot(bytes, index, error) != nullptr;
+}
+
+std::unique_ptr<LockStateMachine> LockStateMachine::decode_snapshot(std::string_view bytes, raft::Index index,
+                                                                    std::string& error) const {
+  auto scratch = std::make_unique<LockStateMachine>(local_);
+  if (!scratch->restore(bytes, index, error)) return nullptr;
+  return scratch;
+}
+
+void LockStateMachine::adopt(LockStateMachine&& decoded) {
+  LOCKD_CHECK(decoded.local_ == local_ && decoded.table_ != nullptr);
+  *this = std::move(decoded);
 }
 
 const EntryResult& LockStateMachine::apply(const raft::Entry& e) {

@@ -255,8 +255,13 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
   }
 }
 
-bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string& error) {
-  if (!sm_.restore(snapshot.data, snapshot.meta.index, error)) return false;
+bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string& error,
+                                    std::unique_ptr<LockStateMachine> decoded) {
+  if (decoded) {
+    sm_.adopt(std::move(*decoded));
+  } else if (!sm_.restore(snapshot.data, snapshot.meta.index, error)) {
+    return false;
+  }
   // Only a follower installs a leader's snapshot; anything it had pending
   // as a former leader was answered when it lost leadership.
   for (auto& [index, p] : pending_) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <utility>
@@ -592,18 +593,24 @@ bool Raft::transfer_leadership(NodeId target) {
   return true;
 }
 
-void Raft::compact(Index index, std::string data) {
+std::vector<Entry> Raft::compact(Index index, std::string data) {
   LOCKD_CHECK(!ready_outstanding_);
   LOCKD_CHECK(index <= applied_);
   LOCKD_CHECK(index <= stable_index_);
-  if (index <= snapshot_meta_.index) return;
+  if (index <= snapshot_meta_.index) return {};
   Term t = *term_at(index);
   Membership c = conf_at(index);
-  entries_.erase(entries_.begin(),
-                 entries_.begin() + static_cast<std::ptrdiff_t>(index - snapshot_meta_.index));
+  // The compacted prefix moves out (its payloads change hands, nothing is
+  // freed or copied here) and goes back to the caller; the log keeps its
+  // buffer, so it grows back without reallocating.
+  const auto cut = static_cast<std::ptrdiff_t>(index - snapshot_meta_.index);
+  std::vector<Entry> dropped(std::make_move_iterator(entries_.begin()),
+                             std::make_move_iterator(entries_.begin() + cut));
+  entries_.erase(entries_.begin(), entries_.begin() + cut);
   std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= index; });
   snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
   snapshot_data_ = std::make_shared<const std::string>(std::move(data));
+  return dropped;
 }
 
 // --- messages ---

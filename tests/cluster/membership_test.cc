@@ -315,6 +315,9 @@ TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
   c.start(4);
   EXPECT_TRUE(c.process(4).wait_for_line("installed the leader's snapshot", std::chrono::seconds(15)))
       << c.process(4).stderr_text();
+  // Decoded once: the table checked on arrival is the one installed.
+  EXPECT_NE(c.process(4).stderr_text().find("(the table decoded when it was checked)"), std::string::npos)
+      << c.process(4).stderr_text();
   ASSERT_EQ(change(c, "POST", "/v1/cluster/members/4/promote", "", "not_caught_up").status, 200);
   load.stop();
   EXPECT_EQ(load.second_holders(), 0);

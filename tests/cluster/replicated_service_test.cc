@@ -214,6 +214,26 @@ TEST(LockStateMachine, SnapshotWithAWaiterIdBeyondItsIndexIsRefused) {
   EXPECT_FALSE(sm.check_snapshot("garbage", 5, error));
 }
 
+// A follower installs a leader's snapshot from the machine decoded when it
+// was checked (one decode instead of two): the same state as restore().
+TEST(LockStateMachine, ADecodedSnapshotAdoptedIsTheSameAsOneRestored) {
+  const std::string bytes = testing::snapshot_with_waiter(5, 4);
+  LockStateMachine restored({});
+  std::string error;
+  ASSERT_TRUE(restored.restore(bytes, 5, error)) << error;
+  LockStateMachine adopted({});
+  std::unique_ptr<LockStateMachine> decoded = adopted.decode_snapshot(bytes, 5, error);
+  ASSERT_NE(decoded, nullptr) << error;
+  EXPECT_EQ(adopted.applied(), 0u);  // decoding changes nothing
+  adopted.adopt(std::move(*decoded));
+  EXPECT_EQ(adopted.applied(), 5u);
+  EXPECT_EQ(adopted.table().key_count(), restored.table().key_count());
+  EXPECT_EQ(adopted.snapshot(), restored.snapshot());
+  // What restore() refuses, decode_snapshot() refuses with the same line.
+  EXPECT_EQ(adopted.decode_snapshot(testing::snapshot_with_waiter(5, 6), 5, error), nullptr);
+  EXPECT_NE(error.find("waiter id 6 is beyond its index 5"), std::string::npos) << error;
+}
+
 TEST(LockCommandCodec, NewTypesDecodeStrictly) {
   LockCommand ls = leader_start(kSec);
   LockCommand back;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "lockd/common/deferred_free.h"
 #include "lockd/raft/driver.h"
 #include "lockd/raft/raft.h"
 
@@ -599,6 +600,53 @@ TEST(RaftSnapshot, RefusedByTheCheckIsNeverStored) {
   EXPECT_TRUE(out[0].done);
   EXPECT_EQ(disk.snapshot().data, "abcdefghij");
   EXPECT_EQ(r.stats().snapshots_installed, 1u);
+}
+
+// compact() hands the dropped entries back (the daemon frees them a slice
+// per loop turn) and keeps the suffix, readable and appendable.
+TEST(RaftSnapshot, CompactHandsBackTheDroppedEntriesAndKeepsTheRest) {
+  MemoryStorage disk;
+  Raft r(make_config(1, {1}), disk);
+  lead_alone(r, disk);
+  for (const char* p : {"a", "b", "c", "d"}) ASSERT_NE(r.propose(p).index, 0u);
+  Ready rd = r.ready();
+  disk.append(rd.entries);
+  r.advance();
+  rd = r.ready();  // the four are committed: apply them
+  r.advance();
+  ASSERT_EQ(r.last_index(), 5u);
+  std::vector<Entry> dropped = r.compact(3, "state");
+  ASSERT_EQ(dropped.size(), 3u);
+  EXPECT_EQ(dropped.front().index, 1u);
+  EXPECT_EQ(dropped.back().index, 3u);
+  EXPECT_EQ(dropped.back().data, "b");
+  EXPECT_EQ(r.snapshot_meta().index, 3u);
+  ASSERT_EQ(r.log().size(), 2u);
+  EXPECT_EQ(r.log().front().data, "c");
+  EXPECT_EQ(r.log().back().data, "d");
+  EXPECT_EQ(r.term_at(3), r.term());
+  EXPECT_EQ(r.propose("e").index, 6u);
+  EXPECT_TRUE(r.compact(2, "older").empty());  // already covered: nothing dropped
+}
+
+TEST(DeferredFree, DestroysAtMostTheAskedNumberPerCallFromTheBack) {
+  DeferredFree<std::shared_ptr<int>> garbage;
+  auto probe = std::make_shared<int>(7);
+  std::vector<std::shared_ptr<int>> batch(5, probe);
+  garbage.add(std::move(batch));
+  garbage.add({});  // an empty batch is nothing to do
+  garbage.add(std::vector<std::shared_ptr<int>>(2, probe));
+  EXPECT_EQ(garbage.pending(), 7u);
+  EXPECT_EQ(probe.use_count(), 8);
+  EXPECT_TRUE(garbage.free_some(3));
+  EXPECT_EQ(garbage.pending(), 4u);
+  EXPECT_EQ(probe.use_count(), 5);
+  EXPECT_TRUE(garbage.free_some(3));
+  EXPECT_EQ(probe.use_count(), 2);
+  EXPECT_FALSE(garbage.free_some(3));
+  EXPECT_TRUE(garbage.empty());
+  EXPECT_EQ(garbage.pending(), 0u);
+  EXPECT_EQ(probe.use_count(), 1);
 }
 
 TEST(RaftSnapshot, RestartsFromStoredSnapshotAndLog) {

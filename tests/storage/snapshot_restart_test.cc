@@ -243,6 +243,52 @@ TEST(SnapshotPolicy, DueAfterEntriesOrBytesWhicheverFirst) {
 // table. Without the ratio a 1 M-lock table (a ~60 MB snapshot) was
 // snapshotted every 10,000 entries (~600 KB of log) and the group kept
 // changing leaders (docs/cluster.md "Snapshots").
+// The leader holds a due snapshot for a member receiving one or a learner
+// catching up from its log, within a memory bound, and never for one it
+// does not hear from.
+TEST(CatchUpHold, WaitsForAMemberReceivingTheSnapshotOrFarBehindWithinTheBound) {
+  const CatchUpHold hold{10'000, 50};
+  auto member = [](raft::NodeId id, raft::Index match, raft::ProgressState st, bool active,
+                   bool voter = false) {
+    raft::PeerProgress p;
+    p.id = id;
+    p.match = match;
+    p.state = st;
+    p.recent_active = active;
+    p.voter = voter;
+    return p;
+  };
+  using raft::ProgressState;
+  const std::uint64_t snap = 60'000'000;  // the last snapshot's bytes
+  // Followers keeping up: nothing to wait for.
+  std::vector<raft::PeerProgress> up{member(1, 500'000, ProgressState::kReplicate, true, true),
+                                     member(2, 495'000, ProgressState::kReplicate, true, true)};
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
+  // A voter lagging far behind (a loaded follower) holds nothing; one
+  // receiving the snapshot does.
+  up[1].match = 100'000;
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
+  up[1].state = ProgressState::kSnapshot;
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), 2u);
+  up[1] = member(2, 495'000, ProgressState::kReplicate, true, true);
+  // A learner receiving the snapshot, then replaying 100,000 entries after it.
+  up.push_back(member(4, 0, ProgressState::kSnapshot, true));
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), 4u);
+  up.back() = member(4, 400'000, ProgressState::kReplicate, true);
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), 4u);
+  // ... until the log reaches half the snapshot: then it is sent one again.
+  EXPECT_EQ(hold.waits_for(up, 500'000, 29'999'999, snap), 4u);
+  EXPECT_EQ(hold.waits_for(up, 500'000, 30'000'000, snap), raft::kNoNode);
+  // Within the lag, or not heard from (dead, partitioned): no hold.
+  up.back() = member(4, 490'001, ProgressState::kReplicate, true);
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
+  up.back() = member(4, 0, ProgressState::kSnapshot, false);
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
+  // Off.
+  up.back() = member(4, 0, ProgressState::kSnapshot, true);
+  EXPECT_EQ((CatchUpHold{10'000, 0}).waits_for(up, 500'000, 0, snap), raft::kNoNode);
+}
+
 TEST(SnapshotPolicy, WaitsUntilTheLogOutgrowsTheLastSnapshot) {
   const SnapshotPolicy p{100, 0, 100};
   EXPECT_TRUE(p.due(100, 0, 0, 0));  // nothing stored yet: entries decide

@@ -93,7 +93,10 @@ class ReplicatedLockService final : public server::LockService {
   void apply(const raft::Entry& e);
   // Replaces the state machine with a snapshot (a follower behind the
   // leader's log, or a restart). False with `error` when the bytes are bad.
-  bool install(const raft::Snapshot& snapshot, std::string& error);
+  // `decoded`, when given, is these bytes already decoded (and checked) by
+  // LockStateMachine::decode_snapshot: adopted instead of decoding again.
+  bool install(const raft::Snapshot& snapshot, std::string& error,
+               std::unique_ptr<LockStateMachine> decoded = nullptr);
   // The state machine's snapshot bytes (run in SnapshotWriter's child).
   std::string snapshot() const { return sm_.snapshot(); }
   // Outside the Ready cycle, after it: notices leadership gained or lost,

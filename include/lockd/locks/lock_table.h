@@ -47,6 +47,7 @@ struct Limits {
   std::size_t max_keys = 1'000'000;
   std::size_t max_waiters_per_key = 10'000;
   std::size_t max_waiters = 1'000'000;
+  friend bool operator==(const Limits&, const Limits&) = default;
 };
 
 // Everything one acquire asks for. Views must stay valid for the call only.

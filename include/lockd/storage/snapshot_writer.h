@@ -44,7 +44,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "lockd/raft/raft.h"
 #include "lockd/storage/file_storage.h"
 
 namespace lockd::storage {
@@ -72,6 +74,39 @@ struct SnapshotPolicy {
     if (log_percent > 0 && bytes_since_snapshot * 100 < log_percent * last_snapshot_bytes) return false;
     return (every_entries > 0 && applied - snapshot_index >= every_entries) ||
            (every_bytes > 0 && bytes_since_snapshot >= every_bytes);
+  }
+};
+
+// Leader: whether a due snapshot waits for a member that is catching up.
+// A member receiving the leader's snapshot, or replaying the log after it,
+// needs that log: compacting it away under it sends the whole snapshot
+// again (a learner joining a group with 1 M locks was sent two 60 MB
+// snapshots in a row, docs/benchmarks.md). So the snapshot waits while a
+// member heard from this election period is in the snapshot state, or is
+// a learner more than `lag_entries` behind `applied` — as long as the log
+// written since the last snapshot stays under `max_log_percent`% of that
+// snapshot (the memory bound; past it the member is sent a snapshot as
+// before). Returns the member waited for, or kNoNode. A member that is not
+// heard from holds nothing, nor does a voter that merely lags (a loaded
+// follower: holding for it measurably raised the leader's memory at 1 M
+// locks, and it is not why learners were sent snapshots twice).
+struct CatchUpHold {
+  std::uint64_t lag_entries = 10'000;
+  std::uint64_t max_log_percent = 50;
+
+  raft::NodeId waits_for(const std::vector<raft::PeerProgress>& members, raft::Index applied,
+                         std::uint64_t bytes_since_snapshot, std::uint64_t last_snapshot_bytes) const {
+    if (max_log_percent == 0 || bytes_since_snapshot * 100 >= max_log_percent * last_snapshot_bytes) {
+      return raft::kNoNode;
+    }
+    for (const raft::PeerProgress& p : members) {
+      if (!p.recent_active) continue;
+      if (p.state == raft::ProgressState::kSnapshot ||
+          (!p.voter && p.match < applied && applied - p.match > lag_entries)) {
+        return p.id;
+      }
+    }
+    return raft::kNoNode;
   }
 };
 
