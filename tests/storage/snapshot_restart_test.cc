@@ -250,13 +250,7 @@ TEST(CatchUpHold, WaitsForAMemberReceivingTheSnapshotOrFarBehindWithinTheBound) 
   const CatchUpHold hold{10'000, 50};
   auto member = [](raft::NodeId id, raft::Index match, raft::ProgressState st, bool active,
                    bool voter = false) {
-    raft::PeerProgress p;
-    p.id = id;
-    p.match = match;
-    p.state = st;
-    p.recent_active = active;
-    p.voter = voter;
-    return p;
+    return raft::PeerProgress{.id = id, .match = match, .state = st, .recent_active = active, .voter = voter};
   };
   using raft::ProgressState;
   const std::uint64_t snap = 60'000'000;  // the last snapshot's bytes
