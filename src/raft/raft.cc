@@ -600,13 +600,20 @@ std::vector<Entry> Raft::compact(Index index, std::string data) {
   if (index <= snapshot_meta_.index) return {};
   Term t = *term_at(index);
   Membership c = conf_at(index);
-  // The compacted prefix moves out (its payloads change hands, nothing is
-  // freed or copied here) and goes back to the caller; the log keeps its
-  // buffer, so it grows back without reallocating.
+  // The kept suffix moves to a new buffer as large as the old one (so the
+  // log grows back without reallocating); the old one, cut to the
+  // compacted prefix, goes back to the caller. Only the suffix is touched
+  // here: moving the prefix out instead touched every dropped entry, pages
+  // the snapshot's fork() had made copy-on-write (92-113 ms at 1 M locks,
+  // against 2-29 ms this way).
   const auto cut = static_cast<std::ptrdiff_t>(index - snapshot_meta_.index);
-  std::vector<Entry> dropped(std::make_move_iterator(entries_.begin()),
-                             std::make_move_iterator(entries_.begin() + cut));
-  entries_.erase(entries_.begin(), entries_.begin() + cut);
+  std::vector<Entry> kept;
+  kept.reserve(entries_.capacity());
+  kept.insert(kept.end(), std::make_move_iterator(entries_.begin() + cut),
+              std::make_move_iterator(entries_.end()));
+  std::vector<Entry> dropped = std::move(entries_);
+  dropped.resize(static_cast<std::size_t>(cut));  // the moved-from suffix
+  entries_ = std::move(kept);
   std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= index; });
   snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
   snapshot_data_ = std::make_shared<const std::string>(std::move(data));

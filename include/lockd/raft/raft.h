@@ -314,9 +314,9 @@ class Raft {
   // The state machine took a snapshot covering [1, index] (index <=
   // applied). The core drops those entries and sends `data` to followers that
   // fall behind them. The caller persists the snapshot itself. Returns the
-  // dropped entries (moved out: no payload is freed here), so that a
-  // caller holding a large log can destroy them a slice at a time instead
-  // of in one stall.
+  // dropped entries (no payload is freed here, and only the kept ones are
+  // moved), so that a caller holding a large log can destroy them a slice
+  // at a time instead of in one stall.
   std::vector<Entry> compact(Index index, std::string data);
 
   // --- outputs ---
