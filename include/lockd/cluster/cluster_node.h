@@ -64,7 +64,7 @@ struct PeerTransportStats;  // peer_transport.h
 // clients and peers are read in between.
 constexpr std::size_t kMaxReadyRoundsPerTurn = 8;
 // Log entries a compaction dropped, destroyed per loop turn (DeferredFree):
-// ~1-2 ms of free() and page faults, where all at once was 100-260 ms at
+// ~1-2 ms of free() and page faults, where all at once was 45-263 ms at
 // 1 M locks.
 constexpr std::size_t kDroppedEntriesFreedPerTurn = 2048;
 // A snapshot waits until the WAL written since the last one is at least

@@ -3,7 +3,7 @@
 // Dropping O(table) memory at once — a compacted Raft log of 100,000
 // entries, each with its own heap payload — is one free() per object,
 // and after a snapshot's fork() nearly every page it touches faults
-// first: measured at 100-260 ms on one loop turn with 1 M locks held,
+// first: measured at 45-263 ms on one loop turn with 1 M locks held,
 // long enough to miss heartbeats (docs/benchmarks.md). Redis frees big
 // values lazily for the same reason. Here the batch is parked and
 // destroyed a few thousand objects per loop turn, from the back (no
