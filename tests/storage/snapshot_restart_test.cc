@@ -237,12 +237,6 @@ TEST(SnapshotPolicy, DueAfterEntriesOrBytesWhicheverFirst) {
   EXPECT_TRUE(entries_only.due(10, 0, 0));
 }
 
-// A big table is snapshotted only once the log outgrew its last snapshot:
-// the O(table) cost of a snapshot (fork, serialize, write, the parent's
-// copy-on-write faults) is then O(1) per byte of log, however large the
-// table. Without the ratio a 1 M-lock table (a ~60 MB snapshot) was
-// snapshotted every 10,000 entries (~600 KB of log) and the group kept
-// changing leaders (docs/cluster.md "Snapshots").
 // The leader holds a due snapshot for a member receiving one or a learner
 // catching up from its log, within a memory bound, and never for one it
 // does not hear from.
@@ -283,6 +277,12 @@ TEST(CatchUpHold, WaitsForAMemberReceivingTheSnapshotOrFarBehindWithinTheBound) 
   EXPECT_EQ((CatchUpHold{10'000, 0}).waits_for(up, 500'000, 0, snap), raft::kNoNode);
 }
 
+// A big table is snapshotted only once the log outgrew its last snapshot:
+// the O(table) cost of a snapshot (fork, serialize, write, the parent's
+// copy-on-write faults) is then O(1) per byte of log, however large the
+// table. Without the ratio a 1 M-lock table (a ~60 MB snapshot) was
+// snapshotted every 10,000 entries (~600 KB of log) and the group kept
+// changing leaders (docs/cluster.md "Snapshots").
 TEST(SnapshotPolicy, WaitsUntilTheLogOutgrowsTheLastSnapshot) {
   const SnapshotPolicy p{100, 0, 100};
   EXPECT_TRUE(p.due(100, 0, 0, 0));  // nothing stored yet: entries decide
