@@ -58,7 +58,10 @@ TEST(SyncThread, ReportsTheErrnoOfAFailedSync) {
   ::close(fds[1]);
 }
 
-// A slow disk: the sync ends 200 ms after it starts, and says so.
+// A slow disk: the sync ends 200 ms after it starts, and says so. The
+// sleep is the disk's slowness, not a wait for something to happen: code
+// that joins passes however slow the machine is; code that does not wait
+// returns long before the 200 ms are up and fails.
 std::atomic<bool> slow_sync_ended{false};
 int slow_sync(int) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
