@@ -141,6 +141,27 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool) bool {
 
 var portsMu sync.Mutex
 var handedOut = map[int]bool{}
+var portLocks *os.File
+
+// reservePort locks byte p of a file shared by every test process on the
+// host (the C++ and Python test helpers take the same locks), for the rest
+// of this process's life: while a node is down its port binds, and a
+// parallel test could otherwise pick it and take it first.
+func reservePort(p int) bool {
+	if portLocks == nil {
+		dir := os.Getenv("TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "lockd-test-ports.lock"), os.O_RDWR|os.O_CREATE, 0o666)
+		if err != nil {
+			return true // no shared file: the bind check alone
+		}
+		portLocks = f
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: int64(p), Len: 1}
+	return syscall.FcntlFlock(portLocks.Fd(), syscall.F_SETLK, &lk) == nil
+}
 
 // freePort is a port below the kernel's ephemeral range that was free a
 // moment ago (a node's outgoing connections cannot take it before the node
@@ -157,7 +178,7 @@ func freePort(t *testing.T) int {
 	}
 	for i := 0; i < 500; i++ {
 		p := 10000 + int(time.Now().UnixNano()%int64(hi-10000))
-		if handedOut[p] {
+		if handedOut[p] || !reservePort(p) {
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))

@@ -1,6 +1,7 @@
 // Cluster mode end to end: real lockd processes on loopback (§8, §10).
 // Timeouts are short (150 ms elections, 30 ms heartbeats); every wait is a
 // poll against a generous deadline.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -45,6 +46,26 @@ std::vector<std::string> node_argv(int id, const std::string& data_dir,
     argv.push_back(p);
   }
   return argv;
+}
+
+// A parallel test must not pick a port this test picked, even while the
+// node meant to listen on it is down: another open of the shared lock file
+// (another process's, in CI) cannot lock that port's byte.
+TEST(TestPorts, APortHandedOutIsReservedAgainstOtherTestProcesses) {
+  const std::uint16_t port = free_port();
+  const int other = ::open(test_port_lock_path().c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(other, 0);
+  auto try_lock = [&](std::uint16_t p) {
+    struct flock lk{};
+    lk.l_type = F_WRLCK;
+    lk.l_whence = SEEK_SET;
+    lk.l_start = p;
+    lk.l_len = 1;
+    return ::fcntl(other, F_OFD_SETLK, &lk) == 0;
+  };
+  EXPECT_FALSE(try_lock(port)) << "port " << port << " was handed out but another process could reserve it";
+  EXPECT_TRUE(try_lock(9)) << "a port nobody picked is free to reserve";
+  ::close(other);
 }
 
 TEST(Cluster, ElectsOneLeaderAndFollowersRedirect) {

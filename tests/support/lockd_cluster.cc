@@ -1,6 +1,7 @@
 #include "lockd_cluster.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -52,12 +53,41 @@ bool bindable(std::uint16_t port) {
 
 }  // namespace
 
+std::string test_port_lock_path() {
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/lockd-test-ports.lock";
+}
+
+namespace {
+
+// Reserves `port` for the rest of this process's life, against every
+// other test process on the host: an exclusive lock on byte `port` of one
+// shared file. A check that a port is bindable says nothing a moment
+// later: while a test's node is down (killed, not started yet) its port
+// is free, and a parallel ctest job could pick it and bind it first. The
+// lock goes with the process (OFD lock, released when the kernel closes
+// the file), so a crashed test leaves nothing behind. The Python and Go
+// test helpers take the same locks (tools/chaos/lockd_chaos/ports.py).
+bool reserve(std::uint16_t port) {
+  static const int fd = ::open(test_port_lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return true;  // no shared file: the bind check alone
+  struct flock lk{};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  lk.l_start = port;
+  lk.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &lk) == 0;
+}
+
+}  // namespace
+
 // A port below the ephemeral range that nobody holds right now. Ports from
 // bind(0) come from the ephemeral range, where the nodes' own outgoing
 // connections (peer dials, clients) can take one between its choice and
 // the node's bind; below it only another test's explicit choice can.
-// LOCKD_TEST_PORTS=LO-HI narrows the choice to LO..HI (a machine shared
-// with other jobs that own some ports).
+// It stays reserved for this process (reserve()). LOCKD_TEST_PORTS=LO-HI
+// narrows the choice to LO..HI (a machine shared with other jobs that own
+// some ports).
 std::uint16_t free_port() {
   static std::mt19937 rng(static_cast<std::uint32_t>(::getpid()) ^
                           static_cast<std::uint32_t>(steady_clock::now().time_since_epoch().count()));
@@ -76,7 +106,7 @@ std::uint16_t free_port() {
   static std::set<std::uint16_t> handed_out;
   for (int attempt = 0; hi > lo && attempt < 200; ++attempt) {
     const auto port = static_cast<std::uint16_t>(lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo)));
-    if (!handed_out.contains(port) && bindable(port)) {
+    if (!handed_out.contains(port) && reserve(port) && bindable(port)) {
       handed_out.insert(port);
       return port;
     }

@@ -91,8 +91,11 @@ class LockdCluster {
 };
 
 // A port below the kernel's ephemeral range that was free a moment ago
-// (outgoing connections cannot take it before a node binds it).
+// (outgoing connections cannot take it before a node binds it), reserved
+// for the rest of this process against every other test process: byte
+// `port` of test_port_lock_path() is locked (fcntl OFD lock).
 std::uint16_t free_port();
+std::string test_port_lock_path();
 
 // Sends `line` to the current leader (never `except`) until the reply is
 // not a redirect, `E no_leader`, `E indeterminate` or a failed call

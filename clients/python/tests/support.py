@@ -9,7 +9,6 @@ the C++ test support).
 from __future__ import annotations
 
 import os
-import random
 import re
 import select
 import shutil
@@ -26,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))  # importable from the tree
 sys.path.insert(0, os.path.join(ROOT, "examples", "fenced_store"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "chaos"))
+from lockd_chaos.ports import free_port  # noqa: E402,F401  (reserved against parallel tests)
 
 
 def lockd_bin() -> str:
@@ -102,36 +103,6 @@ def call_once(port: int, line: str, timeout_s: float = 3.0) -> str:
         return "<no connection>"
 
 
-_handed_out: set = set()
-
-
-def free_port() -> int:
-    """A port below the kernel's ephemeral range that was free a moment ago
-    (a node's outgoing connections cannot take it before the node binds it;
-    like free_port() in tests/support/lockd_cluster.cc)."""
-    lo, hi = 10000, 32767
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            hi = int(f.read().split()[0]) - 1
-    except (OSError, ValueError, IndexError):
-        pass
-    m = re.fullmatch(r"(\d+)-(\d+)", os.environ.get("LOCKD_TEST_PORTS", ""))
-    if m and 0 < int(m.group(1)) < int(m.group(2)) <= 65535:
-        lo, hi = int(m.group(1)), int(m.group(2))
-    for _ in range(200):
-        port = random.randrange(lo, hi)
-        if port in _handed_out:  # a cluster picks every port before any node binds one
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LockdCluster:

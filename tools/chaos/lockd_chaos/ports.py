@@ -5,13 +5,39 @@ which outgoing connections draw from too: between picking it and the
 node binding it, a peer's or a client's connect() can take it, and the
 node fails to listen. So ports come from below that range, like
 free_port() in tests/support/lockd_cluster.cc; LOCKD_TEST_PORTS=LO-HI
-narrows the choice (parallel CI jobs on one host)."""
+narrows the choice (parallel CI jobs on one host).
+
+A port handed out stays reserved for the rest of the process's life
+against every other test process on the host: an exclusive lock on byte
+`port` of one shared file, as the C++ and Go test helpers take. Checking
+that a port binds says nothing a moment later: while a node is down its
+port is free, and a parallel test could pick it and bind it first."""
+import fcntl
 import os
 import random
 import re
 import socket
 
 _handed_out = set()
+_lock_file = None
+
+
+def _reserve(port):
+    """Locks byte `port` of the shared file for this process, or False if
+    another process holds it. The file stays open: closing any descriptor
+    of it would drop every lock this process holds on it."""
+    global _lock_file
+    if _lock_file is None:
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", "lockd-test-ports.lock")
+        try:
+            _lock_file = open(path, "a+b")
+        except OSError:
+            return True  # no shared file: the bind check alone
+    try:
+        fcntl.lockf(_lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)
+        return True
+    except OSError:
+        return False
 
 
 def _range():
@@ -36,7 +62,7 @@ def free_port(host="127.0.0.1"):
         if hi <= lo:
             break
         port = random.randrange(lo, hi)
-        if port in _handed_out:
+        if port in _handed_out or not _reserve(port):
             continue
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
