@@ -20,6 +20,7 @@
 #include "lockd/net/clock.h"
 #include "lockd/raft/driver.h"
 #include "lockd/raft/membership.h"
+#include "lockd/storage/file_snapshot_bytes.h"
 
 namespace lockd::cluster {
 namespace {
@@ -160,6 +161,7 @@ bool ClusterNode::open(std::string& error) {
     }
     last_snapshot_index_ = snap.meta.index;
     last_snapshot_bytes_ = snap.data.size();
+    rehome_snapshot_bytes(snap.meta);
     const std::uint64_t id = service_->state_machine().cluster_id();
     if (identity_.cluster_id != 0 && id != 0 && id != identity_.cluster_id) {
       error = "data dir " + config_.data_dir + ": its snapshot belongs to cluster " +
@@ -487,6 +489,15 @@ TimeNs ClusterNode::table_now_ns(TimeNs now_ns) const {
   return floor_seen_ns_ + std::clamp<TimeNs>(now_ns - floor_seen_at_ns_, 0, kEstimateRunMaxNs);
 }
 
+std::shared_ptr<const raft::SnapshotBytes> ClusterNode::snapshot_file_bytes(const raft::SnapshotMeta& meta) {
+  return storage::FileSnapshotBytes::open(storage_->snapshot_path(meta.index), meta,
+                                          [this](const std::string& what) { fail_storage("snapshot file " + what); });
+}
+
+void ClusterNode::rehome_snapshot_bytes(const raft::SnapshotMeta& meta) {
+  raft_->rehome_snapshot_bytes(meta.index, snapshot_file_bytes(meta));
+}
+
 void ClusterNode::fail_storage(const std::string& message) {
   spdlog::critical("storage failed, stopping: {}", message);
   spdlog::default_logger()->flush();
@@ -499,14 +510,14 @@ void ClusterNode::maybe_snapshot() {
     if (!done) return;
     if (!done->status.ok()) fail_storage(done->status.message);
     last_snapshot_index_ = done->meta.index;
-    last_snapshot_bytes_ = done->data.size();
+    last_snapshot_bytes_ = done->bytes;
     const TimeNs t0 = net::monotonic_now_ns();
     // A leader's snapshot installed meanwhile may already cover more. The
     // dropped entries are freed over the next turns, and the memory stays
     // with the allocator: the log grows back into it before the next
     // snapshot (malloc_trim here cost up to 140 ms in one turn).
     if (done->meta.index > raft_->snapshot_meta().index) {
-      dropped_entries_.add(raft_->compact(done->meta.index, std::move(done->data)));
+      dropped_entries_.add(raft_->compact(done->meta.index, snapshot_file_bytes(done->meta)));
     }
     const auto& t = snapshots_->timing();
     spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms; on the loop: read back {:.1f} ms "
@@ -615,6 +626,7 @@ void ClusterNode::install(const raft::Snapshot& snapshot) {
   }
   last_snapshot_index_ = snapshot.meta.index;
   last_snapshot_bytes_ = snapshot.data.size();
+  rehome_snapshot_bytes(snapshot.meta);  // persisted before install (driver.h)
   return_freed_memory();
   spdlog::info("installed the leader's snapshot at index {}{}", snapshot.meta.index,
                as_checked ? " (the table decoded when it was checked)" : "");

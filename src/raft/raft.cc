@@ -94,7 +94,7 @@ Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state
   term_ = hs.term;
   vote_ = hs.vote;
   snapshot_meta_ = storage.snapshot().meta;
-  snapshot_data_ = std::make_shared<const std::string>(storage.snapshot().data);
+  snapshot_data_ = in_memory_snapshot_bytes(storage.snapshot().data);
   auto stored = storage.entries();
   entries_.assign(stored.begin(), stored.end());
   for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -593,8 +593,9 @@ bool Raft::transfer_leadership(NodeId target) {
   return true;
 }
 
-std::vector<Entry> Raft::compact(Index index, std::string data) {
+std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotBytes> data) {
   LOCKD_CHECK(!ready_outstanding_);
+  LOCKD_CHECK(data != nullptr);
   LOCKD_CHECK(index <= applied_);
   LOCKD_CHECK(index <= stable_index_);
   if (index <= snapshot_meta_.index) return {};
@@ -616,8 +617,15 @@ std::vector<Entry> Raft::compact(Index index, std::string data) {
   entries_ = std::move(kept);
   std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= index; });
   snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
-  snapshot_data_ = std::make_shared<const std::string>(std::move(data));
+  snapshot_data_ = std::move(data);
   return dropped;
+}
+
+void Raft::rehome_snapshot_bytes(Index index, std::shared_ptr<const SnapshotBytes> bytes) {
+  LOCKD_CHECK(bytes != nullptr);
+  if (index != snapshot_meta_.index) return;
+  LOCKD_CHECK(bytes->size() == snapshot_data_->size());
+  snapshot_data_ = std::move(bytes);
 }
 
 // --- messages ---
@@ -979,7 +987,7 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
   }
   unstable_from_ = std::max(unstable_from_, meta.index + 1);
   snapshot_meta_ = meta;
-  snapshot_data_ = std::make_shared<const std::string>(std::move(data));
+  snapshot_data_ = in_memory_snapshot_bytes(std::move(data));
   commit_ = meta.index;
   snapshot_to_install_ = true;
   ++stats_.snapshots_installed;
@@ -1058,7 +1066,7 @@ void Raft::start_snapshot(NodeId to, Progress& pr) {
 }
 
 void Raft::send_snapshot_chunks(NodeId to, Progress& pr) {
-  const std::string& data = *pr.snapshot_data;
+  const SnapshotBytes& data = *pr.snapshot_data;
   std::uint64_t total = data.size();
   std::uint64_t window = cfg_.max_snapshot_chunks_inflight * cfg_.snapshot_chunk_bytes;
   while (!pr.snapshot_all_sent && pr.snapshot_sent - pr.snapshot_offset < window) {
@@ -1070,7 +1078,7 @@ void Raft::send_snapshot_chunks(NodeId to, Progress& pr) {
     m.snapshot = pr.snapshot_meta;
     m.offset = offset;
     m.total_bytes = total;
-    m.chunk = data.substr(offset, len);
+    m.chunk = data.read(offset, static_cast<std::size_t>(len));
     m.done = offset + len == total;
     send(std::move(m));
     pr.snapshot_sent = offset + len;
@@ -1251,7 +1259,7 @@ Ready Raft::ready() {
     handed_hs_ = hs;
   }
   if (snapshot_to_install_) {
-    rd.snapshot = Snapshot{snapshot_meta_, *snapshot_data_};
+    rd.snapshot = Snapshot{snapshot_meta_, snapshot_data_->read(0, static_cast<std::size_t>(snapshot_data_->size()))};
     snapshot_to_install_ = false;
   }
   // Views, not copies: valid until the next input or advance() (raft.h).

@@ -108,9 +108,9 @@ SnapshotWriter::Done SnapshotWriter::finish(raft::StorageStatus status, bool ado
     ::unlink(final_.c_str());
   }
   state_ = State::kIdle;
-  Done done{std::move(status), meta_, {}};
-  if (done.status.ok()) done.data = std::move(data_);
-  data_ = std::string();
+  Done done{std::move(status), meta_, 0};
+  if (done.status.ok()) done.bytes = data_bytes_;
+  slice_ = std::string();
   return done;
 }
 
@@ -152,8 +152,7 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
     for (int i = 0; i < 4; ++i) expected_crc_ |= static_cast<std::uint32_t>(static_cast<unsigned char>(tail[i])) << (8 * i);
     data_bytes_ = size - head_bytes - 4;
     head_bytes_ = head_bytes;
-    data_ = std::string();
-    data_.reserve(data_bytes_);
+    data_read_ = 0;
     state_ = State::kReading;
     return std::nullopt;
   }
@@ -161,20 +160,20 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
 
   // One bounded slice per call, checksummed as it arrives.
   const double t0 = now_ms();
-  const std::size_t have = data_.size();
-  const std::size_t want = std::min<std::uint64_t>(max_read_bytes_, data_bytes_ - have);
-  data_.resize(have + want);
+  const std::uint64_t have = data_read_;
+  const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(max_read_bytes_, data_bytes_ - have));
+  slice_.resize(want);
   std::size_t got = 0;
   while (got < want) {
-    const ssize_t n = ::pread(fd_, data_.data() + have + got, want - got,
-                              static_cast<off_t>(head_bytes_ + have + got));
+    const ssize_t n = ::pread(fd_, slice_.data() + got, want - got, static_cast<off_t>(head_bytes_ + have + got));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return io_error("offset " + std::to_string(head_bytes_ + have + got) + ": read failed");
     got += static_cast<std::size_t>(n);
   }
-  crc_ = raft::crc32c(std::string_view(data_).substr(have, want), crc_);
+  crc_ = raft::crc32c(slice_, crc_);
+  data_read_ += want;
   timing_.read_ms += now_ms() - t0;
-  if (data_.size() < data_bytes_) return std::nullopt;
+  if (data_read_ < data_bytes_) return std::nullopt;
   if (crc_ != expected_crc_) return io_error("bad checksum reading it back");
 
   timing_.bytes = data_bytes_ + head_bytes_ + 4;

@@ -288,6 +288,13 @@ class ClusterNode final : private raft::ReadyHandler {
   // Starts a snapshot when enough was applied; finishes one in progress.
   void maybe_snapshot();
   [[noreturn]] void fail_storage(const std::string& message);
+  // The snapshot file of `meta` as Raft's snapshot bytes: read from disk
+  // when a follower needs them, instead of ~60 MB held in memory at 1 M
+  // locks (raft/snapshot_bytes.h). An unreadable file stops the node.
+  std::shared_ptr<const raft::SnapshotBytes> snapshot_file_bytes(const raft::SnapshotMeta& meta);
+  // Hands Raft the file for the snapshot it holds in memory (at startup,
+  // and after a leader's snapshot is installed and persisted).
+  void rehome_snapshot_bytes(const raft::SnapshotMeta& meta);
   // Notes when the applied table time moved (for table_now_ns()).
   void note_table_floor(TimeNs now_ns);
   // Records a cluster id the log set (IDENTITY, handshakes) and says when

@@ -69,6 +69,7 @@
 
 #include "lockd/raft/confchange.h"
 #include "lockd/raft/message.h"
+#include "lockd/raft/snapshot_bytes.h"
 #include "lockd/raft/storage.h"
 #include "lockd/raft/tracker.h"
 #include "lockd/raft/types.h"
@@ -317,7 +318,15 @@ class Raft {
   // dropped entries (no payload is freed here, and only the kept ones are
   // moved), so that a caller holding a large log can destroy them a slice
   // at a time instead of in one stall.
-  std::vector<Entry> compact(Index index, std::string data);
+  std::vector<Entry> compact(Index index, std::shared_ptr<const SnapshotBytes> data);
+  std::vector<Entry> compact(Index index, std::string data) {
+    return compact(index, in_memory_snapshot_bytes(std::move(data)));
+  }
+  // The latest snapshot's bytes now live in `bytes` (the same bytes,
+  // elsewhere: the daemon's snapshot file once it is durable, instead of
+  // memory). Ignored unless `index` is still the latest snapshot's. A
+  // transfer under way keeps the bytes it started with.
+  void rehome_snapshot_bytes(Index index, std::shared_ptr<const SnapshotBytes> bytes);
 
   // --- outputs ---
   bool has_ready() const;
@@ -445,7 +454,7 @@ class Raft {
   Term term_ = 0;
   NodeId vote_ = kNoNode;
   SnapshotMeta snapshot_meta_;  // latest snapshot (ours or the leader's)
-  std::shared_ptr<const std::string> snapshot_data_;  // its bytes, shared with transfers
+  std::shared_ptr<const SnapshotBytes> snapshot_data_;  // its bytes, shared with transfers
   std::vector<Entry> entries_; // entries_[i].index == snapshot_meta_.index + 1 + i
   Membership bootstrap_conf_;  // from Config::voters; used while nothing is recorded
   // The configurations in entries_ (kConfChange), in index order.

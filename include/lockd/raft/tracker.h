@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lockd/raft/quorum.h"
+#include "lockd/raft/snapshot_bytes.h"
 #include "lockd/raft/types.h"
 
 namespace lockd::raft {
@@ -47,7 +48,7 @@ struct Progress {
   // kSnapshot: the snapshot being sent, pinned so a newer compaction on
   // the leader does not restart a long transfer from byte 0.
   SnapshotMeta snapshot_meta;
-  std::shared_ptr<const std::string> snapshot_data;
+  std::shared_ptr<const SnapshotBytes> snapshot_data;
   std::uint64_t snapshot_offset = 0;   // kSnapshot: bytes the follower acked
   std::uint64_t snapshot_sent = 0;     // kSnapshot: bytes sent (>= acked)
   bool snapshot_all_sent = false;      // kSnapshot: the last chunk went out

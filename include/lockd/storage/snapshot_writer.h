@@ -2,8 +2,9 @@
 // by fork() — the child gets a copy-on-write image of the table frozen at
 // the applied index, serializes it and writes the snapshot file; the
 // parent keeps serving and only pays for fork() itself (page tables: a few
-// ms for a 1 M-lock table, see docs/storage.md) and for reading the bytes
-// back in bounded slices.
+// ms for a 1 M-lock table, see docs/storage.md) and for reading the file
+// back in bounded slices to check it (the bytes are not kept: Raft reads
+// them from the file if a follower needs them, raft/snapshot_bytes.h).
 //
 // Why fork and not serializing in slices across loop turns: the table keeps
 // changing between slices, so a sliced snapshot needs its own copy-on-write
@@ -21,7 +22,8 @@
 //   // every loop turn / timer tick while writer.busy():
 //   if (auto done = writer.poll()) {
 //     if (!done->status.ok()) { log done->status.message; exit non-zero; }   // device failure
-//     raft.compact(done->meta.index, std::move(done->data));
+//     raft.compact(done->meta.index,
+//                  FileSnapshotBytes::open(file_storage.snapshot_path(done->meta.index), done->meta, stop));
 //   }
 //
 // The child does every slow durable step: serialize, write the file under a
@@ -118,7 +120,7 @@ class SnapshotWriter {
   struct Done {
     raft::StorageStatus status;  // ok: the snapshot is durable and the log compacted on disk
     raft::SnapshotMeta meta;
-    std::string data;  // the bytes produce() returned, for Raft::compact
+    std::uint64_t bytes = 0;  // the size of what produce() returned (its data, without the file's header)
   };
 
   explicit SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes = 1u << 20);
@@ -156,7 +158,8 @@ class SnapshotWriter {
   std::string temp_;
   std::string final_;
   raft::SnapshotMeta meta_;
-  std::string data_;  // the snapshot's data read back so far
+  std::string slice_;  // the slice of the file read back last (checked, then dropped)
+  std::uint64_t data_read_ = 0;
   std::uint64_t data_bytes_ = 0;
   std::size_t head_bytes_ = 0;   // the snapshot file's header (version 2: with its configuration)
   std::uint32_t crc_ = 0;           // running CRC-32C of header + data read
