@@ -437,7 +437,7 @@ void ReplicatedLockService::watch_lease(std::string_view key, locks::Token token
   if (s == nullptr) return;
   const locks::Holder* h = s->holder_with(token);
   if (h == nullptr) return;
-  lease_heap_.push({h->expires_at_ns, token, std::string(key)});
+  lease_heap_.push({h->expires_at_ns, token, locks::KeyString(key)});
 }
 
 void ReplicatedLockService::start_lease_scan() {
@@ -460,7 +460,7 @@ void ReplicatedLockService::lease_scan_step() {
   const std::size_t last = std::min(lease_scan_bucket_ + kLeaseScanBucketsPerStep, lease_scan_buckets_);
   // One entry per holder: each shared holder's lease ends on its own.
   table.for_each_in_buckets(lease_scan_bucket_, last, [this](std::string_view key, const locks::KeyState& s) {
-    s.for_each_holder([&](const locks::Holder& h) { lease_heap_.push({h.expires_at_ns, h.token, std::string(key)}); });
+    s.for_each_holder([&](const locks::Holder& h) { lease_heap_.push({h.expires_at_ns, h.token, locks::KeyString(key)}); });
   });
   lease_scan_bucket_ = last;
   if (lease_scan_bucket_ >= lease_scan_buckets_) lease_scan_active_ = false;
@@ -649,7 +649,7 @@ void ReplicatedLockService::on_time(TimeNs now_ns) {
     LockCommand c;
     c.type = LockCommandType::kExpire;
     c.now_ns = now_ns;
-    c.key = t.key;
+    c.key = std::string(t.key.view());
     c.token = t.token;
     if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) {
       lease_heap_.push({table_now + kRetryDelayNs, t.token, std::move(t.key)});

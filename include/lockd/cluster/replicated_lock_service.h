@@ -163,10 +163,13 @@ class ReplicatedLockService final : public server::LockService {
     locks::WaiterId waiter;
     bool operator>(const TimedWaiter& o) const { return at_ns > o.at_ns; }
   };
+  // 56 bytes, one per holder: the key as the table stores it (a
+  // std::string here cost 32 bytes plus a 32-byte heap block for any key
+  // over 15 bytes, most real keys; docs/benchmarks.md "Memory").
   struct TimedLease {
     TimeNs at_table_ns;
     locks::Token token;
-    std::string key;
+    locks::KeyString key;
     bool operator>(const TimedLease& o) const { return at_table_ns > o.at_table_ns; }
   };
 

@@ -29,7 +29,16 @@ class KeyString {
     other.size_ = 0;  // the heap block, if any, now belongs to this
   }
   KeyString& operator=(const KeyString&) = delete;
-  KeyString& operator=(KeyString&&) = delete;
+  // For containers that move elements around (the leader's lease heap).
+  KeyString& operator=(KeyString&& other) noexcept {
+    if (this != &other) {
+      if (on_heap()) delete[] heap_ptr();
+      size_ = other.size_;
+      std::memcpy(bytes_, other.bytes_, sizeof bytes_);
+      other.size_ = 0;
+    }
+    return *this;
+  }
   ~KeyString() {
     if (on_heap()) delete[] heap_ptr();
   }
