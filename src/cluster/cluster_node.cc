@@ -517,7 +517,8 @@ void ClusterNode::maybe_snapshot() {
     // with the allocator: the log grows back into it before the next
     // snapshot (malloc_trim here cost up to 140 ms in one turn).
     if (done->meta.index > raft_->snapshot_meta().index) {
-      dropped_entries_.add(raft_->compact(done->meta.index, snapshot_file_bytes(done->meta)));
+      const raft::Index keep = std::min<std::uint64_t>(kCompactionKeepEntries, config_.snapshot_entries / 2);
+      dropped_entries_.add(raft_->compact(done->meta.index, snapshot_file_bytes(done->meta), keep));
     }
     const auto& t = snapshots_->timing();
     spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms; on the loop: read back {:.1f} ms "

@@ -97,8 +97,10 @@ Raft::Raft(Config cfg, const Storage& storage) : cfg_(std::move(cfg)), rng_state
   snapshot_data_ = in_memory_snapshot_bytes(storage.snapshot().data);
   auto stored = storage.entries();
   entries_.assign(stored.begin(), stored.end());
+  log_base_ = snapshot_meta_.index;
+  log_base_term_ = snapshot_meta_.term;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
-    LOCKD_CHECK(entries_[i].index == snapshot_meta_.index + 1 + i);
+    LOCKD_CHECK(entries_[i].index == log_base_ + 1 + i);
   }
   index_confs(0);
   // The state machine was restored from the snapshot; committed entries
@@ -261,13 +263,13 @@ NodeId Raft::leader_hint() const {
 }
 
 Index Raft::last_index() const {
-  return entries_.empty() ? snapshot_meta_.index : entries_.back().index;
+  return entries_.empty() ? log_base_ : entries_.back().index;
 }
 
 std::optional<Term> Raft::term_at(Index i) const {
-  if (i == snapshot_meta_.index) return snapshot_meta_.term;
-  if (i < snapshot_meta_.index || i > last_index()) return std::nullopt;
-  return entries_[i - snapshot_meta_.index - 1].term;
+  if (i == log_base_) return log_base_term_;
+  if (i < log_base_ || i > last_index()) return std::nullopt;
+  return entries_[i - log_base_ - 1].term;
 }
 
 Term Raft::last_term() const { return *term_at(last_index()); }
@@ -593,7 +595,7 @@ bool Raft::transfer_leadership(NodeId target) {
   return true;
 }
 
-std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotBytes> data) {
+std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotBytes> data, Index keep_entries) {
   LOCKD_CHECK(!ready_outstanding_);
   LOCKD_CHECK(data != nullptr);
   LOCKD_CHECK(index <= applied_);
@@ -601,20 +603,29 @@ std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotByte
   if (index <= snapshot_meta_.index) return {};
   Term t = *term_at(index);
   Membership c = conf_at(index);
-  // The kept suffix moves to a new buffer as large as the old one (so the
-  // log grows back without reallocating); the old one, cut to the
-  // compacted prefix, goes back to the caller. Only the suffix is touched
-  // here: moving the prefix out instead touched every dropped entry, pages
-  // the snapshot's fork() had made copy-on-write (92-113 ms at 1 M locks,
-  // against 2-29 ms this way).
-  const auto cut = static_cast<std::ptrdiff_t>(index - snapshot_meta_.index);
-  std::vector<Entry> kept;
-  kept.reserve(entries_.capacity());
-  kept.insert(kept.end(), std::make_move_iterator(entries_.begin() + cut),
-              std::make_move_iterator(entries_.end()));
-  std::vector<Entry> dropped = std::move(entries_);
-  dropped.resize(static_cast<std::size_t>(cut));  // the moved-from suffix
-  entries_ = std::move(kept);
+  // The log keeps `keep_entries` before the snapshot's index (never fewer
+  // than it held): a follower a little behind catches up from them.
+  const Index base = std::max(log_base_, index > keep_entries ? index - keep_entries : 0);
+  std::vector<Entry> dropped;
+  if (base > log_base_) {
+    // The kept suffix moves to a new buffer as large as the old one (so
+    // the log grows back without reallocating); the old one, cut to the
+    // compacted prefix, goes back to the caller. Only the suffix is
+    // touched here: moving the prefix out instead touched every dropped
+    // entry, pages the snapshot's fork() had made copy-on-write (92-113 ms
+    // at 1 M locks, against 2-29 ms this way).
+    const Term base_term = *term_at(base);
+    const auto cut = static_cast<std::ptrdiff_t>(base - log_base_);
+    std::vector<Entry> kept;
+    kept.reserve(entries_.capacity());
+    kept.insert(kept.end(), std::make_move_iterator(entries_.begin() + cut),
+                std::make_move_iterator(entries_.end()));
+    dropped = std::move(entries_);
+    dropped.resize(static_cast<std::size_t>(cut));  // the moved-from suffix
+    entries_ = std::move(kept);
+    log_base_ = base;
+    log_base_term_ = base_term;
+  }
   std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= index; });
   snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
   snapshot_data_ = std::move(data);
@@ -833,7 +844,7 @@ void Raft::truncate_and_append(std::span<const Entry> entries, bool take) {
   if (entries.empty()) return;
   Index first = entries.front().index;
   LOCKD_CHECK(first > snapshot_meta_.index && first <= last_index() + 1);
-  entries_.resize(first - snapshot_meta_.index - 1);
+  entries_.resize(first - log_base_ - 1);
   bool conf_changed = false;
   while (!log_confs_.empty() && log_confs_.back().first >= first) {
     log_confs_.pop_back();  // an uncommitted configuration is undone with its entry
@@ -894,7 +905,7 @@ void Raft::handle_append(const Message& m) {
   // not newer than the leader's prev term. The leader can then skip a whole
   // term of mismatched entries per round trip instead of one entry.
   Index hint = std::min(m.index, last_index());
-  while (hint > snapshot_meta_.index && *term_at(hint) > m.log_term) --hint;
+  while (hint > log_base_ && *term_at(hint) > m.log_term) --hint;
   r.reject = true;
   r.index = m.index;
   r.reject_hint = hint;
@@ -975,8 +986,7 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
   std::optional<Term> t = term_at(meta.index);
   if (t && *t == meta.term) {
     // Our log already extends it: keep the suffix (thesis §5.3).
-    entries_.erase(entries_.begin(),
-                   entries_.begin() + static_cast<std::ptrdiff_t>(meta.index - snapshot_meta_.index));
+    entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(meta.index - log_base_));
     std::erase_if(log_confs_, [&](const auto& lc) { return lc.first <= meta.index; });
     stable_index_ = std::max(stable_index_, meta.index);
   } else {
@@ -986,6 +996,8 @@ void Raft::install_snapshot(const SnapshotMeta& meta, std::string data) {
     unstable_from_ = meta.index + 1;
   }
   unstable_from_ = std::max(unstable_from_, meta.index + 1);
+  log_base_ = meta.index;
+  log_base_term_ = meta.term;
   snapshot_meta_ = meta;
   snapshot_data_ = in_memory_snapshot_bytes(std::move(data));
   commit_ = meta.index;
@@ -1023,7 +1035,7 @@ bool Raft::send_append(NodeId to, bool send_if_empty) {
   std::optional<Term> prev_term = term_at(prev);
   if (!prev_term) {
     // The entries it needs are compacted away: send the snapshot instead.
-    LOCKD_CHECK(prev < snapshot_meta_.index);
+    LOCKD_CHECK(prev < log_base_);
     start_snapshot(to, pr);
     return true;
   }
@@ -1035,7 +1047,7 @@ bool Raft::send_append(NodeId to, bool send_if_empty) {
   m.commit = commit_;
   std::size_t bytes = 0;
   for (Index i = pr.next; i <= last_index() && m.entries.size() < cfg_.max_entries_per_append; ++i) {
-    const Entry& e = entries_[i - snapshot_meta_.index - 1];
+    const Entry& e = entries_[i - log_base_ - 1];
     if (!m.entries.empty() && bytes + e.data.size() > cfg_.max_bytes_per_append) break;
     bytes += e.data.size();
     m.entries.push_back(e);
@@ -1166,7 +1178,7 @@ void Raft::handle_append_resp(const Message& m) {
       // Skip back to the last index whose term is not newer than the
       // follower's term at its hint: all entries between surely conflict.
       Index idx = std::min(m.reject_hint, last_index());
-      while (idx > snapshot_meta_.index && *term_at(idx) > m.log_term) --idx;
+      while (idx > log_base_ && *term_at(idx) > m.log_term) --idx;
       pr.next = std::max(std::min(m.index, idx + 1), pr.match + 1);
       pr.probe_sent = false;
       moved = true;
@@ -1265,7 +1277,7 @@ Ready Raft::ready() {
   // Views, not copies: valid until the next input or advance() (raft.h).
   const std::span<const Entry> log(entries_);
   if (unstable_from_ <= last_index()) {
-    rd.entries = log.subspan(unstable_from_ - snapshot_meta_.index - 1);
+    rd.entries = log.subspan(unstable_from_ - log_base_ - 1);
   }
   unstable_from_ = last_index() + 1;
 
@@ -1273,7 +1285,7 @@ Ready Raft::ready() {
   if (rd.snapshot) from = std::max(from, rd.snapshot->meta.index);
   Index to = std::min(commit_, stable_index_);
   if (to > from + cfg_.max_apply_entries) to = from + cfg_.max_apply_entries;
-  if (to > from) rd.committed = log.subspan(from - snapshot_meta_.index, to - from);
+  if (to > from) rd.committed = log.subspan(from - log_base_, to - from);
   ready_applied_to_ = rd.committed.empty() ? from : rd.committed.back().index;
 
   rd.messages = std::move(msgs_);
@@ -1333,7 +1345,7 @@ Status Raft::status() const {
   s.leader = leader_;
   s.commit = commit_;
   s.applied = applied_;
-  s.first_index = snapshot_meta_.index + 1;
+  s.first_index = log_base_ + 1;
   s.last_index = last_index();
   s.snapshot_index = snapshot_meta_.index;
   s.transferee = lead_transferee_;

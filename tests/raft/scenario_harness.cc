@@ -191,6 +191,7 @@ std::string ScenarioCluster::status_line(NodeId id) const {
   o << to_string(s.role) << " term=" << s.term << " vote=" << s.vote << " leader=" << s.leader
     << " commit=" << s.commit << " applied=" << s.applied;
   if (s.snapshot_index > 0) o << " snap=" << s.snapshot_index;
+  if (n.raft->log_base() != s.snapshot_index) o << " base=" << n.raft->log_base();
   o << " log=[";
   bool first = true;
   for (const Entry& e : n.raft->log()) {
@@ -324,8 +325,13 @@ std::string ScenarioCluster::run(const std::string& line) {
     for (std::size_t i = 0; i < n.applied.size(); ++i) data += (i ? "," : "") + n.applied[i];
     Snapshot s{SnapshotMeta{at, *n.raft->term_at(at)}, data};
     n.disk.save_snapshot(s);
-    n.raft->compact(at, data);
-    o << "n" << w[1] << " compacted through " << at << "\n";
+    // `compact N keep=K`: the log keeps K entries behind the snapshot.
+    Index keep = 0;
+    if (w.size() > 2 && w[2].rfind("keep=", 0) == 0) keep = std::stoull(w[2].substr(5));
+    n.raft->compact(at, data, keep);
+    o << "n" << w[1] << " compacted through " << at;
+    if (keep > 0) o << ", log kept from " << n.raft->log_base() + 1;
+    o << "\n";
   } else if (cmd == "transfer") {
     ensure_started();
     bool ok = nodes_.at(to_id(w[1])).raft->transfer_leadership(to_id(w[2]));

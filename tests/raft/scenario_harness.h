@@ -21,7 +21,7 @@
 //   heal                      remove partitions
 //   crash <id> / restart <id> lose everything not persisted / rebuild from disk
 //   propose <id> <text>       propose a command
-//   compact <id>              snapshot at the node's applied index
+//   compact <id> [keep=K]     snapshot at the node's applied index (the log keeps K entries behind it)
 //   transfer <id> <target>    leadership transfer
 //   status [<id>...]          role, term, commit and log terms of each node
 //   progress <id>             the leader's view of each follower

@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_flag("--membership", opts.membership,
                "membership changes under the faults (add, promote, remove, replace)");
   app.add_flag("--exclusive-only", opts.exclusive_only, "clients issue A only (no S), as before issue 22");
+  app.add_flag("--compact-keep", opts.compact_keep,
+               "compactions keep some entries behind the snapshot (as the daemon does)");
   app.add_flag("-v,--verbose", opts.verbose, "trace every event");
   app.add_flag("--trace-messages", opts.trace_messages, "also trace every delivered message");
   CLI11_PARSE(app, argc, argv);

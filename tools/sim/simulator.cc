@@ -196,6 +196,13 @@ class Simulation {
     // start_ready): a Ready's sync ends a random number of node visits
     // later, and the core takes messages, ticks and proposals meanwhile.
     pipelined_ = prng_.below(4) != 0;
+    // --compact-keep: compaction keeps 1..2x compact_every entries behind
+    // the snapshot (the daemon keeps some, raft.h compact). Drawn from its
+    // own stream, so that the default runs stay draw for draw as before.
+    if (opts_.compact_keep) {
+      Prng krng(seed ^ 0x6b656570656e7472ull);
+      compact_keep_ = 1 + krng.below(2 * w_.compact_every);
+    }
     if (pipelined_) {
       sync_done_chance_ = 0.15 + prng_.unit() * 0.8;
       stall_chance_ = prng_.chance(0.3) ? 0.0 : prng_.unit() * 0.3;
@@ -704,7 +711,7 @@ class Simulation {
       snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied), n.raft->conf_at(n.applied)};
       snap.data = n.sm->snapshot();
       n.disk.save_snapshot(snap);
-      n.raft->compact(n.applied, std::move(snap.data));
+      n.raft->compact(n.applied, std::move(snap.data), compact_keep_);
     }
   }
 
@@ -850,7 +857,7 @@ class Simulation {
     if (to.raft->role() != Role::kLeader) return false;
     if (f.acked == 0) return true;
     const Node& from = nodes_[f.from - 1];
-    return from.up && from.raft->snapshot_meta().index < f.acked &&
+    return from.up && from.raft->log_base() < f.acked &&
            from.raft->term_at(f.acked) != to.raft->term_at(f.acked);
   }
 
@@ -1587,8 +1594,8 @@ class Simulation {
       }
       n.running_term = r.term();
       // Record newly committed entries; they must agree with history.
-      for (Index i = std::max(n.seen_commit, r.snapshot_meta().index) + 1; i <= r.commit(); ++i) {
-        const Entry& e = r.log()[i - r.snapshot_meta().index - 1];
+      for (Index i = std::max(n.seen_commit, r.log_base()) + 1; i <= r.commit(); ++i) {
+        const Entry& e = r.log()[i - r.log_base() - 1];
         HistoryEntry& h = history_entry(n, i, e.term, e.data);
         h.commit_term = std::min(h.commit_term, r.term());
         if (!result_.passed) return;
@@ -1625,7 +1632,7 @@ class Simulation {
         bool ahead = f.raft->term() > l.raft->term();
         Index claim = ahead ? std::min(p.match, committed) : p.match;
         bool ok = claim <= f.raft->last_index();
-        if (ok && claim > std::max(f.raft->snapshot_meta().index, l.raft->snapshot_meta().index)) {
+        if (ok && claim > std::max(f.raft->log_base(), l.raft->log_base())) {
           ok = f.raft->term_at(claim) == l.raft->term_at(claim);
         }
         if (!ok) {
@@ -1716,7 +1723,7 @@ class Simulation {
         const Node& x = nodes_[a];
         const Node& y = nodes_[b];
         if (!x.up || !y.up) continue;
-        Index lo = std::max(x.raft->snapshot_meta().index, y.raft->snapshot_meta().index) + 1;
+        Index lo = std::max(x.raft->log_base(), y.raft->log_base()) + 1;
         Index hi = std::min(x.raft->last_index(), y.raft->last_index());
         Index top = 0;
         for (Index i = hi; i >= lo && i > 0; --i) {
@@ -1726,8 +1733,8 @@ class Simulation {
           }
         }
         for (Index i = lo; i <= top; ++i) {
-          const Entry& ex = x.raft->log()[i - x.raft->snapshot_meta().index - 1];
-          const Entry& ey = y.raft->log()[i - y.raft->snapshot_meta().index - 1];
+          const Entry& ex = x.raft->log()[i - x.raft->log_base() - 1];
+          const Entry& ey = y.raft->log()[i - y.raft->log_base() - 1];
           if (ex.term != ey.term || ex.data != ey.data) {
             fail("log matching", "n" + std::to_string(x.id) + " and n" + std::to_string(y.id) +
                                      " agree on term at " + std::to_string(top) + " but differ at " +
@@ -1745,7 +1752,7 @@ class Simulation {
     for (const Node& n : nodes_) {
       if (!n.up || !result_.passed || n.raft->role() != Role::kLeader) continue;
       const Raft& r = *n.raft;
-      for (auto it = history_.upper_bound(r.snapshot_meta().index); it != history_.end(); ++it) {
+      for (auto it = history_.upper_bound(r.log_base()); it != history_.end(); ++it) {
         if (it->second.commit_term > r.term()) continue;
         if (r.term_at(it->first) != it->second.term) {
           fail("leader completeness", "leader n" + std::to_string(n.id) + " of term " + std::to_string(r.term()) +
@@ -1816,6 +1823,7 @@ class Simulation {
   Prng mrng_;                   // --membership draws: a stream of its own, so runs without it are unchanged
   Prng prng_;                   // pipelined-sync draws: their own stream too
   bool pipelined_ = false;      // this seed drives its nodes with start_ready / complete_ready
+  Index compact_keep_ = 0;      // entries a compaction keeps behind the snapshot (--compact-keep)
   double sync_done_chance_ = 1;  // per node visit: the Ready's sync ends
   double stall_chance_ = 0;      // per sync, in storms: the disk stalls for a few steps
   bool end_of_step_ = false;     // the sweep that ends this step's syncs
@@ -1911,6 +1919,7 @@ std::string replay_command(const SimOptions& opts, std::uint64_t seed) {
   if (opts.bug != PlantedBug::kNone) s << " --bug " << to_string(opts.bug);
   if (opts.membership) s << " --membership";
   if (opts.exclusive_only) s << " --exclusive-only";
+  if (opts.compact_keep) s << " --compact-keep";
   return s.str();
 }
 

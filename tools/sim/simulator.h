@@ -74,6 +74,10 @@ struct SimOptions {
   // Clients issue only A (the mix before issue 22, draw for draw), for
   // seed windows found before the clients issued S.
   bool exclusive_only = false;
+  // Compactions keep a seed-drawn number of entries behind the snapshot
+  // (Raft::compact's keep_entries), so that followers a little behind are
+  // caught up from the log rather than sent the snapshot.
+  bool compact_keep = false;
 };
 
 // What one seed did.

@@ -75,6 +75,15 @@ constexpr std::size_t kDroppedEntriesFreedPerTurn = 2048;
 // bytes): 25% keeps it near 30 bytes per held lock at most; 100% cost
 // ~55 B per lock at 1 M locks (docs/benchmarks.md, memory).
 constexpr std::uint64_t kSnapshotLogPercent = 25;
+// Entries a compaction keeps behind the snapshot (Raft::compact's
+// keep_entries; etcd keeps 5,000): a follower that is only slower than the
+// leader — not yet at the index the leader snapshotted — catches up from
+// the log instead of being sent the whole snapshot. In a 1 M-lock fill a
+// loaded follower was sent 60 MB snapshots over and over, each one
+// making it slower. ~20,000 entries of ~120 bytes in memory: ~2.4 MB.
+// Never more than half of --snapshot-entries (a small spacing, as in
+// tests, keeps fewer).
+constexpr std::uint64_t kCompactionKeepEntries = 20'000;
 // Proposals beyond the commit index before requests are refused (`B` for
 // an `A`). Raft's default (4096) is a few loop turns of one pipelining
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many

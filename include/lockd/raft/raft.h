@@ -313,14 +313,20 @@ class Raft {
   // or this leader was removed and is already handing over.
   bool transfer_leadership(NodeId target);
   // The state machine took a snapshot covering [1, index] (index <=
-  // applied). The core drops those entries and sends `data` to followers that
-  // fall behind them. The caller persists the snapshot itself. Returns the
-  // dropped entries (no payload is freed here, and only the kept ones are
-  // moved), so that a caller holding a large log can destroy them a slice
-  // at a time instead of in one stall.
-  std::vector<Entry> compact(Index index, std::shared_ptr<const SnapshotBytes> data);
-  std::vector<Entry> compact(Index index, std::string data) {
-    return compact(index, in_memory_snapshot_bytes(std::move(data)));
+  // applied). The core drops those entries but the last `keep_entries` of
+  // them, and sends `data` to followers that fall behind what it kept. The
+  // caller persists the snapshot itself. Returns the dropped entries (no
+  // payload is freed here, and only the kept ones are moved), so that a
+  // caller holding a large log can destroy them a slice at a time instead
+  // of in one stall.
+  //
+  // Why keep some (etcd's SnapshotCatchUpEntries): the leader snapshots at
+  // its applied index, which a follower that is merely a little slower has
+  // not reached; compacting right up to it sends that follower the whole
+  // snapshot (at 1 M locks, 60 MB, again and again while it stays behind).
+  std::vector<Entry> compact(Index index, std::shared_ptr<const SnapshotBytes> data, Index keep_entries = 0);
+  std::vector<Entry> compact(Index index, std::string data, Index keep_entries = 0) {
+    return compact(index, in_memory_snapshot_bytes(std::move(data)), keep_entries);
   }
   // The latest snapshot's bytes now live in `bytes` (the same bytes,
   // elsewhere: the daemon's snapshot file once it is durable, instead of
@@ -360,7 +366,10 @@ class Raft {
   // Term of the entry at `i`: nullopt when compacted away or beyond the log.
   std::optional<Term> term_at(Index i) const;
   const SnapshotMeta& snapshot_meta() const { return snapshot_meta_; }
-  std::span<const Entry> log() const { return entries_; }  // after the snapshot
+  // The log the core holds: log_base() + 1 onwards. The base is at or
+  // below the snapshot's index (compact's keep_entries).
+  std::span<const Entry> log() const { return entries_; }
+  Index log_base() const { return log_base_; }
   // The configuration in force: the latest one in the log, appended or
   // committed (or the snapshot's, or the bootstrap one).
   const Membership& conf() const;
@@ -455,7 +464,9 @@ class Raft {
   NodeId vote_ = kNoNode;
   SnapshotMeta snapshot_meta_;  // latest snapshot (ours or the leader's)
   std::shared_ptr<const SnapshotBytes> snapshot_data_;  // its bytes, shared with transfers
-  std::vector<Entry> entries_; // entries_[i].index == snapshot_meta_.index + 1 + i
+  std::vector<Entry> entries_; // entries_[i].index == log_base_ + 1 + i
+  Index log_base_ = 0;         // <= snapshot_meta_.index: compact() may keep entries behind it
+  Term log_base_term_ = 0;     // the term of the entry at log_base_
   Membership bootstrap_conf_;  // from Config::voters; used while nothing is recorded
   // The configurations in entries_ (kConfChange), in index order.
   std::vector<std::pair<Index, Membership>> log_confs_;
