@@ -55,16 +55,8 @@ TEST(TestPorts, APortHandedOutIsReservedAgainstOtherTestProcesses) {
   const std::uint16_t port = free_port();
   const int other = ::open(test_port_lock_path().c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(other, 0);
-  auto try_lock = [&](std::uint16_t p) {
-    struct flock lk{};
-    lk.l_type = F_WRLCK;
-    lk.l_whence = SEEK_SET;
-    lk.l_start = p;
-    lk.l_len = 1;
-    return ::fcntl(other, F_OFD_SETLK, &lk) == 0;
-  };
-  EXPECT_FALSE(try_lock(port)) << "port " << port << " was handed out but another process could reserve it";
-  EXPECT_TRUE(try_lock(9)) << "a port nobody picked is free to reserve";
+  EXPECT_FALSE(lock_port_byte(other, port)) << "port " << port << " was handed out but another process could reserve it";
+  EXPECT_TRUE(lock_port_byte(other, 9)) << "a port nobody picked is free to reserve";
   ::close(other);
 }
 

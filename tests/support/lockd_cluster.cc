@@ -53,6 +53,15 @@ bool bindable(std::uint16_t port) {
 
 }  // namespace
 
+bool lock_port_byte(int fd, std::uint16_t port) {
+  struct flock lk{};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  lk.l_start = port;
+  lk.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &lk) == 0;
+}
+
 std::string test_port_lock_path() {
   const char* tmp = std::getenv("TMPDIR");
   return std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/lockd-test-ports.lock";
@@ -71,12 +80,7 @@ namespace {
 bool reserve(std::uint16_t port) {
   static const int fd = ::open(test_port_lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return true;  // no shared file: the bind check alone
-  struct flock lk{};
-  lk.l_type = F_WRLCK;
-  lk.l_whence = SEEK_SET;
-  lk.l_start = port;
-  lk.l_len = 1;
-  return ::fcntl(fd, F_OFD_SETLK, &lk) == 0;
+  return lock_port_byte(fd, port);
 }
 
 }  // namespace

@@ -96,6 +96,9 @@ class LockdCluster {
 // `port` of test_port_lock_path() is locked (fcntl OFD lock).
 std::uint16_t free_port();
 std::string test_port_lock_path();
+// Locks byte `port` of the open lock file `fd` (an OFD lock: held by this
+// open of the file); false when another open holds it.
+bool lock_port_byte(int fd, std::uint16_t port);
 
 // Sends `line` to the current leader (never `except`) until the reply is
 // not a redirect, `E no_leader`, `E indeterminate` or a failed call
