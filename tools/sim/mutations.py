@@ -140,6 +140,17 @@ MUTATIONS = [
              "leadership_transfer scenario transcript still notices the changed behaviour)",
          find="  if (pr.match == last_index()) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;",
          replace="  if (true) {\n    Message m;\n    m.type = MessageType::kTimeoutNow;"),
+    # ---- src/raft: compaction that keeps entries behind the snapshot (simulated with --compact-keep) ----
+    dict(name="compact-base-term-from-snapshot", file="src/raft/raft.cc", kind="bug", sim_args=["--compact-keep"],
+         source="compaction that keeps a window records the snapshot's term as the term of the log's new "
+                "base entry (they differ when a term began inside the window)",
+         find="    log_base_term_ = base_term;\n  }",
+         replace="    log_base_term_ = t;\n  }"),
+    dict(name="compact-cuts-to-the-snapshot", file="src/raft/raft.cc", kind="bug", sim_args=["--compact-keep"],
+         source="compaction drops every entry up to the snapshot's index but records the window's base as "
+                "the log's start (the kept entries are off by the window)",
+         find="    const auto cut = static_cast<std::ptrdiff_t>(base - log_base_);",
+         replace="    const auto cut = static_cast<std::ptrdiff_t>(index - log_base_);"),
     # ---- src/raft: membership (issue 20; simulated with --membership) ----
     dict(name="quorum-from-old-config", file="src/raft/raft.cc", kind="bug", sim_args=["--membership"],
          source="the leader keeps the voters it was elected with: a change it appends never reaches its "
