@@ -20,6 +20,7 @@ void Progress::become_probe() {
   state = ProgressState::kProbe;
   probe_sent = false;
   inflight.clear();
+  snapshot_data.reset();  // a transfer that ended pins nothing
   next = std::max(next, match + 1);
 }
 
@@ -27,6 +28,7 @@ void Progress::become_replicate() {
   state = ProgressState::kReplicate;
   probe_sent = false;
   inflight.clear();
+  snapshot_data.reset();
   next = match + 1;
 }
 

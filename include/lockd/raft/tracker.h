@@ -46,7 +46,8 @@ struct Progress {
   bool recent_active = false;    // CheckQuorum: heard from it this period
   std::uint64_t last_contact_tick = 0;
   // kSnapshot: the snapshot being sent, pinned so a newer compaction on
-  // the leader does not restart a long transfer from byte 0.
+  // the leader does not restart a long transfer from byte 0; let go when
+  // the progress leaves kSnapshot (become_probe / become_replicate).
   SnapshotMeta snapshot_meta;
   std::shared_ptr<const SnapshotBytes> snapshot_data;
   std::uint64_t snapshot_offset = 0;   // kSnapshot: bytes the follower acked
