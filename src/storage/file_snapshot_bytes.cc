@@ -19,24 +19,17 @@ namespace {
 constexpr std::size_t kCheckSliceBytes = 1u << 20;
 }  // namespace
 
-std::shared_ptr<const FileSnapshotBytes> FileSnapshotBytes::open(const std::string& path,
-                                                                 const raft::SnapshotMeta& meta, OnError on_error) {
-  auto fail = [&](const std::string& what) {
-    on_error(path + ": " + what);
-    std::abort();  // on_error must not return
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::optional<SnapshotFileFrame> read_snapshot_frame(int fd, const raft::SnapshotMeta& meta, std::string& what) {
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    fail(std::string("open failed: ") + std::strerror(err));
+  if (::fstat(fd, &st) != 0) {
+    what = std::string("stat failed: ") + std::strerror(errno);
+    return std::nullopt;
   }
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   const std::size_t head_bytes = snapshot_header_bytes(meta);
   if (file_bytes < head_bytes + 4) {
-    ::close(fd);
-    fail("shorter than its header");
+    what = "shorter than its header";
+    return std::nullopt;
   }
   std::string expected;
   encode_snapshot_header(meta, file_bytes - head_bytes - 4, expected);
@@ -44,17 +37,37 @@ std::shared_ptr<const FileSnapshotBytes> FileSnapshotBytes::open(const std::stri
   char tail[4];
   if (::pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()) ||
       ::pread(fd, tail, 4, static_cast<off_t>(file_bytes - 4)) != 4) {
-    ::close(fd);
-    fail("read failed");
+    what = "read failed";
+    return std::nullopt;
   }
   if (head != expected) {
-    ::close(fd);
-    fail("header does not match the snapshot at index " + std::to_string(meta.index));
+    what = "header does not match the snapshot at index " + std::to_string(meta.index);
+    return std::nullopt;
   }
-  std::uint32_t expected_crc = 0;
-  for (int i = 0; i < 4; ++i) expected_crc |= static_cast<std::uint32_t>(static_cast<unsigned char>(tail[i])) << (8 * i);
+  SnapshotFileFrame f;
+  f.data_offset = head_bytes;
+  f.data_bytes = file_bytes - head_bytes - 4;
+  f.head_crc = raft::crc32c(head);
+  for (int i = 0; i < 4; ++i) f.expected_crc |= static_cast<std::uint32_t>(static_cast<unsigned char>(tail[i])) << (8 * i);
+  return f;
+}
+
+std::shared_ptr<const FileSnapshotBytes> FileSnapshotBytes::open(const std::string& path,
+                                                                 const raft::SnapshotMeta& meta, OnError on_error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    on_error(path + ": open failed: " + std::strerror(errno));
+    std::abort();  // on_error must not return
+  }
+  std::string what;
+  const std::optional<SnapshotFileFrame> f = read_snapshot_frame(fd, meta, what);
+  if (!f) {
+    ::close(fd);
+    on_error(path + ": " + what);
+    std::abort();
+  }
   return std::shared_ptr<const FileSnapshotBytes>(new FileSnapshotBytes(
-      fd, path, head_bytes, file_bytes - head_bytes - 4, raft::crc32c(head), expected_crc, std::move(on_error)));
+      fd, path, f->data_offset, f->data_bytes, f->head_crc, f->expected_crc, std::move(on_error)));
 }
 
 FileSnapshotBytes::FileSnapshotBytes(int fd, std::string path, std::uint64_t data_offset, std::uint64_t size,

@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "lockd/common/check.h"
 #include "lockd/common/forked_child.h"
 #include "lockd/raft/codec.h"
+#include "lockd/storage/file_snapshot_bytes.h"
 #include "lockd/storage/wal_format.h"
 
 namespace lockd::storage {
@@ -133,25 +133,14 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
     }
     // Header and CRC now; the data in slices on later calls.
     fd_ = ::open(final_.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0) return io_error(std::string("open failed: ") + std::strerror(errno));
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    const std::size_t head_bytes = snapshot_header_bytes(meta_);
-    if (size < head_bytes + 4) return io_error("shorter than its header");
-    std::string head(head_bytes, '\0');
-    std::string expected;
-    encode_snapshot_header(meta_, size - head_bytes - 4, expected);
-    char tail[4];
-    if (::pread(fd_, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()) ||
-        ::pread(fd_, tail, 4, static_cast<off_t>(size - 4)) != 4) {
-      return io_error("read failed");
-    }
-    if (head != expected) return io_error("header does not match the snapshot asked for");
-    crc_ = raft::crc32c(head);
-    expected_crc_ = 0;
-    for (int i = 0; i < 4; ++i) expected_crc_ |= static_cast<std::uint32_t>(static_cast<unsigned char>(tail[i])) << (8 * i);
-    data_bytes_ = size - head_bytes - 4;
-    head_bytes_ = head_bytes;
+    if (fd_ < 0) return io_error(std::string("open failed: ") + std::strerror(errno));
+    std::string what;
+    const std::optional<SnapshotFileFrame> frame = read_snapshot_frame(fd_, meta_, what);
+    if (!frame) return io_error(what);
+    crc_ = frame->head_crc;
+    expected_crc_ = frame->expected_crc;
+    data_bytes_ = frame->data_bytes;
+    head_bytes_ = frame->data_offset;
     data_read_ = 0;
     state_ = State::kReading;
     return std::nullopt;

@@ -16,12 +16,26 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lockd/raft/snapshot_bytes.h"
 #include "lockd/raft/types.h"
 
 namespace lockd::storage {
+
+// Where the data of the snapshot file open at `fd` lies, and the CRCs to
+// check it with, once its header is found to be `meta`'s. Shared by the
+// read-back of a new snapshot (SnapshotWriter) and FileSnapshotBytes.
+struct SnapshotFileFrame {
+  std::uint64_t data_offset = 0;  // the header's length
+  std::uint64_t data_bytes = 0;
+  std::uint32_t head_crc = 0;      // CRC-32C of the header: a running CRC's seed
+  std::uint32_t expected_crc = 0;  // the file's last 4 bytes: CRC-32C of header + data
+};
+// Empty, with `what` set, when the file cannot be read, is shorter than
+// its header, or names another snapshot.
+std::optional<SnapshotFileFrame> read_snapshot_frame(int fd, const raft::SnapshotMeta& meta, std::string& what);
 
 class FileSnapshotBytes final : public raft::SnapshotBytes {
  public:
