@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -334,6 +335,65 @@ TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
   }
   EXPECT_EQ(call_leader(c, "A dave after 60000").rfind("A ", 0), 0u);
   EXPECT_EQ(call_leader(c, "A bob held"), "T bob held");
+}
+
+// A leader sends a learner the snapshot it holds in a file, whichever way
+// that file became its latest (storage::FileSnapshotBytes): loaded at
+// start after a kill -9 of every node, then installed from another leader
+// and sent on once this node leads. Neither leader cuts a snapshot of its
+// own in between (fewer than --snapshot-entries new entries), so each
+// transfer reads the file it was handed at that point.
+TEST(Membership, LeadersSendSnapshotsLoadedAtStartAndInstalledOnes) {
+  // One snapshot in the fill (~220 entries), and room for the ~20 entries
+  // after it without another.
+  LockdCluster c(5, {"--snapshot-entries", "200"}, {}, 3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::uint64_t held = token_of(call_leader(c, "A alice held 600000"));
+  ASSERT_NE(held, 0u);
+  for (int i = 0; i < 110; ++i) {  // past a snapshot and compaction
+    const std::uint64_t t = token_of(call_leader(c, "A bob k" + std::to_string(i) + " 60000"));
+    ASSERT_NE(t, 0u);
+    call_leader(c, "R " + std::to_string(t) + " k" + std::to_string(i));
+  }
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) c.start(i);
+  const int first = c.wait_leader();
+  ASSERT_NE(first, 0);
+
+  std::map<int, std::string> installed;  // id -> "installed the leader's snapshot at index N …"
+  const auto join = [&](int id, std::vector<int> peers) {
+    ASSERT_EQ(change(c, "POST", "/v1/cluster/members", add_body(c, id)).status, 200);
+    c.set_peers(id, std::move(peers));
+    c.set_node_flags(id, {"--initial-cluster-state", "existing"});
+    c.start(id);
+    const std::optional<std::string> line =
+        c.process(id).wait_for_line("installed the leader's snapshot", std::chrono::seconds(15));
+    EXPECT_TRUE(line) << c.process(id).stderr_text();
+    installed[id] = line.value_or("").substr(line.value_or("").find("installed"));
+    const HttpReply r = change(c, "POST", "/v1/cluster/members/" + std::to_string(id) + "/promote",
+                               "", "not_caught_up");
+    ASSERT_EQ(r.status, 200) << r.body;
+    // The learner's own table (read locally) has alice's lock.
+    EXPECT_TRUE(eventually([&] {
+      const HttpReply h = http(c.admin_port(id), "/v1/locks/held");
+      return h.status == 200 && h.body.find(std::to_string(held)) != std::string::npos;
+    })) << id;
+  };
+  const auto cut_none = [&](int id) {
+    c.process(id).wait_for_line("lockd-test: read what it logged so far", milliseconds(200));
+    EXPECT_EQ(c.process(id).stderr_text().find("] snapshot at index"), std::string::npos)
+        << c.process(id).stderr_text();
+  };
+
+  join(4, {1, 2, 3, 4});  // from the file `first` loaded at start
+  cut_none(first);
+  ASSERT_EQ(change(c, "POST", "/v1/cluster/leader", R"({"id":4})").status, 200);
+  ASSERT_TRUE(eventually([&] { return c.wait_leader() == 4; }));
+  join(5, {1, 2, 3, 4, 5});  // from the file node 4 installed
+  cut_none(4);
+  EXPECT_EQ(installed[5], installed[4]);  // the very snapshot node 4 installed
+  EXPECT_EQ(call_leader(c, "A bob held"), "T bob held");
+  EXPECT_EQ(call_leader(c, "R " + std::to_string(held) + " held"), "R " + std::to_string(held) + " held");
 }
 
 // What the leader's /v1/cluster says of member `id` (null when absent).
