@@ -533,7 +533,9 @@ void ClusterNode::maybe_snapshot() {
   const std::optional<raft::Term> term = raft_->term_at(applied);
   if (!term) return;  // just installed a snapshot there
   if (raft_->role() == raft::Role::kLeader) {
-    const raft::NodeId waits_for = storage::CatchUpHold{}.waits_for(
+    storage::CatchUpHold hold;
+    hold.max_silent_ticks = static_cast<std::uint64_t>(kCatchUpHoldSilenceNs / config_.heartbeat_ns);
+    const raft::NodeId waits_for = hold.waits_for(
         raft_->progress(), applied, storage_->bytes_since_snapshot(), last_snapshot_bytes_);
     if (waits_for != raft::kNoNode) {
       if (snapshot_held_for_ != waits_for) {

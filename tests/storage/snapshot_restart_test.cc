@@ -249,12 +249,14 @@ TEST(SnapshotPolicy, DueAfterEntriesOrBytesWhicheverFirst) {
 
 // The leader holds a due snapshot for a member receiving one or a learner
 // catching up from its log, within a memory bound, and never for one it
-// does not hear from.
+// has not heard from for longer than the silence bound.
 TEST(CatchUpHold, WaitsForAMemberReceivingTheSnapshotOrFarBehindWithinTheBound) {
-  const CatchUpHold hold{10'000, 50};
+  const CatchUpHold hold{10'000, 50, 200};
+  // `active`: heard from in the last tick; otherwise silent past the bound.
   auto member = [](raft::NodeId id, raft::Index match, raft::ProgressState st, bool active,
                    bool voter = false) {
-    return raft::PeerProgress{.id = id, .match = match, .state = st, .recent_active = active, .voter = voter};
+    return raft::PeerProgress{.id = id, .match = match, .state = st, .recent_active = active,
+                              .ticks_since_contact = active ? 1u : 201u, .voter = voter};
   };
   using raft::ProgressState;
   const std::uint64_t snap = 60'000'000;  // the last snapshot's bytes
@@ -282,6 +284,12 @@ TEST(CatchUpHold, WaitsForAMemberReceivingTheSnapshotOrFarBehindWithinTheBound) 
   EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
   up.back() = member(4, 0, ProgressState::kSnapshot, false);
   EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), raft::kNoNode);
+  // Silent within the bound — a learner whose loop decodes the snapshot it
+  // just received answers nothing for a while, and this election period
+  // has not heard from it — it still holds.
+  up.back().recent_active = false;
+  up.back().ticks_since_contact = 200;
+  EXPECT_EQ(hold.waits_for(up, 500'000, 1'000'000, snap), 4u);
   // Off.
   up.back() = member(4, 0, ProgressState::kSnapshot, true);
   EXPECT_EQ((CatchUpHold{10'000, 0}).waits_for(up, 500'000, 0, snap), raft::kNoNode);

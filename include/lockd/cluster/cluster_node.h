@@ -84,6 +84,11 @@ constexpr std::uint64_t kSnapshotLogPercent = 25;
 // Never more than half of --snapshot-entries (a small spacing, as in
 // tests, keeps fewer).
 constexpr std::uint64_t kCompactionKeepEntries = 20'000;
+// A leader holds a due snapshot for a member catching up that it heard
+// from within this long (storage::CatchUpHold): longer than a learner's
+// loop is busy decoding a large snapshot, short enough that a dead one
+// soon stops holding the log (which is bounded by size anyway).
+constexpr TimeNs kCatchUpHoldSilenceNs = 10'000 * kNsPerMs;
 // Proposals beyond the commit index before requests are refused (`B` for
 // an `A`). Raft's default (4096) is a few loop turns of one pipelining
 // client; 64 Ki entries (~100 bytes each: ~6 MiB) absorbs bursts of many

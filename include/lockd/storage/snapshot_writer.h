@@ -88,13 +88,19 @@ struct SnapshotPolicy {
 // a learner more than `lag_entries` behind `applied` — as long as the log
 // written since the last snapshot stays under `max_log_percent`% of that
 // snapshot (the memory bound; past it the member is sent a snapshot as
-// before). Returns the member waited for, or kNoNode. A member that is not
-// heard from holds nothing, nor does a voter that merely lags (a loaded
-// follower: holding for it measurably raised the leader's memory at 1 M
-// locks, and it is not why learners were sent snapshots twice).
+// before). Returns the member waited for, or kNoNode. A member not heard
+// from for more than `max_silent_ticks` holds nothing (dead, partitioned),
+// nor does a voter that merely lags (a loaded follower: holding for it
+// measurably raised the leader's memory at 1 M locks, and it is not why
+// learners were sent snapshots twice). Silence is counted in ticks, not
+// by the election period's activity flag: a learner decoding a 60 MB
+// snapshot on its loop answers nothing for a second or two, and with the
+// flag the hold ended then, the log was compacted under it, and it was
+// sent the whole snapshot a second time (docs/benchmarks.md).
 struct CatchUpHold {
   std::uint64_t lag_entries = 10'000;
   std::uint64_t max_log_percent = 50;
+  std::uint64_t max_silent_ticks = 200;  // the daemon: kCatchUpHoldSilenceNs in ticks
 
   raft::NodeId waits_for(const std::vector<raft::PeerProgress>& members, raft::Index applied,
                          std::uint64_t bytes_since_snapshot, std::uint64_t last_snapshot_bytes) const {
@@ -102,7 +108,7 @@ struct CatchUpHold {
       return raft::kNoNode;
     }
     for (const raft::PeerProgress& p : members) {
-      if (!p.recent_active) continue;
+      if (p.ticks_since_contact > max_silent_ticks) continue;
       if (p.state == raft::ProgressState::kSnapshot ||
           (!p.voter && p.match < applied && applied - p.match > lag_entries)) {
         return p.id;
