@@ -252,7 +252,7 @@ void ClusterNode::change_members(const MemberChange& change, MemberChangeDone do
   PendingChange p;
   p.change = change;
   p.done = std::move(done);
-  p.deadline_ns = net::monotonic_now_ns() + kMemberChangeTimeoutNs;
+  p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
   pending_change_ = std::move(p);
   progress_change(net::monotonic_now_ns());
 }

@@ -162,6 +162,7 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     if (!ids.contains(*c.node_id)) return "--node-id must be one of the --peer ids";
     if (c.data_dir.empty()) return "--mode cluster needs --data-dir";
     if (c.snapshot_entries == 0) return "--snapshot-entries must be at least 1";
+    if (c.member_change_timeout_ms == 0) return "--member-change-timeout-ms must be at least 1";
     if (c.heartbeat_ms == 0 || c.election_timeout_ms <= c.heartbeat_ms) {
       return "--election-timeout-ms must be larger than --heartbeat-ms (and that at least 1)";
     }
@@ -272,6 +273,10 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "loop: fdatasync on the event loop (the default, measured best here); thread: on a "
                  "sync thread while the loop keeps reading (docs/cluster.md \"WAL sync\")")
       ->check(CLI::IsMember({"loop", "thread"}))
+      ->group(kClusterTuning);
+  app.add_option("--member-change-timeout-ms", c.member_change_timeout_ms,
+                 "how long a membership change or leadership transfer through the admin API may "
+                 "take to commit before it is answered 504 timeout (it may still take effect)")
       ->group(kClusterTuning);
   app.add_option("--token-floor", c.token_floor,
                  "every token granted is larger than N (moving from single mode, or a "

@@ -161,6 +161,7 @@ bool Daemon::start_cluster(std::string& error) {
       static_cast<int>(std::max<std::uint64_t>(2, config_.election_timeout_ms / config_.heartbeat_ms));
   cc.limits = config_.server.locks;
   cc.snapshot_entries = config_.snapshot_entries;
+  cc.member_change_timeout_ns = ms_to_ns(config_.member_change_timeout_ms);
   cc.wal_sync_thread = config_.wal_sync == "thread";
   cc.restore_from = config_.restore_from;
   cc.initial_state = config_.join_existing ? cluster::InitialClusterState::kExisting

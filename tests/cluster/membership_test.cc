@@ -645,5 +645,31 @@ TEST(Membership, LearnerReplaysAConfigurationWithoutTheCurrentLeader) {
       << c.process(5).stderr_text();
 }
 
+// A change or transfer that does not land within --member-change-timeout-ms
+// is answered 504 {"error":"timeout"} (docs/cluster.md), and nothing else
+// moves. A change that cannot commit ends sooner as 503 here (a follower
+// that cannot persist answers no heartbeat either, so the leader steps
+// down), so the test uses a transfer to a stopped member with a deadline
+// shorter than the election timeout, after which the leader would give up
+// on its own (409 transfer_failed).
+TEST(Membership, AChangeThatDoesNotLandInTimeIsAnswered504) {
+  LockdCluster c(3, {"--member-change-timeout-ms", "100", "--election-timeout-ms", "1000"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int target = leader == 1 ? 2 : 1;
+  c.process(target).signal(SIGSTOP);
+  const auto t0 = steady_clock::now();
+  const HttpReply r = admin(c, leader, "POST", "/v1/cluster/leader",
+                            json{{"id", target}}.dump());
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_EQ(error_of(r), "timeout") << r.body;
+  EXPECT_GE(steady_clock::now() - t0, milliseconds(100));
+  c.process(target).signal(SIGCONT);
+  // Still one leader, and the next change is taken.
+  EXPECT_NE(c.wait_leader(), 0);
+  EXPECT_EQ(change(c, "POST", "/v1/cluster/leader", json{{"id", target}}.dump()).status, 200);
+  EXPECT_TRUE(eventually([&] { return c.wait_leader() == target; }));
+}
+
 }  // namespace
 }  // namespace lockd::testing

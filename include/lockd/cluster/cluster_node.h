@@ -135,7 +135,8 @@ using MemberChangeDone = std::function<void(const MemberChangeResult&)>;
 constexpr int kFormationGraceElections = 10;
 constexpr TimeNs kMinFormationGraceNs = 1000 * kNsPerMs;
 // How long a change may take to commit (or a transfer to land) before its
-// request is answered 504 timeout (it may still take effect).
+// request is answered 504 timeout (it may still take effect); the default
+// of --member-change-timeout-ms.
 constexpr TimeNs kMemberChangeTimeoutNs = 30'000 * kNsPerMs;
 
 struct ClusterNodeConfig {
@@ -153,6 +154,7 @@ struct ClusterNodeConfig {
   // A snapshot (and log compaction) once this many entries were applied
   // since the last one.
   std::uint64_t snapshot_entries = 10'000;
+  TimeNs member_change_timeout_ns = kMemberChangeTimeoutNs;  // --member-change-timeout-ms
   // --wal-sync=thread: the WAL's fdatasync runs on a sync thread and the
   // Ready cycle is pipelined (raft::start_ready); false: on the loop
   // (raft::drive_ready's order, the sync blocking the loop).

@@ -63,6 +63,7 @@ struct Config {
   std::uint64_t heartbeat_ms = 50;
   std::uint64_t snapshot_entries = 10'000;  // applied entries between snapshots
   std::string wal_sync = "loop";            // --wal-sync: loop | thread
+  std::uint64_t member_change_timeout_ms = 30'000;  // a membership change's 504 after this
   std::string restore_from;  // --restore-from FILE: seed a new cluster from a backup
   // --initial-cluster-state existing: an empty data dir joins a running
   // group as a learner (false: `new`, the group is being formed).
