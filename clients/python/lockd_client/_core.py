@@ -14,6 +14,8 @@ do the I/O — sockets or streams, threads or tasks, ``time.sleep`` or
 - :class:`KeepPlan` — a keeper's schedule: when to send ``K``, when the
   lease's safe end has passed, which failures are final.
 - :class:`HeldBase` — what a held lock (exclusive or shared) knows.
+- :class:`ClientOptions` — the constructor both clients share (addresses,
+  owner, timeouts, retry budget, security); each adds its connection state.
 
 Both fronts log through ``logging.getLogger("lockd_client")`` (here, so
 each rule is logged once): redirects, ``no_leader`` retries and
@@ -26,11 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import ssl
 import threading
 from typing import List, Optional, Tuple
 
-from ._common import KEEP_RETRY_PAUSE_S, Backoff
+from ._common import DEFAULT_ADDRESS, KEEP_RETRY_PAUSE_S, Addresses, Backoff, default_owner, parse_addresses
 from .errors import (
     Forbidden,
     Indeterminate,
@@ -528,3 +531,45 @@ class TlsPipe:
                     break
                 chunks.append(chunk)
             return b"".join(chunks), ended
+
+
+class ClientOptions:
+    """The options :class:`lockd_client.Client` and
+    :class:`lockd_client.aio.AsyncClient` share, set the same way; each
+    adds its connection state in ``_init_connection``."""
+
+    def __init__(
+        self,
+        addresses: Addresses = DEFAULT_ADDRESS,
+        *,
+        owner: Optional[str] = None,
+        connect_timeout_s: float = 3.0,
+        reply_timeout_s: float = 10.0,
+        max_redirects: int = 3,
+        no_leader_budget_s: float = 10.0,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+        rng: Optional[random.Random] = None,
+        credential: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_server_name: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        self._nodes = Nodes(parse_addresses(addresses))
+        self._security = Security(credential, ssl_context, tls_ca, tls_cert, tls_key, tls_server_name)
+        #: The identity the server named in its reply to ``credential`` (``H``), or None.
+        self.identity: Optional[str] = None
+        self.owner = owner or default_owner()
+        self.connect_timeout_s = connect_timeout_s
+        self.reply_timeout_s = reply_timeout_s
+        self.max_redirects = max_redirects
+        self.no_leader_budget_s = no_leader_budget_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._rng = rng or random.Random()
+        self._init_connection()
+
+    def _init_connection(self) -> None:
+        raise NotImplementedError

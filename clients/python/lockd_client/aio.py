@@ -14,21 +14,16 @@ client; this module only does the asyncio I/O.
 from __future__ import annotations
 
 import asyncio
-import random
 import ssl
 import time
 from typing import Awaitable, Callable, Dict, Optional, Tuple, Union
 
 from ._common import (
-    DEFAULT_ADDRESS,
     DEFAULT_LOCK_LEASE_MS,
-    Addresses,
     acquire_outcome,
-    default_owner,
-    parse_addresses,
     token_outcome,
 )
-from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Security, Wire, address_name, permits
+from ._core import CallPlan, ClientOptions, HeldBase, KeepPlan, Security, Wire, address_name, permits
 from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
 from .protocol import Reply, Request
 
@@ -314,40 +309,10 @@ class AsyncSemaphore:
         return f"AsyncSemaphore(key={self.key!r}, limit={self.limit})"
 
 
-class AsyncClient:
+class AsyncClient(ClientOptions):
     """The asyncio client; options as for :class:`lockd_client.Client`."""
 
-    def __init__(
-        self,
-        addresses: Addresses = DEFAULT_ADDRESS,
-        *,
-        owner: Optional[str] = None,
-        connect_timeout_s: float = 3.0,
-        reply_timeout_s: float = 10.0,
-        max_redirects: int = 3,
-        no_leader_budget_s: float = 10.0,
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 1.0,
-        rng: Optional[random.Random] = None,
-        credential: Optional[str] = None,
-        tls_ca: Optional[str] = None,
-        tls_cert: Optional[str] = None,
-        tls_key: Optional[str] = None,
-        tls_server_name: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-    ) -> None:
-        self._nodes = Nodes(parse_addresses(addresses))
-        self._security = Security(credential, ssl_context, tls_ca, tls_cert, tls_key, tls_server_name)
-        #: The identity the server named in its reply to ``credential`` (``H``), or None.
-        self.identity: Optional[str] = None
-        self.owner = owner or default_owner()
-        self.connect_timeout_s = connect_timeout_s
-        self.reply_timeout_s = reply_timeout_s
-        self.max_redirects = max_redirects
-        self.no_leader_budget_s = no_leader_budget_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self._rng = rng or random.Random()
+    def _init_connection(self) -> None:
         self._conn: Optional[_AsyncConnection] = None
         self._connecting = asyncio.Lock()
 

@@ -19,7 +19,6 @@ sans-I/O core's (:mod:`._core`), shared with the asyncio client.
 from __future__ import annotations
 
 import concurrent.futures
-import random
 import socket
 import ssl
 import threading
@@ -27,15 +26,11 @@ import time
 from typing import Callable, Dict, Optional, Tuple
 
 from ._common import (
-    DEFAULT_ADDRESS,
     DEFAULT_LOCK_LEASE_MS,
-    Addresses,
     acquire_outcome,
-    default_owner,
-    parse_addresses,
     token_outcome,
 )
-from ._core import CallPlan, HeldBase, KeepPlan, Nodes, Security, TlsPipe, Wire, address_name, permits
+from ._core import CallPlan, ClientOptions, HeldBase, KeepPlan, Security, TlsPipe, Wire, address_name, permits
 from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
 from .protocol import Reply, Request
 
@@ -361,7 +356,7 @@ class Semaphore:
         return f"Semaphore(key={self.key!r}, limit={self.limit})"
 
 
-class Client:
+class Client(ClientOptions):
     """A lockd client for one node or a cluster (give every node's address).
 
     Options: ``owner`` is the default owner label (``HOST:PID``);
@@ -380,37 +375,7 @@ class Client:
     tried on other nodes), an ACL refusal :class:`Forbidden`.
     """
 
-    def __init__(
-        self,
-        addresses: Addresses = DEFAULT_ADDRESS,
-        *,
-        owner: Optional[str] = None,
-        connect_timeout_s: float = 3.0,
-        reply_timeout_s: float = 10.0,
-        max_redirects: int = 3,
-        no_leader_budget_s: float = 10.0,
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 1.0,
-        rng: Optional[random.Random] = None,
-        credential: Optional[str] = None,
-        tls_ca: Optional[str] = None,
-        tls_cert: Optional[str] = None,
-        tls_key: Optional[str] = None,
-        tls_server_name: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-    ) -> None:
-        self._nodes = Nodes(parse_addresses(addresses))
-        self._security = Security(credential, ssl_context, tls_ca, tls_cert, tls_key, tls_server_name)
-        #: The identity the server named in its reply to ``credential`` (``H``), or None.
-        self.identity: Optional[str] = None
-        self.owner = owner or default_owner()
-        self.connect_timeout_s = connect_timeout_s
-        self.reply_timeout_s = reply_timeout_s
-        self.max_redirects = max_redirects
-        self.no_leader_budget_s = no_leader_budget_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self._rng = rng or random.Random()
+    def _init_connection(self) -> None:
         self._lock = threading.Lock()  # guards _conn and _closed
         self._conn: Optional[_Connection] = None
         self._closed = False
