@@ -664,13 +664,21 @@ const PeerTransportStats& ClusterNode::transport_stats() const { return transpor
 bool ClusterNode::cluster_supports(std::uint16_t v) const {
   if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
   // Every member of the configuration in force, learners included: each
-  // applies every entry.
-  for (const Member& m : current_members()) {
-    if (m.id == config_.self) continue;
-    const PeerHello* p = peer_hello(m.id);
-    if (p == nullptr || !p->entry_versions.contains(v)) return false;
+  // applies every entry. Asked for every proposal, so by id only (not
+  // current_members(), which copies the configuration and parses its
+  // addresses).
+  const auto applies = [&](raft::NodeId id) {
+    if (id == config_.self) return true;
+    const PeerHello* p = peer_hello(id);
+    return p != nullptr && p->entry_versions.contains(v);
+  };
+  if (raft_ == nullptr || raft_->conf().empty()) {
+    return std::all_of(config_.members.begin(), config_.members.end(),
+                       [&](const Member& m) { return applies(m.id); });
   }
-  return true;
+  const std::vector<raft::Member>& members = raft_->conf().members;
+  return std::all_of(members.begin(), members.end(),
+                     [&](const raft::Member& m) { return applies(m.id); });
 }
 
 const PeerHello* ClusterNode::peer_hello(raft::NodeId id) const {
