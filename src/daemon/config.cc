@@ -162,7 +162,9 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     if (!ids.contains(*c.node_id)) return "--node-id must be one of the --peer ids";
     if (c.data_dir.empty()) return "--mode cluster needs --data-dir";
     if (c.snapshot_entries == 0) return "--snapshot-entries must be at least 1";
-    if (c.member_change_timeout_ms == 0) return "--member-change-timeout-ms must be at least 1";
+    if (c.member_change_timeout_ms == 0 || c.member_change_timeout_ms > 3'600'000) {
+      return "--member-change-timeout-ms must be from 1 to 3600000 (an hour)";
+    }
     if (c.heartbeat_ms == 0 || c.election_timeout_ms <= c.heartbeat_ms) {
       return "--election-timeout-ms must be larger than --heartbeat-ms (and that at least 1)";
     }

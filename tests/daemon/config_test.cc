@@ -152,6 +152,20 @@ TEST(ConfigTest, WalSyncTakesLoopOrThread) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY"));
 }
 
+// --member-change-timeout-ms is 1 ms to an hour; outside, exit 2 with one
+// line and nothing written.
+TEST(ConfigTest, MemberChangeTimeoutIsBounded) {
+  for (const char* bad : {"0", "3600001", "-5", "soon"}) {
+    TempDir dir;
+    const Exit e = run_to_exit({"--mode", "cluster", "--node-id", "1", "--peer",
+                                "1=127.0.0.1:1/127.0.0.1:2", "--data-dir", dir.path(), "--admin",
+                                "off", "--member-change-timeout-ms", bad});
+    EXPECT_EQ(e.status, 2) << bad;
+    EXPECT_NE(e.err.find("--member-change-timeout-ms"), std::string::npos) << bad << ": " << e.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY")) << bad;
+  }
+}
+
 TEST(ConfigTest, ClashingAddressesAreRefused) {
   TempDir dir;
   const std::vector<std::string> cluster{"--mode", "cluster", "--node-id", "1",
