@@ -89,6 +89,17 @@ std::map<int, std::string> roles(LockdCluster& c) {
   return out;
 }
 
+// `n` keys granted to bob and released again through the leader: 2n log
+// entries. False at the first grant refused.
+bool grant_and_release(LockdCluster& c, int n) {
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t t = token_of(call_leader(c, "A bob k" + std::to_string(i) + " 60000"));
+    if (t == 0) return false;
+    call_leader(c, "R " + std::to_string(t) + " k" + std::to_string(i));
+  }
+  return true;
+}
+
 // A light load through whichever node leads: A and R of its own keys,
 // counting grants, while `held` must keep its one holder (alice).
 class Load {
@@ -282,11 +293,7 @@ TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
   ASSERT_NE(leader, 0);
   const std::uint64_t held = token_of(call_leader(c, "A alice held 600000"));
   ASSERT_NE(held, 0u);
-  for (int i = 0; i < 30; ++i) {  // past a snapshot and compaction
-    const std::uint64_t t = token_of(call_leader(c, "A bob k" + std::to_string(i) + " 60000"));
-    ASSERT_NE(t, 0u);
-    call_leader(c, "R " + std::to_string(t) + " k" + std::to_string(i));
-  }
+  ASSERT_TRUE(grant_and_release(c, 30));  // past a snapshot and compaction
   const int wiped = leader == 3 ? 2 : 3;
   c.kill9(wiped);
   // This group never changed membership through the log: its --peer lists
@@ -350,11 +357,7 @@ TEST(Membership, LeadersSendSnapshotsLoadedAtStartAndInstalledOnes) {
   ASSERT_NE(c.wait_leader(), 0);
   const std::uint64_t held = token_of(call_leader(c, "A alice held 600000"));
   ASSERT_NE(held, 0u);
-  for (int i = 0; i < 110; ++i) {  // past a snapshot and compaction
-    const std::uint64_t t = token_of(call_leader(c, "A bob k" + std::to_string(i) + " 60000"));
-    ASSERT_NE(t, 0u);
-    call_leader(c, "R " + std::to_string(t) + " k" + std::to_string(i));
-  }
+  ASSERT_TRUE(grant_and_release(c, 110));  // past a snapshot and compaction
   for (int i = 1; i <= 3; ++i) c.kill9(i);
   for (int i = 1; i <= 3; ++i) c.start(i);
   const int first = c.wait_leader();
