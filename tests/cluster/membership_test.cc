@@ -69,13 +69,9 @@ HttpReply change(LockdCluster& c, const std::string& method, const std::string& 
 // parallel tests) another node's election can beat the target's, so it is
 // asked again, as an operator would.
 bool transfer_to(LockdCluster& c, int id) {
-  const std::string body = json{{"id", id}}.dump();
-  return eventually(
-      [&] {
-        const HttpReply r = change(c, "POST", "/v1/cluster/leader", body, "transfer_failed");
-        return r.status == 200 && c.wait_leader() == id;
-      },
-      milliseconds(30000), milliseconds(100));
+  const HttpReply r =
+      change(c, "POST", "/v1/cluster/leader", json{{"id", id}}.dump(), "transfer_failed");
+  return r.status == 200 && eventually([&] { return c.wait_leader() == id; });
 }
 
 // Runs lockctl with `args` (split on spaces); its exit status and what it
@@ -372,7 +368,9 @@ TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
 // start after a kill -9 of every node, then installed from another leader
 // and sent on once this node leads. Neither leader cuts a snapshot of its
 // own in between (fewer than --snapshot-entries new entries), so each
-// transfer reads the file it was handed at that point.
+// transfer is of the snapshot handed over at that point. (That the bytes
+// come from the file and not from memory is FileSnapshotBytes' unit
+// tests' part: a flipped bit in the file stops the sender.)
 TEST(Membership, LeadersSendSnapshotsLoadedAtStartAndInstalledOnes) {
   // One snapshot in the fill (~220 entries), and room for the ~20 entries
   // after it without another.
