@@ -359,6 +359,9 @@ void ClusterNode::after_turn() {
   // compacted.
   if (!syncing()) maybe_snapshot();
   dropped_entries_.free_some(kDroppedEntriesFreedPerTurn);
+  if (std::vector<raft::Entry> spare = dropped_entries_.take_spare(); spare.capacity() > 0) {
+    raft_->recycle_log_buffer(std::move(spare));  // the next compaction moves the log into it
+  }
   // Each round: notice role changes and propose what was deferred, then
   // one Ready cycle. Apply never proposes (Raft is mid-cycle), so what it
   // defers goes out in the next round. A round that leaves a batch on the
@@ -521,9 +524,12 @@ void ClusterNode::maybe_snapshot() {
       dropped_entries_.add(raft_->compact(done->meta.index, snapshot_file_bytes(done->meta), keep));
     }
     const auto& t = snapshots_->timing();
-    spdlog::info("snapshot at index {}: {} bytes (fork {:.1f} ms, child {:.1f} ms; on the loop: read back {:.1f} ms "
+    spdlog::info("snapshot at index {}: {} bytes ({}; on the loop: read back {:.1f} ms "
                  "in slices, WAL mark {:.1f} ms, log compacted {:.1f} ms, {} entries to free)",
-                 done->meta.index, t.bytes, t.fork_ms, t.child_ms, t.read_ms, t.adopt_ms,
+                 done->meta.index, t.bytes,
+                 t.on_thread ? fmt::format("no fork, file written by a thread in {:.1f} ms", t.child_ms)
+                                  : fmt::format("fork {:.1f} ms, child {:.1f} ms", t.fork_ms, t.child_ms),
+                 t.read_ms, t.adopt_ms,
                  static_cast<double>(net::monotonic_now_ns() - t0) / 1e6, dropped_entries_.pending());
     return;
   }
@@ -549,9 +555,11 @@ void ClusterNode::maybe_snapshot() {
   snapshot_held_for_ = raft::kNoNode;
   // The configuration in force there goes into the file's header, so a
   // restart after the log is compacted still knows the members.
+  const locks::LockTable& table = service_->state_machine().table();
+  const bool small = table.key_count() + table.holder_count() + table.waiter_count() <= kNoForkSnapshotMaxItems;
   const raft::StorageStatus st = snapshots_->start(
-      raft::SnapshotMeta{applied, *term, raft_->conf_at(applied)},
-      [this] { return service_->snapshot(); });
+      raft::SnapshotMeta{applied, *term, raft_->conf_at(applied)}, [this] { return service_->snapshot(); },
+      small ? storage::SnapshotWriter::Where::kThread : storage::SnapshotWriter::Where::kChild);
   if (!st.ok()) fail_storage(st.message);
 }
 

@@ -616,7 +616,7 @@ std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotByte
     // at 1 M locks, against 2-29 ms this way).
     const Term base_term = *term_at(base);
     const auto cut = static_cast<std::ptrdiff_t>(base - log_base_);
-    std::vector<Entry> kept;
+    std::vector<Entry> kept = std::exchange(spare_log_, {});
     kept.reserve(entries_.capacity());
     kept.insert(kept.end(), std::make_move_iterator(entries_.begin() + cut),
                 std::make_move_iterator(entries_.end()));
@@ -630,6 +630,11 @@ std::vector<Entry> Raft::compact(Index index, std::shared_ptr<const SnapshotByte
   snapshot_meta_ = SnapshotMeta{index, t, std::move(c)};
   snapshot_data_ = std::move(data);
   return dropped;
+}
+
+void Raft::recycle_log_buffer(std::vector<Entry> buffer) {
+  LOCKD_CHECK(buffer.empty());
+  if (buffer.capacity() > spare_log_.capacity()) spare_log_ = std::move(buffer);
 }
 
 void Raft::rehome_snapshot_bytes(Index index, std::shared_ptr<const SnapshotBytes> bytes) {

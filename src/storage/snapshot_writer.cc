@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "lockd/common/check.h"
 #include "lockd/common/forked_child.h"
@@ -34,29 +35,46 @@ bool write_all(int fd, std::string_view b) {
   return true;
 }
 
-// The child's whole life: build the bytes, write the file under a
-// temporary name, sync it, rename it into place, sync the directory — all
-// the slow, durable steps, off the parent's loop. Exit codes: 0 done,
-// 3 open, 4 write, 5 sync, 6 rename, 7 directory sync.
-[[noreturn]] void child_main(const std::string& temp, const std::string& final_path, const std::string& dir,
-                             const raft::SnapshotMeta& meta, const SnapshotWriter::Produce& produce, bool sync) {
-  const std::string data = produce();
+// Writes `data` as the snapshot file under a temporary name, syncs it,
+// renames it into place and syncs the directory: every slow, durable
+// step. Returns 0 when done, or the step that failed (errno says why):
+// 3 open, 4 write, 5 sync, 6 rename, 7 directory sync. A child exits with it.
+int write_snapshot_file(const std::string& temp, const std::string& final_path, const std::string& dir,
+                        const raft::SnapshotMeta& meta, const std::string& data, bool sync) {
   std::string head;
   encode_snapshot_header(meta, data.size(), head);
   const std::uint32_t crc = raft::crc32c(data, raft::crc32c(head));
   std::string tail;
   for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc >> (8 * i)));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) ::_exit(3);
-  if (!write_all(fd, head) || !write_all(fd, data) || !write_all(fd, tail)) ::_exit(4);
-  if (sync && ::fdatasync(fd) != 0) ::_exit(5);
+  if (fd < 0) return 3;
+  const bool written = write_all(fd, head) && write_all(fd, data) && write_all(fd, tail);
+  const bool synced = written && (!sync || ::fdatasync(fd) == 0);
+  const int saved = errno;
   ::close(fd);
-  if (::rename(temp.c_str(), final_path.c_str()) != 0) ::_exit(6);
+  errno = saved;
+  if (!written) return 4;
+  if (!synced) return 5;
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) return 6;
   if (sync) {
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || ::fsync(dfd) != 0) ::_exit(7);
+    if (dfd < 0) return 7;
+    const bool dir_synced = ::fsync(dfd) == 0;
+    ::close(dfd);
+    if (!dir_synced) return 7;
   }
-  ::_exit(0);
+  return 0;
+}
+
+const char* failed_step(int code) {
+  switch (code) {
+    case 3: return "creating the temporary file";
+    case 4: return "writing";
+    case 5: return "fdatasync";
+    case 6: return "rename into place";
+    case 7: return "syncing the directory";
+    default: return "unknown step";
+  }
 }
 
 }  // namespace
@@ -67,6 +85,7 @@ SnapshotWriter::SnapshotWriter(FileStorage& storage, std::size_t max_read_bytes)
 }
 
 SnapshotWriter::~SnapshotWriter() {
+  if (thread_.joinable()) thread_.join();  // a few syncs at most
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
@@ -74,7 +93,7 @@ SnapshotWriter::~SnapshotWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce& produce) {
+raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce& produce, Where where) {
   LOCKD_CHECK(state_ == State::kIdle);
   LOCKD_CHECK(meta.index > storage_.snapshot().meta.index);
   meta_ = meta;
@@ -82,6 +101,24 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
   final_ = storage_.snapshot_path(meta.index);
   timing_ = Timing{};
   started_ms_ = now_ms();
+  if (where == Where::kThread) {
+    // The table is read here, on the loop, at `applied`; only the file
+    // work goes to the thread.
+    thread_done_.store(false, std::memory_order_relaxed);
+    try {
+      thread_ = std::thread([this, data = produce(), dir = storage_.options().dir, sync = storage_.options().sync] {
+        thread_step_ = write_snapshot_file(temp_, final_, dir, meta_, data, sync);
+        thread_errno_ = errno;
+        thread_done_.store(true, std::memory_order_release);
+      });
+    } catch (const std::system_error& e) {
+      return raft::StorageStatus{raft::StorageError::kIo, "data dir " + storage_.options().dir +
+                                                              ": no thread for a snapshot: " + e.what()};
+    }
+    timing_.on_thread = true;
+    state_ = State::kThread;
+    return raft::StorageStatus::Ok();
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -90,7 +127,7 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
   }
   if (pid == 0) {
     forked_child_detach(parent);
-    child_main(temp_, final_, storage_.options().dir, meta_, produce, storage_.options().sync);
+    ::_exit(write_snapshot_file(temp_, final_, storage_.options().dir, meta_, produce(), storage_.options().sync));
   }
   timing_.fork_ms = now_ms() - started_ms_;
   pid_ = pid;
@@ -119,6 +156,16 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
   auto io_error = [&](const std::string& what) {
     return finish({raft::StorageError::kIo, "data dir " + dir + ": " + snapshot_name(meta_.index) + ": " + what});
   };
+  if (state_ == State::kThread) {
+    if (!thread_done_.load(std::memory_order_acquire)) return std::nullopt;
+    thread_.join();
+    timing_.child_ms = now_ms() - started_ms_;
+    if (thread_step_ != 0) {
+      return finish({raft::StorageError::kIo, "data dir " + dir + ": " + snapshot_name(meta_.index) + ": " +
+                                                  failed_step(thread_step_) + " failed: " + std::strerror(thread_errno_)});
+    }
+    state_ = State::kWritten;
+  }
   if (state_ == State::kChild) {
     int status = 0;
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
@@ -127,10 +174,14 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
     timing_.child_ms = now_ms() - started_ms_;
     if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       std::string why = r < 0 ? std::string("waitpid failed: ") + std::strerror(errno)
-                        : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                        : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) + ": " +
+                                                  failed_step(WEXITSTATUS(status)) + " failed"
                                             : "killed by signal " + std::to_string(WTERMSIG(status));
       return finish({raft::StorageError::kIo, "data dir " + dir + ": snapshot child failed (" + why + ")"});
     }
+    state_ = State::kWritten;
+  }
+  if (state_ == State::kWritten) {
     // Header and CRC now; the data in slices on later calls.
     fd_ = ::open(final_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) return io_error(std::string("open failed: ") + std::strerror(errno));

@@ -415,6 +415,42 @@ TEST(Cluster, EveryNodeKilledAndRestartedKeepsLocksAndTokensGrow) {
   EXPECT_EQ(call_leader(c, "R " + std::to_string(t1) + " k1"), "R " + std::to_string(t1) + " k1");
 }
 
+// A small table is snapshotted without a fork (the bytes built on the
+// loop, the file written by a thread), a large one by a forked child
+// (ClusterNode, kNoForkSnapshotMaxItems = 4,096 keys, holders and
+// waiters). Both kinds of snapshot are taken here, then every node is
+// killed -9: every grant survives, and tokens keep growing.
+TEST(Cluster, SnapshotsOfSmallAndLargeTablesBothSurviveKillNine) {
+  LockdCluster c(3, {"--snapshot-entries", "1000"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  LineClient client(c.client_port(leader));
+  std::uint64_t max_token = 0;
+  int next_key = 0;
+  const auto take = [&](int n) {
+    std::string burst;
+    for (int i = 0; i < n; ++i) burst += "A o k" + std::to_string(next_key + i) + " 600000\n";
+    client.send(burst);
+    for (int i = 0; i < n; ++i) {
+      const std::string r = client.read_line().value_or("<none>");
+      ASSERT_EQ(r.substr(0, 2), "A ") << next_key + i << ": " << r;
+      max_token = std::max(max_token, token_of(r));
+    }
+    next_key += n;
+  };
+  take(1'200);  // past 1,000 entries with 1,200 keys: a small table
+  ASSERT_TRUE(c.process(leader).wait_for_line("no fork, file written by a thread", milliseconds(20'000)))
+      << c.process(leader).stderr_text();
+  take(4'000);  // 5,200 keys: the next snapshot forks
+  ASSERT_TRUE(c.process(leader).wait_for_line("(fork ", milliseconds(20'000))) << c.process(leader).stderr_text();
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) c.start(i);
+  ASSERT_NE(c.wait_leader(), 0);
+  for (int k = 0; k < next_key; k += 97) EXPECT_EQ(call_leader(c, "A z k" + std::to_string(k)), "T z k" + std::to_string(k));
+  EXPECT_EQ(call_leader(c, "A z k" + std::to_string(next_key - 1)), "T z k" + std::to_string(next_key - 1));
+  EXPECT_GT(token_of(call_leader(c, "A z fresh")), max_token);
+}
+
 // A follower wiped and restarted under its id is refused since issue 20;
 // a new member catching up through the leader's snapshot is
 // Membership.WipedMemberIsRefusedAndReplacedByANewOne (membership_test.cc).

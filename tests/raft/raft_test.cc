@@ -635,6 +635,53 @@ TEST(RaftSnapshot, CompactHandsBackTheDroppedEntriesAndKeepsTheRest) {
   EXPECT_TRUE(r.compact(2, "older").empty());  // already covered: nothing dropped
 }
 
+// A buffer given back after its dropped entries are freed is where the
+// next compaction moves the kept log: no fresh allocation whose pages all
+// fault in again (~25 µs a page on this project's VMs).
+TEST(RaftSnapshot, CompactMovesTheLogIntoARecycledBuffer) {
+  MemoryStorage disk;
+  Raft r(make_config(1, {1}), disk);
+  lead_alone(r, disk);
+  const auto commit = [&](std::initializer_list<const char*> payloads) {
+    for (const char* p : payloads) ASSERT_NE(r.propose(p).index, 0u);
+    Ready rd = r.ready();
+    disk.append(rd.entries);
+    r.advance();
+    r.ready();  // committed: applied
+    r.advance();
+  };
+  commit({"a", "b", "c", "d"});
+  std::vector<Entry> dropped = r.compact(3, "state");
+  ASSERT_EQ(dropped.size(), 3u);
+  dropped.clear();  // what DeferredFree does, a slice per turn
+  const Entry* recycled = dropped.data();
+  ASSERT_GT(dropped.capacity(), 0u);
+  r.recycle_log_buffer(std::move(dropped));
+  commit({"e", "f"});
+  std::vector<Entry> again = r.compact(6, "state 2", 1);
+  ASSERT_EQ(again.size(), 2u);  // 4 and 5; 6 and 7 are kept
+  EXPECT_EQ(r.log().data(), recycled);
+  ASSERT_EQ(r.log().size(), 2u);
+  EXPECT_EQ(r.log().front().data, "e");
+  EXPECT_EQ(r.log().back().index, 7u);
+  EXPECT_EQ(r.propose("g").index, 8u);
+}
+
+TEST(DeferredFree, KeepsTheLargestEmptiedBufferForReuse) {
+  DeferredFree<int> garbage;
+  std::vector<int> big(100, 1);
+  const int* big_data = big.data();
+  garbage.add(std::move(big));
+  garbage.add(std::vector<int>(10, 2));
+  EXPECT_EQ(garbage.take_spare().capacity(), 0u);  // nothing emptied yet
+  EXPECT_FALSE(garbage.free_some(1000));
+  std::vector<int> spare = garbage.take_spare();
+  EXPECT_TRUE(spare.empty());
+  EXPECT_EQ(spare.data(), big_data);
+  EXPECT_GE(spare.capacity(), 100u);
+  EXPECT_EQ(garbage.take_spare().capacity(), 0u);  // handed out once
+}
+
 TEST(DeferredFree, DestroysAtMostTheAskedNumberPerCallFromTheBack) {
   DeferredFree<std::shared_ptr<int>> garbage;
   auto probe = std::make_shared<int>(7);

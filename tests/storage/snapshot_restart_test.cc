@@ -6,6 +6,7 @@
 // exactly the table the first process had.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -103,7 +104,16 @@ struct Machine {
   }
 };
 
-TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
+// Both ways of making a snapshot: a forked child, and (small tables) the
+// bytes built on the caller's thread and the file written by a thread.
+class SnapshotWhere : public ::testing::TestWithParam<SnapshotWriter::Where> {};
+INSTANTIATE_TEST_SUITE_P(SnapshotRestart, SnapshotWhere,
+                         ::testing::Values(SnapshotWriter::Where::kChild, SnapshotWriter::Where::kThread),
+                         [](const auto& param_info) {
+                           return param_info.param == SnapshotWriter::Where::kChild ? "Child" : "Thread";
+                         });
+
+TEST_P(SnapshotWhere, SnapshotCompactionAndRestartGiveTheSameLockTable) {
   test::TempDir dir;
   std::mt19937_64 rng(42);
   std::string want;
@@ -147,7 +157,7 @@ TEST(SnapshotRestart, SnapshotCompactionAndRestartGiveTheSameLockTable) {
           usleep(100);
         }
         table_at[i] = m.describe();
-        ASSERT_TRUE(writer.start({i, 1}, [&] { return locks::serialize(m.table, m.header()); }).ok());
+        ASSERT_TRUE(writer.start({i, 1}, [&] { return locks::serialize(m.table, m.header()); }, GetParam()).ok());
       }
       // Appends go on while the child writes and the parent reads back.
       if (writer.busy()) {
@@ -197,6 +207,33 @@ TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
   EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", segment_name(1)}));
 }
 
+// A write that fails is a kIo naming the step and why; the node stops on
+// it (ClusterNode::fail_storage), nothing is adopted.
+TEST_P(SnapshotWhere, AFailedWriteIsAnIoErrorNamingTheStep) {
+  test::TempDir dir;
+  FileStorage st({dir.path(), 4096, false});
+  ASSERT_TRUE(st.open().ok());
+  const raft::Entry e{1, 1, raft::EntryType::kCommand, "x"};
+  ASSERT_TRUE(st.save(std::nullopt, {&e, 1}, nullptr).ok());
+  // The temporary file's name is taken by a directory: open() fails.
+  ASSERT_EQ(::mkdir(st.temp_path("snap-child").c_str(), 0755), 0);
+  SnapshotWriter writer(st);
+  ASSERT_TRUE(writer.start({1, 1}, [] { return std::string("table"); }, GetParam()).ok());
+  std::optional<SnapshotWriter::Done> done;
+  for (int i = 0; i < 100000 && !done; ++i) {
+    done = writer.poll();
+    if (!done) usleep(100);
+  }
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status.error, raft::StorageError::kIo);
+  EXPECT_NE(done->status.message.find("creating the temporary file failed"), std::string::npos)
+      << done->status.message;
+  if (GetParam() == SnapshotWriter::Where::kThread) {
+    EXPECT_NE(done->status.message.find("Is a directory"), std::string::npos) << done->status.message;
+  }
+  EXPECT_EQ(st.snapshot().meta.index, 0u);
+}
+
 }  // namespace
 }  // namespace lockd::storage
 
@@ -205,7 +242,7 @@ namespace {
 
 // A leader's snapshot saved while the child wrote an older one: the older
 // one is dropped, the newer one stays the snapshot, across a restart too.
-TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
+TEST_P(SnapshotWhere, ALeadersSnapshotOvertakingTheChildWins) {
   test::TempDir dir;
   {
     FileStorage st({dir.path(), 4096, false});
@@ -214,7 +251,7 @@ TEST(SnapshotRestart, ALeadersSnapshotOvertakingTheChildWins) {
     for (raft::Index i = 1; i <= 10; ++i) es.push_back({1, i, raft::EntryType::kCommand, "e"});
     ASSERT_TRUE(st.save(std::nullopt, es, nullptr).ok());
     SnapshotWriter writer(st);
-    ASSERT_TRUE(writer.start({5, 1}, [] { return std::string("mine at 5"); }).ok());
+    ASSERT_TRUE(writer.start({5, 1}, [] { return std::string("mine at 5"); }, GetParam()).ok());
     const raft::Snapshot leader{{20, 2}, "leader's at 20"};
     ASSERT_TRUE(st.save(raft::HardState{2, 0, 20}, {}, &leader).ok());
     std::optional<SnapshotWriter::Done> done;

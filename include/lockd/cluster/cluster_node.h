@@ -75,6 +75,16 @@ constexpr std::size_t kDroppedEntriesFreedPerTurn = 2048;
 // bytes): 25% keeps it near 30 bytes per held lock at most; 100% cost
 // ~55 B per lock at 1 M locks (docs/benchmarks.md, memory).
 constexpr std::uint64_t kSnapshotLogPercent = 25;
+// A table of at most this many keys, holders and waiters in all is
+// snapshotted without a fork (storage::SnapshotWriter::Where::kThread):
+// serialized on the loop (well under a millisecond), its file written and
+// synced by a thread. Bigger tables fork, so that their O(table) work
+// stays off the loop. The fork is what costs a small table: fork() itself,
+// then a copy-on-write fault for every page the loop writes afterwards.
+// Under 64 clients churning fresh keys (a tiny table snapshotted every
+// 10,000 entries) it was most of the leader's page faults and of its p99
+// (docs/benchmarks.md "Snapshots of a small table").
+constexpr std::size_t kNoForkSnapshotMaxItems = 4096;
 // Entries a compaction keeps behind the snapshot (Raft::compact's
 // keep_entries; etcd keeps 5,000): a follower that is only slower than the
 // leader — not yet at the index the leader snapshotted — catches up from

@@ -34,16 +34,26 @@ class DeferredFree {
       b.erase(b.end() - static_cast<std::ptrdiff_t>(n), b.end());
       pending_ -= n;
       max_objects -= n;
-      if (b.empty()) batches_.pop_back();  // and its buffer with it
+      if (b.empty()) {
+        // The largest emptied buffer is kept for take_spare(); others are freed.
+        if (b.capacity() > spare_.capacity()) spare_ = std::move(b);
+        batches_.pop_back();
+      }
     }
     return !batches_.empty();
   }
+
+  // The largest emptied buffer since the last call (capacity 0 if none),
+  // for the producer to fill again: its pages are already the process's,
+  // where a new allocation of that size faults every page in again.
+  std::vector<T> take_spare() { return std::exchange(spare_, {}); }
 
   std::size_t pending() const { return pending_; }
   bool empty() const { return batches_.empty(); }
 
  private:
   std::vector<std::vector<T>> batches_;
+  std::vector<T> spare_;
   std::size_t pending_ = 0;
 };
 

@@ -325,6 +325,11 @@ class Raft {
   // not reached; compacting right up to it sends that follower the whole
   // snapshot (at 1 M locks, 60 MB, again and again while it stays behind).
   std::vector<Entry> compact(Index index, std::shared_ptr<const SnapshotBytes> data, Index keep_entries = 0);
+  // Gives back a buffer compact() returned, once its entries are gone
+  // (empty): the next compact() moves the kept log into it instead of into
+  // a fresh allocation, whose pages would all fault in again. The larger
+  // of the offered and the held buffer is kept.
+  void recycle_log_buffer(std::vector<Entry> buffer);
   std::vector<Entry> compact(Index index, std::string data, Index keep_entries = 0) {
     return compact(index, in_memory_snapshot_bytes(std::move(data)), keep_entries);
   }
@@ -465,6 +470,7 @@ class Raft {
   SnapshotMeta snapshot_meta_;  // latest snapshot (ours or the leader's)
   std::shared_ptr<const SnapshotBytes> snapshot_data_;  // its bytes, shared with transfers
   std::vector<Entry> entries_; // entries_[i].index == log_base_ + 1 + i
+  std::vector<Entry> spare_log_;  // empty; recycle_log_buffer(), taken by compact()
   Index log_base_ = 0;         // <= snapshot_meta_.index: compact() may keep entries behind it
   Term log_base_term_ = 0;     // the term of the entry at log_base_
   Membership bootstrap_conf_;  // from Config::voters; used while nothing is recorded

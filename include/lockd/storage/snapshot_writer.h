@@ -41,11 +41,13 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lockd/raft/raft.h"
@@ -120,7 +122,8 @@ struct CatchUpHold {
 
 class SnapshotWriter {
  public:
-  // Builds the state machine's snapshot bytes; runs in the child.
+  // Builds the state machine's snapshot bytes; runs in the child, or on
+  // the calling thread (Where::kThread).
   using Produce = std::function<std::string()>;
 
   struct Done {
@@ -134,9 +137,20 @@ class SnapshotWriter {
   SnapshotWriter(const SnapshotWriter&) = delete;
   SnapshotWriter& operator=(const SnapshotWriter&) = delete;
 
-  // Forks the child. Checks (a caller bug otherwise) that none is running
-  // and that meta.index is beyond the stored snapshot. A failed fork is kIo.
-  raft::StorageStatus start(raft::SnapshotMeta meta, const Produce& produce);
+  // Where the snapshot is made. kChild forks: the child builds the bytes
+  // and writes the file, so O(table) work stays off the loop; the loop
+  // pays the fork and then a copy-on-write fault for every page it writes
+  // (on this project's VMs a page fault costs ~25 µs). kThread builds the
+  // bytes on the calling thread, from the table as it is now, and leaves
+  // the file's writes and syncs to a thread: for a small table much
+  // cheaper than a fork (docs/storage.md "Snapshots of a small table").
+  enum class Where { kChild, kThread };
+
+  // Starts the snapshot. Checks (a caller bug otherwise) that none is
+  // running and that meta.index is beyond the stored snapshot. A failed
+  // fork, or no thread, is kIo. Either way poll() then reads the file back
+  // and adopts it.
+  raft::StorageStatus start(raft::SnapshotMeta meta, const Produce& produce, Where where = Where::kChild);
   bool busy() const { return state_ != State::kIdle; }
   pid_t child() const { return pid_; }
   // Advances; returns the result once the snapshot is durable (or failed).
@@ -144,8 +158,9 @@ class SnapshotWriter {
 
   // Last snapshot's timings, for logs and the benchmark.
   struct Timing {
-    double fork_ms = 0;     // parent: the fork() call
-    double child_ms = 0;    // start() to child exit observed
+    double fork_ms = 0;     // parent: the fork() call (kChild)
+    bool on_thread = false;  // Where::kThread: no fork; child_ms is the thread's time
+    double child_ms = 0;    // start() to the child's exit (or the thread's end) observed
     double read_ms = 0;     // parent: reading the file back, summed over slices
     double adopt_ms = 0;    // parent: WAL mark (one fdatasync) + covered segments dropped
     std::uint64_t bytes = 0;
@@ -153,13 +168,17 @@ class SnapshotWriter {
   const Timing& timing() const { return timing_; }
 
  private:
-  enum class State { kIdle, kChild, kReading };
+  enum class State { kIdle, kChild, kThread, kWritten, kReading };
   Done finish(raft::StorageStatus status, bool adopted = false);
 
   FileStorage& storage_;
   std::size_t max_read_bytes_;
   State state_ = State::kIdle;
   pid_t pid_ = -1;
+  std::thread thread_;                   // Where::kThread
+  std::atomic<bool> thread_done_{false};
+  int thread_step_ = 0;                  // write_snapshot_file's result, read after join
+  int thread_errno_ = 0;
   int fd_ = -1;
   std::string temp_;
   std::string final_;
