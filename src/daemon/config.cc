@@ -303,13 +303,22 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "TOML file of identities and hashed credentials (H, admin bearer tokens)");
   app.add_option("--acl", sec.acl_file, "TOML file: identities -> verbs on key prefixes, admins");
 
-  // CLI11 turns "-5" into a huge unsigned number: no unsigned flag takes a
-  // sign, on the command line or in the file.
+  // Every number flag takes plain decimal digits, on the command line or
+  // in the file. CLI11 alone would take "" as 0 (`--token-floor ""` ran
+  // with no floor), "-5" as a huge unsigned number, and "010" and "0x10"
+  // as octal and hex; leading zeros are dropped so that "010" is 10, as
+  // in the protocol's numbers.
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_type_name().starts_with("UINT")) {
-      opt->check(CLI::Validator(
-          [](const std::string& v) {
-            return v.starts_with('-') ? v + " is negative" : std::string();
+      opt->transform(CLI::Validator(
+          [](std::string& v) {
+            if (v.empty()) return std::string("an empty value; give a number");
+            if (v.starts_with('-')) return v + " is negative";
+            if (!std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+              return "'" + v + "' is not a decimal number";
+            }
+            v.erase(0, std::min(v.find_first_not_of('0'), v.size() - 1));
+            return std::string();
           },
           ""));
     }

@@ -76,6 +76,7 @@ TEST(ConfigTest, EveryFileErrorNamesFileAndLine) {
            {"max-keys = \"5\"\n", 1, "expected an integer"},
            {"admin = 7071\n", 1, "expected a string"},
            {"max-keys = -5\n", 1, "negative"},
+           {"token-floor = \"\"\n", 1, "expected an integer"},  // never taken as 0
            {"listen = [\"127.0.0.1:0\"]\n", 1, "takes one value"},
            {"mode = \"triple\"\n", 1, "triple not in"},
            {"\ndefault-lease-ms = 0\n", 2, "--default-lease-ms must be"},  // a relation check
@@ -164,6 +165,25 @@ TEST(ConfigTest, MemberChangeTimeoutIsBounded) {
     EXPECT_NE(e.err.find("--member-change-timeout-ms"), std::string::npos) << bad << ": " << e.err;
     EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY")) << bad;
   }
+}
+
+// A number flag given an empty or non-decimal value is a bad flag
+// (interfaces.md: one line, exit 2, before anything listens). CLI11 took ""
+// as 0, so `--token-floor ""` ran with no floor at all, and "0x10" as hex.
+TEST(ConfigTest, EmptyOrNonDecimalNumbersAreRefused) {
+  for (const char* flag : {"--token-floor", "--max-wait-ms", "--max-keys", "--max-output-bytes"}) {
+    for (const char* bad : {"", "0x10", " 5", "5s"}) {
+      const Exit e = run_to_exit({"--listen", "127.0.0.1:0", "--admin", "off", flag, bad});
+      EXPECT_EQ(e.status, 2) << flag << " '" << bad << "'";
+      EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+      EXPECT_EQ(e.err.rfind(std::string("lockd: ") + flag + ": ", 0), 0u) << flag << " '" << bad << "': " << e.err;
+    }
+  }
+  // Leading zeros are decimal, as in the protocol: 010 is 10, not octal 8.
+  LockdProcess lockd({"--max-lease-ms", "010", "--default-lease-ms", "09"});
+  LineClient c(lockd.port());
+  EXPECT_EQ(c.call("A o k 11"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k 10").substr(0, 2), "A ");
 }
 
 TEST(ConfigTest, ClashingAddressesAreRefused) {
