@@ -203,11 +203,14 @@ bool Daemon::start_cluster(std::string& error) {
       c.applied_index = v.applied;
       c.serving = v.serving;
       for (const cluster::MemberView& m : v.members) {
-        c.members.push_back(admin::ClusterMember{m.id, m.client_addr, m.raft_addr,
-                                                 m.leader   ? "leader"
-                                                 : m.voter ? "follower"
-                                                           : "learner",
-                                                 m.voter, m.match, m.last_contact_ms, m.link_up,
+        // Its own entry shows what this node is (a candidate, say); of the
+        // others it knows only who leads and who votes.
+        const std::string role = m.id == v.id ? c.role
+                                 : m.leader   ? "leader"
+                                 : m.voter    ? "follower"
+                                              : "learner";
+        c.members.push_back(admin::ClusterMember{m.id, m.client_addr, m.raft_addr, role, m.voter,
+                                                 m.match, m.last_contact_ms, m.link_up,
                                                  m.last_heard_ms});
       }
       return c;

@@ -84,6 +84,38 @@ TEST(ClusterAdmin, ClusterViewOnLeaderAndFollower) {
   }
 }
 
+// interfaces.md: /v1/cluster lists "every member (this node included) as
+// this node sees it". A node that lost its group campaigns: its own entry
+// says candidate, as its top-level role does (it said follower).
+TEST(ClusterAdmin, OwnEntryShowsACandidate) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int survivor = leader % 3 + 1;
+  for (int id = 1; id <= 3; ++id) {
+    if (id != survivor) c.kill9(id);
+  }
+  // One body: the top-level role and the members are read together.
+  json j;
+  ASSERT_TRUE(eventually([&] {
+    const HttpReply r = http(c.admin_port(survivor), "/v1/cluster");
+    j = json::parse(r.body, nullptr, false);
+    return r.status == 200 && j.is_object() && j["role"] == "candidate";
+  })) << j.dump();
+  EXPECT_EQ(json::parse(c.status_json(survivor), nullptr, false)["role"], "candidate");
+  int own = 0;
+  for (const json& m : j["members"]) {
+    if (m["id"] != survivor) {
+      EXPECT_NE(m["role"], "candidate") << m;  // as this node sees them: it has no news
+      continue;
+    }
+    ++own;
+    EXPECT_EQ(m["role"], "candidate") << j.dump();
+    EXPECT_EQ(m["voter"], true) << m;
+  }
+  EXPECT_EQ(own, 1) << j.dump();
+}
+
 TEST(ClusterAdmin, MetricsAppearAndMove) {
   LockdCluster c(3);
   const int leader = c.wait_leader();
