@@ -107,7 +107,15 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
         answered = !admitted(client, *req) || handle_request(client, *req, now);
       }
     } else if (const auto* err = std::get_if<proto::ParseError>(&parsed);
-               err != nullptr && *err == proto::ParseError::kBadCredential) {
+               err != nullptr && *err == proto::ParseError::kBadCredential &&
+               (auth_ == nullptr || !auth_->required())) {
+      // §11: with authentication off, `H` answers `H anonymous` whatever
+      // its credential.
+      ++stats_.requests_hello;
+      stats_.count(ReplyKind::kHello);
+      conn.out().append("H anonymous\n");
+      answered = true;
+    } else if (err != nullptr && *err == proto::ParseError::kBadCredential) {
       // §11: a credential that breaks §2 is refused like a wrong one.
       ++stats_.auth_failures;
       stats_.count(ReplyKind::kError);

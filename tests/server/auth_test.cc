@@ -71,6 +71,20 @@ TEST(AuthTest, WithAuthOffHelloAnswersAnonymous) {
   EXPECT_EQ(fields(c.call("A alice k"))[0], "A");
 }
 
+// §11: with authentication off, `H` answers `H anonymous` whatever its
+// credential: one that breaks §2 (too long, a byte outside 0x21..0x7E) is
+// refused and closed only when authentication is on. A line of the wrong
+// arity keeps its §7 error.
+TEST(AuthTest, WithAuthOffAnyCredentialIsAnonymous) {
+  LockdProcess lockd;
+  LineClient c(lockd.port());
+  EXPECT_EQ(c.call("H " + std::string(600, 'x')), "H anonymous");
+  EXPECT_EQ(c.call("H tok\x7f" "en"), "H anonymous");
+  EXPECT_EQ(c.call(std::string("H tok\x01" "en")), "H anonymous");
+  EXPECT_EQ(c.call("H a b"), "E bad_arity");
+  EXPECT_EQ(fields(c.call("A alice k"))[0], "A");  // still open and serving
+}
+
 TEST(AuthTest, TokenAuthentication) {
   SecurityFiles files;
   LockdProcess lockd({"--auth", "token", "--credentials", files.credentials()});
