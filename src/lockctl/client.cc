@@ -319,18 +319,24 @@ std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_vi
   std::string reply;
   const auto has_line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
   failure = Failure::kNoAnswer;
+  // A refused `H` (`E unauthenticated`, then the server closes) is the
+  // reply: the server was reached and answered, and read nothing after it.
+  bool hello_refused = false;
   if (hello) {
     if (!conn.read_until(reply, timeout_ms, has_line, error)) return std::nullopt;
     const std::size_t nl = reply.find('\n');
-    if (nl == std::string::npos || !reply.starts_with("H ")) {
+    if (nl == std::string::npos) {
       failure = Failure::kUnreachable;
-      error = nl == std::string::npos ? "connection closed without a reply"
-                                      : "credential refused: " + reply.substr(0, nl);
+      error = "connection closed without a reply";
       return std::nullopt;
     }
-    reply.erase(0, nl + 1);
+    if (reply.starts_with("H ")) {
+      reply.erase(0, nl + 1);
+    } else {
+      hello_refused = true;
+    }
   }
-  if (!conn.read_until(reply, timeout_ms, has_line, error)) return std::nullopt;
+  if (!hello_refused && !conn.read_until(reply, timeout_ms, has_line, error)) return std::nullopt;
   const std::size_t nl = reply.find('\n');
   if (nl == std::string::npos) {
     error = "connection closed without a reply";

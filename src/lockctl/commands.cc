@@ -338,6 +338,18 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       fail(fmt::format("{} lost leadership before the request committed: it may or may not "
                        "have taken effect",
                        target.to_string()));
+    } else if (*reply == "E unauthenticated") {
+      // The answer to our `H`: the request itself was not read.
+      fail(fmt::format("credential refused by {}: check --credential-file or LOCKD_CREDENTIAL; "
+                       "the request was not processed",
+                       target.to_string()));
+    } else if (reply->starts_with("E unauthenticated ")) {
+      fail(fmt::format("{} requires authentication: give --credential-file (or "
+                       "LOCKD_CREDENTIAL) or a client certificate",
+                       target.to_string()));
+    } else if (reply->starts_with("E forbidden")) {
+      fail(fmt::format("{}: this identity may not do that on this key (the server's ACL)",
+                       target.to_string()));
     }
     if (g.json) {
       json j{{"reply", std::string(1, kind)}, {"line", *reply}};
@@ -377,9 +389,12 @@ int protocol_request(const Globals& g, const std::string& line, int timeout_ms) 
       case 'K':
         return kExitOk;
       case 'E':
-        // A limit mismatch is a refusal like T, not a usage error.
+        // A limit mismatch, or a refusal by authentication or the ACL, is a
+        // refusal like T (the server was reached and answered), not a usage
+        // error.
         return reply->starts_with("E no_leader") || reply->starts_with("E indeterminate") ||
-                       reply->starts_with("E limit_mismatch")
+                       reply->starts_with("E limit_mismatch") ||
+                       reply->starts_with("E unauthenticated") || reply->starts_with("E forbidden")
                    ? kExitNegative
                    : kExitUsage;
       default:

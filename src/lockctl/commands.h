@@ -15,8 +15,8 @@ namespace lockd::lockctl {
 // Exit statuses (spec interfaces.md).
 enum ExitCode : int {
   kExitOk = 0,           // A, R, K, or a query answered
-  kExitNegative = 1,     // T, B, N, a 404, or another refusal
-  kExitUsage = 2,        // bad flags or arguments (also `E` from the server)
+  kExitNegative = 1,     // T, B, N, a 404, or another refusal (E unauthenticated, E forbidden, 401, 403)
+  kExitUsage = 2,        // bad flags or arguments (also `E` for a request the server finds malformed)
   kExitUnreachable = 3,  // the server cannot be reached
 };
 

@@ -112,5 +112,58 @@ TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
   EXPECT_FALSE(fs::exists(marker));
 }
 
+// interfaces.md: exit 1 for a refusal, 3 only when the server cannot be
+// reached. A refused `H` (E unauthenticated), a request before `H`, and an
+// ACL refusal (E forbidden) are answers from a server that was reached:
+// acquire, release and keep exit 1 on each, as `run` and the admin verbs'
+// 401/403 do (they exited 2, and 3 for a refused credential).
+TEST(LockctlSecurityTest, RefusalsByTheServerExitOne) {
+  const fs::path dir = fs::path(test_pki_dir()) / "lockctl-refusals";
+  fs::create_directories(dir);
+  const Outcome made = run({LOCKCTL_BINARY, "credential", "new", "billing"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  std::istringstream lines(made.out);
+  std::string line, credential;
+  std::getline(lines, line);        // comment
+  std::getline(lines, credential);  // the credential
+  std::ofstream(dir / "credentials.toml") << made.out.substr(made.out.find("[[credential]]"));
+  std::ofstream(dir / "credential") << credential << "\n";
+  std::ofstream(dir / "wrong") << "not-the-credential\n";
+  std::ofstream(dir / "acl.toml") << "[[rule]]\nidentity = \"billing\"\nprefix = \"billing/\"\n"
+                                     "verbs = [\"A\", \"R\", \"K\"]\n";
+  LockdProcess lockd({"--auth", "token", "--credentials", (dir / "credentials.toml").string(),
+                      "--acl", (dir / "acl.toml").string()});
+  const std::string addr = "127.0.0.1:" + std::to_string(lockd.port());
+  auto lockctl = [&](const std::string& file, std::vector<std::string> args) {
+    std::vector<std::string> argv{LOCKCTL_BINARY, "--addr", addr};
+    if (!file.empty()) {
+      argv.push_back("--credential-file");
+      argv.push_back((dir / file).string());
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv);
+  };
+  const std::vector<std::vector<std::string>> verbs{{"acquire", "b", "other/x"},
+                                                    {"release", "12", "other/x"},
+                                                    {"keep", "12", "other/x", "--lease", "1000"}};
+  for (const auto& verb : verbs) {
+    const Outcome anonymous = lockctl("", verb);
+    EXPECT_EQ(anonymous.status, 1) << verb[0] << ": " << anonymous.out << anonymous.err;
+    EXPECT_NE(anonymous.out.find("E unauthenticated"), std::string::npos) << anonymous.out;
+    const Outcome wrong = lockctl("wrong", verb);
+    EXPECT_EQ(wrong.status, 1) << verb[0] << ": " << wrong.out << wrong.err;
+    EXPECT_NE(wrong.err.find("credential refused"), std::string::npos) << wrong.err;
+    EXPECT_EQ(wrong.err.find("not-the-credential"), std::string::npos) << wrong.err;  // never echoed
+    EXPECT_EQ(wrong.err.find("cannot reach"), std::string::npos) << wrong.err;
+    const Outcome forbidden = lockctl("credential", verb);
+    EXPECT_EQ(forbidden.status, 1) << verb[0] << ": " << forbidden.out << forbidden.err;
+    EXPECT_NE(forbidden.out.find("E forbidden"), std::string::npos) << forbidden.out;
+  }
+  // Allowed: the credential and the ACL do work.
+  EXPECT_EQ(lockctl("credential", {"acquire", "b", "billing/x"}).status, 0);
+  // Still a usage error: a request lockd finds malformed.
+  EXPECT_EQ(lockctl("credential", {"keep", "0", "billing/x", "--lease", "1000"}).status, 2);
+}
+
 }  // namespace
 }  // namespace lockd::testing
