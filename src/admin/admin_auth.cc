@@ -7,6 +7,9 @@
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "lockd/common/check.h"
 #include "lockd/tls/peer_certificate.h"
 
@@ -39,9 +42,15 @@ AdminAccess admin_access_for(int method, std::string_view path) {
 std::optional<std::string> admin_identity(evhttp_request* req, const auth::Authenticator& auth) {
   const char* header = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
   if (header != nullptr) {
+    // `Bearer <credential>`; the scheme is case-insensitive (RFC 7235
+    // §2.1), and one or more spaces follow it.
     std::string_view h(header);
-    constexpr std::string_view kBearer = "Bearer ";
-    if (!h.starts_with(kBearer)) return std::nullopt;
+    constexpr std::string_view kBearer = "bearer";
+    if (h.size() <= kBearer.size() || h[kBearer.size()] != ' ' ||
+        !std::equal(kBearer.begin(), kBearer.end(), h.begin(),
+                    [](char want, char got) { return want == std::tolower(static_cast<unsigned char>(got)); })) {
+      return std::nullopt;
+    }
     h.remove_prefix(kBearer.size());
     while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
     while (!h.empty() && h.back() == ' ') h.remove_suffix(1);

@@ -71,6 +71,28 @@ TEST(AdminSecurityTest, BearerCredentialsAndAdminIdentity) {
   }
 }
 
+// RFC 7235 §2.1: the auth-scheme is case-insensitive, so `bearer` and
+// `BEARER` are `Bearer`; another scheme is no identity (401).
+TEST(AdminSecurityTest, BearerSchemeIsCaseInsensitive) {
+  Files f;
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--auth", "token", "--credentials", f.credentials(),
+                      "--acl", f.acl()});
+  const auto status_with = [&](const std::string& authorization) {
+    return http_raw(lockd.admin_port(), "GET /v1/status HTTP/1.1\r\nHost: localhost\r\n"
+                                        "Connection: close\r\nAuthorization: " +
+                                            authorization + "\r\n\r\n")
+        .status;
+  };
+  for (const char* scheme : {"Bearer", "bearer", "BEARER", "bEaReR"}) {
+    EXPECT_EQ(status_with(std::string(scheme) + " billing-token"), 200) << scheme;
+    EXPECT_EQ(status_with(std::string(scheme) + "  billing-token"), 200) << scheme;  // 1*SP
+    EXPECT_EQ(status_with(std::string(scheme) + " wrong-token"), 401) << scheme;
+  }
+  EXPECT_EQ(status_with("Basic billing-token"), 401);
+  EXPECT_EQ(status_with("Bearerbilling-token"), 401);
+  EXPECT_EQ(status_with("Bearer"), 401);
+}
+
 std::string https_status_line(std::uint16_t port, const TlsClientFiles& files, const std::string& target,
                               const std::string& bearer = "") {
   TlsLineClient c(port, files);
