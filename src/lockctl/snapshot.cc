@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "client.h"
@@ -22,15 +23,16 @@ using json = nlohmann::ordered_json;
 
 void fail(const std::string& msg) { std::fprintf(stderr, "lockctl: %s\n", msg.c_str()); }
 
-// Checks `bytes` as a backup; prints the summary line (or JSON). Returns
-// an empty string when good, else why not.
-std::string check_and_describe(const Globals& g, const std::string& file, std::string_view bytes) {
-  std::string error;
+// Checks `bytes` as a backup and returns its summary line (or its fields
+// as JSON with --json), without the newline; nullopt with `error` when it
+// is not a good backup.
+std::optional<std::string> check_and_describe(const Globals& g, const std::string& file,
+                                              std::string_view bytes, std::string& error) {
   const std::optional<cluster::DecodedBackup> d = cluster::decode_backup(bytes, error);
-  if (!d) return error;
+  if (!d) return std::nullopt;
   cluster::LockStateMachine sm(cluster::unbounded_limits());
   cluster::BackupSummary sum;
-  if (!cluster::load_backup(*d, sm, sum, error)) return error;
+  if (!cluster::load_backup(*d, sm, sum, error)) return std::nullopt;
   const char* source = d->meta.source == cluster::BackupSource::kSingle ? "single" : "cluster";
   if (g.json) {
     json j{{"file", file},
@@ -43,15 +45,12 @@ std::string check_and_describe(const Globals& g, const std::string& file, std::s
            {"keys", sum.keys},
            {"largest_token", sum.largest_token},
            {"bytes", bytes.size()}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("%s\n", fmt::format("{}: {} snapshot at index {} term {}, cluster {}, {} keys, token "
-                                    "floor {}, {} bytes, checksum ok",
-                                    file, source, d->meta.index, d->meta.term, d->meta.cluster_id,
-                                    sum.keys, d->meta.token_floor, bytes.size())
-                            .c_str());
+    return j.dump();
   }
-  return {};
+  return fmt::format("{}: {} snapshot at index {} term {}, cluster {}, {} keys, token floor {}, {} "
+                     "bytes, checksum ok",
+                     file, source, d->meta.index, d->meta.term, d->meta.cluster_id, sum.keys,
+                     d->meta.token_floor, bytes.size());
 }
 
 std::string dir_of(const std::string& file) {
@@ -60,49 +59,78 @@ std::string dir_of(const std::string& file) {
   return slash == 0 ? "/" : file.substr(0, slash);
 }
 
-// FILE.tmp.PID, synced, renamed over FILE, directory synced: FILE is the
-// old one or the whole new one, never a torn mix.
-std::string write_atomically(const std::string& file, std::string_view bytes) {
-  const std::string tmp = file + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
-  std::string_view left = bytes;
-  while (!left.empty()) {
-    const ssize_t n = ::write(fd, left.data(), left.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "short write";
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return "cannot write " + tmp + ": " + why;
+// FILE written atomically: FILE.tmp.PID, created before the download (so a
+// FILE that cannot be written costs the server nothing and is said at
+// once), synced, renamed over FILE, directory synced: FILE is the old one
+// or the whole new one, never a torn mix. The temp file is removed unless
+// commit() succeeded.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string file)
+      : file_(std::move(file)), tmp_(file_ + ".tmp." + std::to_string(::getpid())) {}
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (created_ && !committed_) ::unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Creates the temp file; one line on failure.
+  std::string create() {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd_ < 0) return "cannot write " + file_ + ": cannot create " + tmp_ + ": " + std::strerror(errno);
+    created_ = true;
+    return {};
+  }
+
+  // Writes `bytes`, syncs, renames over FILE, syncs the directory; one line
+  // on failure.
+  std::string commit(std::string_view bytes) {
+    std::string_view left = bytes;
+    while (!left.empty()) {
+      const ssize_t n = ::write(fd_, left.data(), left.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return failed("cannot write " + tmp_, n < 0 ? std::strerror(errno) : "short write");
+      left.remove_prefix(static_cast<std::size_t>(n));
     }
-    left.remove_prefix(static_cast<std::size_t>(n));
+    if (::fsync(fd_) != 0) return failed("cannot sync " + tmp_, std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return failed("cannot write " + tmp_, std::strerror(errno));
+    if (::rename(tmp_.c_str(), file_.c_str()) != 0) {
+      return failed("cannot rename " + tmp_ + " to " + file_, std::strerror(errno));
+    }
+    committed_ = true;
+    const int dfd = ::open(dir_of(file_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || ::fsync(dfd) != 0) {
+      const std::string why = std::strerror(errno);
+      if (dfd >= 0) ::close(dfd);
+      return "cannot sync the directory of " + file_ + ": " + why;
+    }
+    ::close(dfd);
+    return {};
   }
-  if (::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return "cannot sync " + tmp + ": " + why;
+
+ private:
+  std::string failed(const std::string& what, const std::string& why) const {
+    return what + ": " + why + " (" + file_ + " not written)";
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return "cannot rename " + tmp + " to " + file + ": " + why;
-  }
-  const int dfd = ::open(dir_of(file).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (dfd >= 0) ::close(dfd);
-    return "cannot sync the directory of " + file + ": " + why;
-  }
-  ::close(dfd);
-  return {};
-}
+
+  std::string file_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool created_ = false;
+  bool committed_ = false;
+};
 
 }  // namespace
 
 int cmd_snapshot_save(const Globals& g, const std::string& file) {
+  AtomicFile out(file);
+  if (const std::string err = out.create(); !err.empty()) {
+    fail(err);
+    return kExitUsage;
+  }
   net::Endpoint admin = g.admin;
   std::optional<HttpResponse> resp;
   // A follower names the leader's admin address: follow it once.
@@ -134,14 +162,18 @@ int cmd_snapshot_save(const Globals& g, const std::string& file) {
     return kExitNegative;
   }
   // Check before writing: a damaged download never replaces a good file.
-  if (const std::string bad = check_and_describe(g, file, resp->body); !bad.empty()) {
+  std::string bad;
+  const std::optional<std::string> line = check_and_describe(g, file, resp->body, bad);
+  if (!line) {
     fail(fmt::format("the snapshot from {} is damaged, {} not written: {}", admin.to_string(), file, bad));
     return kExitNegative;
   }
-  if (const std::string err = write_atomically(file, resp->body); !err.empty()) {
+  // Said only once FILE is in place.
+  if (const std::string err = out.commit(resp->body); !err.empty()) {
     fail(err);
     return kExitUsage;
   }
+  std::printf("%s\n", line->c_str());
   return kExitOk;
 }
 
@@ -153,10 +185,13 @@ int cmd_snapshot_verify(const Globals& g, const std::string& file) {
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (const std::string bad = check_and_describe(g, file, ss.str()); !bad.empty()) {
+  std::string bad;
+  const std::optional<std::string> line = check_and_describe(g, file, ss.str(), bad);
+  if (!line) {
     fail(fmt::format("{}: {}", file, bad));
     return kExitNegative;
   }
+  std::printf("%s\n", line->c_str());
   return kExitOk;
 }
 

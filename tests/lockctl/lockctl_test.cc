@@ -10,10 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -104,6 +106,35 @@ TEST(LockctlTest, AcquireReleaseAndTheirExitStatuses) {
   EXPECT_EQ(jj["reply"], "A");
   EXPECT_EQ(jj["owner"], "carol");
   EXPECT_TRUE(jj["token"].is_number_unsigned());
+}
+
+// `snapshot save FILE` reports success only for a file it wrote: a FILE
+// it cannot create, or cannot rename into place (a directory), is one line
+// on stderr and exit 2 with nothing on stdout (it printed "…, checksum ok"
+// first), and leaves no temp file behind.
+TEST(LockctlTest, SnapshotSaveReportsOnlyAWrittenFile) {
+  Fixture f;
+  ASSERT_EQ(f.ctl({"acquire", "alice", "orders/42", "--lease", "60000"}).status, 0);
+  const TempDir tmp("lockctl-snap");
+  std::filesystem::create_directory(tmp.sub("a-directory"));
+  for (const std::string& file : {tmp.sub("no-such-dir/x.snap"), tmp.sub("a-directory")}) {
+    const Outcome o = f.ctl({"snapshot", "save", file});
+    EXPECT_EQ(o.status, 2) << file << ": " << o.out << o.err;
+    EXPECT_EQ(o.out, "") << file;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find(file), std::string::npos) << o.err;
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"a-directory"});
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.sub("a-directory")));
+  // A writable FILE: the line, then the file is there and verifies.
+  const std::string good = tmp.sub("good.snap");
+  const Outcome saved = f.ctl({"snapshot", "save", good});
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  EXPECT_EQ(saved.out.rfind(good + ": single snapshot at index ", 0), 0u) << saved.out;
+  EXPECT_NE(saved.out.find("checksum ok"), std::string::npos) << saved.out;
+  EXPECT_EQ(f.ctl({"snapshot", "verify", good}).status, 0);
 }
 
 // `acquire --shared [--limit N]` (v1.2) and `lock KEY` with several
