@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lockd/cluster/cluster_node.h"
 #include "lockd/net/clock.h"
@@ -241,11 +245,43 @@ void ClusterNode::change_members(const MemberChange& change, MemberChangeDone do
       done(MemberChangeResult{400, "bad_request", "id must be a positive number", std::nullopt});
       return;
     }
+    std::vector<net::Endpoint> wanted;  // client, raft
     for (const std::string* a : {&change.client_addr, &change.raft_addr}) {
-      if (!net::parse_endpoint(*a, error) || a->size() > raft::kMaxAddressBytes) {
+      std::optional<net::Endpoint> ep = net::parse_endpoint(*a, error);
+      if (!ep || a->size() > raft::kMaxAddressBytes) {
         done(MemberChangeResult{400, "bad_request", "bad address '" + *a + "': " + error,
                                 std::nullopt});
         return;
+      }
+      // Port 0 is "any free port" to a listener: no member can be dialled there.
+      if (ep->port == 0) {
+        done(MemberChangeResult{400, "bad_request", "bad address '" + *a + "': port 0",
+                                std::nullopt});
+        return;
+      }
+      wanted.push_back(*ep);
+    }
+    if (wanted[0].to_string() == wanted[1].to_string()) {
+      done(MemberChangeResult{400, "bad_request",
+                              "client_addr and raft_addr are the same address " +
+                                  wanted[0].to_string(),
+                              std::nullopt});
+      return;
+    }
+    // An address a member already has (as config.cc refuses for --peer): the
+    // new learner would never be reached, and the member it shadows would
+    // refuse its connections. The same id is left to already_member.
+    for (const Member& m : current_members()) {
+      if (m.id == change.id) continue;
+      for (const auto& [theirs, what] : {std::pair{&m.client, "client"}, std::pair{&m.raft, "raft"}}) {
+        for (const net::Endpoint& ep : wanted) {
+          if (ep.to_string() != theirs->to_string()) continue;
+          done(MemberChangeResult{409, "address_in_use",
+                                  ep.to_string() + " is node " + std::to_string(m.id) + "'s " +
+                                      what + " address",
+                                  std::nullopt});
+          return;
+        }
       }
     }
   }

@@ -667,6 +667,47 @@ TEST(Membership, LearnerReplaysAConfigurationWithoutTheCurrentLeader) {
       << c.process(5).stderr_text();
 }
 
+// A new member must have addresses of its own (a learner on a member's
+// client or raft address was added, and the real member refused its
+// connections) and real ports (port 0 was taken): 409 address_in_use and
+// 400 bad_request, and the configuration stays as it was. Re-adding a
+// member with its own addresses is still already_member.
+TEST(Membership, AddressesInUseAndPortZeroAreRefused) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::string fresh_client = "127.0.0.1:" + std::to_string(free_port());
+  const std::string fresh_raft = "127.0.0.1:" + std::to_string(free_port());
+  int next_id = 7;  // a new id each time: one refusal must not hide behind another's add
+  const auto body = [&next_id](const std::string& client, const std::string& raft) {
+    return json{{"id", next_id++}, {"client_addr", client}, {"raft_addr", raft}}.dump();
+  };
+  struct Case {
+    std::string body;
+    int status;
+    std::string error;
+  };
+  for (const Case& k : std::vector<Case>{
+           {body(c.client_addr(2), fresh_raft), 409, "address_in_use"},  // member 2's client
+           {body(fresh_client, c.raft_addr(3)), 409, "address_in_use"},  // member 3's raft
+           {body(c.raft_addr(1), fresh_raft), 409, "address_in_use"},    // another's raft as client
+           {body(fresh_client, c.client_addr(1)), 409, "address_in_use"},
+           {body(fresh_client, fresh_client), 400, "bad_request"},  // its own two ports at one address
+           {body("127.0.0.1:0", fresh_raft), 400, "bad_request"},
+           {body(fresh_client, "127.0.0.1:0"), 400, "bad_request"},
+           {add_body(c, 2), 409, "already_member"},
+       }) {
+    const HttpReply r = change(c, "POST", "/v1/cluster/members", k.body);
+    EXPECT_EQ(r.status, k.status) << k.body << ": " << r.body;
+    EXPECT_EQ(error_of(r), k.error) << k.body << ": " << r.body;
+  }
+  // Nothing changed: three members, no learner; and the next change is taken.
+  EXPECT_EQ(roles(c).size(), 3u);
+  const int id = next_id;
+  const HttpReply added = change(c, "POST", "/v1/cluster/members", body(fresh_client, fresh_raft));
+  EXPECT_EQ(added.status, 200) << added.body;
+  EXPECT_EQ(roles(c)[id], "learner");
+}
+
 // A change or transfer that does not land within --member-change-timeout-ms
 // is answered 504 {"error":"timeout"} (docs/cluster.md), and nothing else
 // moves. A change that cannot commit ends sooner as 503 here (a follower
