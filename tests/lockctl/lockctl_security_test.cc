@@ -26,19 +26,33 @@ using Outcome = RunResult;
 
 Outcome run(const std::vector<std::string>& argv) { return run_program(argv, 30s); }
 
+// `lockctl credential new billing` prints a comment, the credential, then
+// the credentials-file entry: the entry goes to DIR/credentials.toml and
+// the credential to DIR/credential.
+struct NewCredential {
+  std::string out;  // lockctl's whole output
+  std::string credential;
+};
+NewCredential new_billing_credential(const fs::path& dir) {
+  const Outcome made = run({LOCKCTL_BINARY, "credential", "new", "billing"});
+  EXPECT_EQ(made.status, 0) << made.err;
+  std::istringstream lines(made.out);
+  std::string comment, credential;
+  std::getline(lines, comment);
+  std::getline(lines, credential);
+  const std::size_t entry = made.out.find("[[credential]]");
+  EXPECT_NE(entry, std::string::npos) << made.out;
+  if (entry != std::string::npos) std::ofstream(dir / "credentials.toml") << made.out.substr(entry);
+  std::ofstream(dir / "credential") << credential << "\n";
+  return {made.out, credential};
+}
+
 TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
   const fs::path dir = fs::path(test_pki_dir()) / "lockctl";
   fs::create_directories(dir);
-  // `lockctl credential new` prints the credential and the file entry.
-  const Outcome made = run({LOCKCTL_BINARY, "credential", "new", "billing"});
-  ASSERT_EQ(made.status, 0) << made.err;
-  std::istringstream lines(made.out);
-  std::string line, credential;
-  std::getline(lines, line);        // comment
-  std::getline(lines, credential);  // the credential
+  const NewCredential made = new_billing_credential(dir);
+  const std::string& credential = made.credential;
   ASSERT_EQ(credential.size(), 64u) << made.out;
-  std::ofstream(dir / "credentials.toml") << made.out.substr(made.out.find("[[credential]]"));
-  std::ofstream(dir / "credential") << credential << "\n";
   // `credential hash` of the same credential is another salt, same scheme.
   EXPECT_EQ(made.out.find(credential, made.out.find("hash")), std::string::npos);
 
@@ -120,14 +134,7 @@ TEST(LockctlSecurityTest, TlsAndCredentialsForTheTextProtocolAndTheAdminApi) {
 TEST(LockctlSecurityTest, RefusalsByTheServerExitOne) {
   const fs::path dir = fs::path(test_pki_dir()) / "lockctl-refusals";
   fs::create_directories(dir);
-  const Outcome made = run({LOCKCTL_BINARY, "credential", "new", "billing"});
-  ASSERT_EQ(made.status, 0) << made.err;
-  std::istringstream lines(made.out);
-  std::string line, credential;
-  std::getline(lines, line);        // comment
-  std::getline(lines, credential);  // the credential
-  std::ofstream(dir / "credentials.toml") << made.out.substr(made.out.find("[[credential]]"));
-  std::ofstream(dir / "credential") << credential << "\n";
+  new_billing_credential(dir);
   std::ofstream(dir / "wrong") << "not-the-credential\n";
   std::ofstream(dir / "acl.toml") << "[[rule]]\nidentity = \"billing\"\nprefix = \"billing/\"\n"
                                      "verbs = [\"A\", \"R\", \"K\"]\n";

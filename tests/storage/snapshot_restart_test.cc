@@ -187,19 +187,30 @@ TEST_P(SnapshotWhere, SnapshotCompactionAndRestartGiveTheSameLockTable) {
   m.table.check_invariants();
 }
 
-TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
-  test::TempDir dir;
-  FileStorage st({dir.path(), 4096, false});
+// A storage holding one entry, to snapshot at index 1.
+void open_with_one_entry(FileStorage& st) {
   ASSERT_TRUE(st.open().ok());
   const raft::Entry e{1, 1, raft::EntryType::kCommand, "x"};
   ASSERT_TRUE(st.save(std::nullopt, {&e, 1}, nullptr).ok());
-  SnapshotWriter writer(st);
-  ASSERT_TRUE(writer.start({1, 1}, []() -> std::string { std::abort(); }).ok());
+}
+
+// Polls until the snapshot ends (10 s at most).
+std::optional<SnapshotWriter::Done> wait_done(SnapshotWriter& writer) {
   std::optional<SnapshotWriter::Done> done;
   for (int i = 0; i < 100000 && !done; ++i) {
     done = writer.poll();
     if (!done) usleep(100);
   }
+  return done;
+}
+
+TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
+  test::TempDir dir;
+  FileStorage st({dir.path(), 4096, false});
+  open_with_one_entry(st);
+  SnapshotWriter writer(st);
+  ASSERT_TRUE(writer.start({1, 1}, []() -> std::string { std::abort(); }).ok());
+  const std::optional<SnapshotWriter::Done> done = wait_done(writer);
   ASSERT_TRUE(done);
   EXPECT_EQ(done->status.error, raft::StorageError::kIo);
   EXPECT_NE(done->status.message.find("snapshot child failed (killed by signal 6)"), std::string::npos)
@@ -212,18 +223,12 @@ TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
 TEST_P(SnapshotWhere, AFailedWriteIsAnIoErrorNamingTheStep) {
   test::TempDir dir;
   FileStorage st({dir.path(), 4096, false});
-  ASSERT_TRUE(st.open().ok());
-  const raft::Entry e{1, 1, raft::EntryType::kCommand, "x"};
-  ASSERT_TRUE(st.save(std::nullopt, {&e, 1}, nullptr).ok());
+  open_with_one_entry(st);
   // The temporary file's name is taken by a directory: open() fails.
   ASSERT_EQ(::mkdir(st.temp_path("snap-child").c_str(), 0755), 0);
   SnapshotWriter writer(st);
   ASSERT_TRUE(writer.start({1, 1}, [] { return std::string("table"); }, GetParam()).ok());
-  std::optional<SnapshotWriter::Done> done;
-  for (int i = 0; i < 100000 && !done; ++i) {
-    done = writer.poll();
-    if (!done) usleep(100);
-  }
+  const std::optional<SnapshotWriter::Done> done = wait_done(writer);
   ASSERT_TRUE(done);
   EXPECT_EQ(done->status.error, raft::StorageError::kIo);
   EXPECT_NE(done->status.message.find("creating the temporary file failed"), std::string::npos)
