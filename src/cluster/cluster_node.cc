@@ -359,8 +359,12 @@ void ClusterNode::after_turn() {
   // compacted.
   if (!syncing()) maybe_snapshot();
   dropped_entries_.free_some(kDroppedEntriesFreedPerTurn);
-  if (std::vector<raft::Entry> spare = dropped_entries_.take_spare(); spare.capacity() > 0) {
-    raft_->recycle_log_buffer(std::move(spare));  // the next compaction moves the log into it
+  // The next compaction moves the log into the emptied buffer, when the
+  // snapshots are made without a fork: after a fork its pages fault again
+  // anyway, and a large table's log buffer (megabytes) is better freed.
+  if (std::vector<raft::Entry> spare = dropped_entries_.take_spare();
+      spare.capacity() > 0 && snapshots_->timing().on_thread) {
+    raft_->recycle_log_buffer(std::move(spare));
   }
   // Each round: notice role changes and propose what was deferred, then
   // one Ready cycle. Apply never proposes (Raft is mid-cycle), so what it
