@@ -97,7 +97,7 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
     bool answered = false;  // a waiting acquire is not timed: its wait is the client's
     if (const auto* req = std::get_if<proto::Request>(&parsed)) {
       if (req->verb == proto::Verb::kHello) {
-        if (!handle_hello(client, *req)) {
+        if (!handle_hello(client, &req->credential)) {
           if (conn.reply_queued()) conn.close_after_flush();
           return;  // nothing after a refused credential is read
         }
@@ -107,21 +107,13 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
         answered = !admitted(client, *req) || handle_request(client, *req, now);
       }
     } else if (const auto* err = std::get_if<proto::ParseError>(&parsed);
-               err != nullptr && *err == proto::ParseError::kBadCredential &&
-               (auth_ == nullptr || !auth_->required())) {
-      // §11: with authentication off, `H` answers `H anonymous` whatever
-      // its credential.
-      ++stats_.requests_hello;
-      stats_.count(ReplyKind::kHello);
-      conn.out().append("H anonymous\n");
+               err != nullptr && *err == proto::ParseError::kBadCredential) {
+      // An `H` whose credential breaks §2: answered as any `H` is.
+      if (!handle_hello(client, nullptr)) {
+        if (conn.reply_queued()) conn.close_after_flush();
+        return;
+      }
       answered = true;
-    } else if (err != nullptr && *err == proto::ParseError::kBadCredential) {
-      // §11: a credential that breaks §2 is refused like a wrong one.
-      ++stats_.auth_failures;
-      stats_.count(ReplyKind::kError);
-      proto::append_error(conn.out(), *err);
-      if (conn.reply_queued()) conn.close_after_flush();
-      return;
     } else if (err != nullptr) {
       ++stats_.requests_malformed;
       stats_.count(ReplyKind::kError);
@@ -153,15 +145,19 @@ char acl_verb(proto::Verb v) {
 
 }  // namespace
 
-bool LockServer::handle_hello(Client& client, const proto::Request& req) {
+bool LockServer::handle_hello(Client& client, const std::string_view* credential) {
   std::string& out = client.conn->out();
   ++stats_.requests_hello;
   if (auth_ == nullptr || !auth_->required()) {
+    // §11: with authentication off, `H` answers `H anonymous` whatever its
+    // credential.
     stats_.count(ReplyKind::kHello);
     out.append("H anonymous\n");
     return true;
   }
-  std::optional<std::string> identity = auth_->by_credential(req.credential);
+  // §11: a credential that breaks §2 is refused like a wrong one.
+  std::optional<std::string> identity =
+      credential != nullptr ? auth_->by_credential(*credential) : std::nullopt;
   if (!identity) {
     ++stats_.auth_failures;
     stats_.count(ReplyKind::kError);

@@ -121,8 +121,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   void accept(int fd);
   // Returns whether the request was answered at once (false: it waits).
   bool handle_request(Client& client, const proto::Request& req, TimeNs now);
-  // `H <credential>`. False when the connection is to close (refused).
-  bool handle_hello(Client& client, const proto::Request& req);
+  // `H <credential>`, or (null) an `H` whose credential breaks §2. False
+  // when the connection is to close (refused).
+  bool handle_hello(Client& client, const std::string_view* credential);
   // §11 before a request is decided: appends `E unauthenticated <echo>` or
   // `E forbidden <echo>` and returns false when it may not go on.
   bool admitted(Client& client, const proto::Request& req);
