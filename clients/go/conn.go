@@ -42,7 +42,26 @@ type conn struct {
 	nextID    uint64
 	broken    error
 	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
+	dead      chan struct{} // closed once the connection broke or was closed
+	// retired: no new caller is given this connection (the client moved to
+	// another node, or an echo-less E made its outcome unknown); it stays
+	// open for the requests already in flight and closes once they are
+	// answered, so moving on never fails another caller's request.
+	retired  bool
+	watchers map[string][]*watchSub // key -> the watches of this connection
+	onX      map[uint64]func()      // token -> the keeper told of an X
+	xSeen    map[uint64]bool        // X pushes no keeper had claimed yet (bounded)
+	xOrder   []uint64
 }
+
+// watchSub is one Watch's interest in a key on one connection.
+type watchSub struct {
+	key  string
+	push func(KeyState)
+}
+
+// maxXSeen bounds the X pushes remembered before their keeper registers.
+const maxXSeen = 256
 
 // dial connects to addr (over TLS when tlsConfig is set); with a
 // credential, the connection is authenticated (H, protocol.md §11) before
@@ -70,7 +89,8 @@ func dial(ctx context.Context, addr string, timeout time.Duration, tlsConfig *tl
 		}
 	}
 	c = &conn{addr: addr, nc: nc, m: newMatcher(), waiters: map[uint64]chan result{},
-		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{})}
+		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{}), dead: make(chan struct{}),
+		watchers: map[string][]*watchSub{}, onX: map[uint64]func(){}, xSeen: map[uint64]bool{}}
 	go c.readLoop(br)
 	return c, identity, nil
 }
@@ -127,13 +147,57 @@ func authenticate(ctx context.Context, nc net.Conn, br *bufio.Reader, addr strin
 	}
 }
 
-func (c *conn) isBroken() bool {
+// usable is true if new callers may send on this connection.
+func (c *conn) usable() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.broken != nil
+	return c.broken == nil && !c.retired
 }
 
-func (c *conn) close() { _ = c.nc.Close() }
+func (c *conn) close() { c.fail(errors.New("connection closed by the client")) }
+
+func (c *conn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// retire gives the connection no new callers and closes it once nothing
+// is in flight on it (at once if nothing is).
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	c.closeIfIdleLocked()
+	c.mu.Unlock()
+}
+
+func (c *conn) closeIfIdleLocked() {
+	if c.retired && c.broken == nil && c.m.inFlight() == 0 {
+		c.failLocked(errors.New("connection retired"))
+	}
+}
+
+// listenX calls fn (on the reader goroutine, once) when X arrives for token.
+func (c *conn) listenX(token uint64, fn func()) {
+	c.mu.Lock()
+	seen := c.xSeen[token]
+	if !seen {
+		c.onX[token] = fn
+	}
+	c.mu.Unlock()
+	if seen {
+		fn()
+	}
+}
+
+func (c *conn) unlistenX(token uint64) {
+	c.mu.Lock()
+	delete(c.onX, token)
+	c.mu.Unlock()
+}
 
 // peerClosed is true when the peer closed the connection (EOF with nothing
 // before it) and the reader has not noticed yet: a node killed or restarted
@@ -166,11 +230,20 @@ func (c *conn) peerClosed() bool {
 // release that ends the first one's wait, say) goes out meanwhile.
 // errNotSent if the connection had broken.
 func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64, chan result, error) {
+	return c.submitHook(ctx, r, queueBy, nil)
+}
+
+// submitHook is submit; hook, when set, runs under the connection's locks
+// just before r is recorded and written (wire order with r), and says
+// whether r is to be sent at all.
+func (c *conn) submitHook(ctx context.Context, r Request, queueBy time.Time, hook func() bool) (uint64, chan result, error) {
+	queued := false
 	for {
 		c.mu.Lock()
 		changed, busy := c.changed, c.broken == nil && c.m.busy(r)
 		c.mu.Unlock()
 		if busy {
+			queued = true
 			t := time.NewTimer(time.Until(queueBy))
 			select {
 			case <-changed:
@@ -189,6 +262,16 @@ func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64
 			c.mu.Unlock()
 			c.wmu.Unlock()
 			continue
+		}
+		if queued && r.WaitMS > 0 {
+			// The wait counts from the call, not from the end of the
+			// queueing: send what is left of it (0: one try, no wait).
+			r.WaitMS = millis(time.Until(queueBy))
+		}
+		if hook != nil && c.broken == nil && !hook() {
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			return 0, nil, nil
 		}
 		id, ch, err := c.addLocked(r)
 		c.mu.Unlock()
@@ -274,6 +357,11 @@ func (c *conn) failLocked(why error) {
 	c.abandoned = map[uint64]bool{}
 	close(c.changed)
 	c.changed = make(chan struct{})
+	select {
+	case <-c.dead:
+	default:
+		close(c.dead)
+	}
 }
 
 func (c *conn) readLoop(br *bufio.Reader) {
@@ -293,16 +381,41 @@ func (c *conn) readLoop(br *bufio.Reader) {
 
 func (c *conn) dispatch(text string) {
 	reply, perr := ParseReply(text)
+	if perr == nil && reply.isPush() {
+		c.push(reply)
+		return
+	}
 	c.mu.Lock()
 	var id uint64
+	var ambiguous []uint64
 	ok := false
 	if perr == nil {
-		id, ok = c.m.match(reply)
+		id, ambiguous, ok = c.m.match(reply)
 	}
 	if !ok {
 		// Nothing we sent can have drawn this line: no reply on this
 		// connection can be trusted any more.
 		c.failLocked(errors.New("unexpected reply from " + c.addr + ": " + text))
+		c.mu.Unlock()
+		return
+	}
+	if ambiguous != nil {
+		// An echo-less E that several requests could have drawn: each of
+		// them may have been refused or may still be answered. Their callers
+		// learn the outcome is unknown (a keeper retries, it does not give
+		// the lock up); their later replies are still matched (a late grant
+		// released); new callers go over a new connection.
+		for _, aid := range ambiguous {
+			if ch := c.waiters[aid]; ch != nil {
+				ch <- result{err: fail(ErrIndeterminate, "the server refused one of several requests ("+
+					reply.Code+" without echo, a pre-v1.3 server) and did not say which")}
+				delete(c.waiters, aid)
+			}
+			c.abandoned[aid] = true
+		}
+		c.retired = true
+		close(c.changed)
+		c.changed = make(chan struct{})
 		c.mu.Unlock()
 		return
 	}
@@ -315,19 +428,108 @@ func (c *conn) dispatch(text string) {
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})
+	if !undo {
+		c.closeIfIdleLocked()
+	}
 	c.mu.Unlock()
 	if undo {
 		// A grant nobody waits for any more: release it, so a timed-out
 		// acquire never leaves a lock held by nobody until its lease ends.
+		// Sent from this goroutine's successor, not the reader: the reader
+		// must go on reading.
 		go func() {
 			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: reply.Token, Key: reply.Key}, time.Now())
-			if err == nil {
-				c.mu.Lock()
+			c.mu.Lock()
+			if err == nil && rid != 0 {
 				if _, inFlight := c.waiters[rid]; inFlight {
 					c.abandoned[rid] = true
 				}
-				c.mu.Unlock()
 			}
+			c.closeIfIdleLocked()
+			c.mu.Unlock()
 		}()
 	}
+}
+
+// push routes a V to this connection's watches of its key and an X to the
+// keeper of its token (protocol.md §5c); never to the matcher.
+func (c *conn) push(p Reply) {
+	c.mu.Lock()
+	if p.Kind == 'X' {
+		fn := c.onX[p.Token]
+		delete(c.onX, p.Token)
+		if fn == nil && !c.xSeen[p.Token] {
+			c.xSeen[p.Token] = true
+			c.xOrder = append(c.xOrder, p.Token)
+			if len(c.xOrder) > maxXSeen {
+				delete(c.xSeen, c.xOrder[0])
+				c.xOrder = c.xOrder[1:]
+			}
+		}
+		c.mu.Unlock()
+		if fn != nil {
+			fn()
+		}
+		return
+	}
+	subs := append([]*watchSub(nil), c.watchers[p.Key]...)
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.push(p.State)
+	}
+}
+
+// watch registers sub and sends W for its key (in wire order with the
+// registration, so no U of another watch of the key can overtake it), and
+// returns W's reply (or B, E). A refused W unregisters sub.
+func (c *conn) watch(ctx context.Context, sub *watchSub, timeout time.Duration) (Reply, error) {
+	id, ch, err := c.submitHook(ctx, Request{Verb: VerbWatch, Key: sub.key}, time.Now(), func() bool {
+		c.watchers[sub.key] = append(c.watchers[sub.key], sub)
+		return true
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	reply, err := c.wait(ctx, id, ch, time.Now().Add(timeout))
+	if err != nil || reply.Kind != 'W' {
+		c.mu.Lock()
+		c.dropSubLocked(sub)
+		c.mu.Unlock()
+	}
+	return reply, err
+}
+
+func (c *conn) dropSubLocked(sub *watchSub) bool {
+	subs := c.watchers[sub.key]
+	for i, s := range subs {
+		if s == sub {
+			subs = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(c.watchers, sub.key)
+		return true
+	}
+	c.watchers[sub.key] = subs
+	return false
+}
+
+// unwatch unregisters sub and, if it was the key's last watch here, sends
+// U (its reply is read and dropped).
+func (c *conn) unwatch(sub *watchSub) {
+	id, _, err := c.submitHook(context.Background(), Request{Verb: VerbUnwatch, Key: sub.key}, time.Now(), func() bool {
+		return c.dropSubLocked(sub)
+	})
+	c.mu.Lock()
+	if err == nil && id != 0 {
+		if _, inFlight := c.waiters[id]; inFlight {
+			c.abandoned[id] = true
+			delete(c.waiters, id)
+		}
+	}
+	if err != nil { // broken: nothing to tell the server
+		c.dropSubLocked(sub)
+	}
+	c.mu.Unlock()
 }

@@ -342,3 +342,30 @@ func newClient(t *testing.T, addrs ...string) *Client {
 }
 
 func bg() context.Context { return context.Background() }
+
+// stop closes the listener and every connection: the node is gone.
+func (f *fakeNode) stop() {
+	f.l.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// connCount is how many connections the node accepted.
+func (f *fakeNode) connCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
+func (f *fakeNode) count(prefix string) int {
+	n := 0
+	for _, l := range f.lines() {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
