@@ -447,7 +447,7 @@ func (c *Client) grant(ctx context.Context, verb Verb, key string, limit uint32,
 	switch {
 	case reply.Kind == byte(verb):
 		return &Lock{client: c, conn: cn, Token: reply.Token, Key: key, Owner: owner, Lease: o.Lease, SentAt: sentAt,
-			GrantedAt: time.Now(), waited: r.WaitMS > 0, Shared: verb == VerbShared, Limit: limit,
+			GrantedAt: reply.arrived, waited: r.WaitMS > 0, Shared: verb == VerbShared, Limit: limit,
 			lost: make(chan struct{})}, nil
 	case reply.Kind == 'T':
 		return nil, fail(ErrTimedOut, "not granted (held, full, or someone queued first)")

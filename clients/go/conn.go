@@ -381,6 +381,7 @@ func (c *conn) readLoop(br *bufio.Reader) {
 
 func (c *conn) dispatch(text string) {
 	reply, perr := ParseReply(text)
+	reply.arrived = time.Now()
 	if perr == nil && reply.isPush() {
 		c.push(reply)
 		return

@@ -195,6 +195,9 @@ func final(err error) bool {
 func (l *Lock) keep(onLost func(*Lock, error)) {
 	defer l.doneOnce.Do(func() { close(l.done) })
 	defer l.client.track(l, false)
+	if l.conn != nil {
+		defer l.conn.unlistenX(l.Token)
+	}
 	clk := l.clk
 	if clk == nil {
 		clk = realClock{}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Field limits of protocol.md §2, checked before a request is sent so a
@@ -164,6 +165,8 @@ type Reply struct {
 	Code      string   // E: no_leader, indeterminate, bad_lease ...
 	Identity  string   // H: the identity the connection is authenticated as
 	State     KeyState // W, V: the key's state
+
+	arrived time.Time // when the connection read it
 }
 
 // KeyState is who holds a key (protocol.md §5c), as a W reply or a V push
