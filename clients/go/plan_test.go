@@ -479,3 +479,77 @@ func TestC14Election(t *testing.T) {
 		t.Fatal("Resign sent no R")
 	}
 }
+
+// C04 against a real lockd without the v1.3 echo (this build's server,
+// --max-wait-ms 3000): the E bad_wait of a wait above the maximum is not
+// pinned on another goroutine's validly queued acquire.
+func TestC04EchoLessRefusalAmongQueuedAcquiresOnARealLockd(t *testing.T) {
+	d := startLockd(t, "--listen", "127.0.0.1:0", "--admin", "off", "--max-wait-ms", "3000")
+	c := newClient(t, d.addr())
+	holder, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "alice", Lease: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (1) The server already accepted a 2 s wait: only the 10 s one can
+	// have drawn the E, whichever reply arrives first.
+	if _, err := c.Acquire(bg(), "warm", AcquireOptions{Owner: "w", Lease: time.Second, Wait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "bob", Lease: 20 * time.Second, Wait: 2 * time.Second})
+		if err == nil {
+			err = l.Release(bg())
+		}
+		queued <- err
+	}()
+	if !eventually(t, 5*time.Second, func() bool { return inFlight(c) == 1 }) {
+		t.Fatal("bob's acquire never went out")
+	}
+	var rejected *RejectedError
+	if _, err := c.Acquire(bg(), "j", AcquireOptions{Owner: "carol", Lease: time.Second, Wait: 10 * time.Second}); !errors.As(err, &rejected) || rejected.Code != "bad_wait" {
+		t.Fatalf("the refused acquire: %v", err)
+	}
+	if err := <-queued; !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("bob's queued acquire: %v (the E was pinned on it?)", err)
+	}
+	// (2) A fresh client knows no accepted wait. A pre-v1.3 server sends
+	// no echo: two candidates, both outcomes unknown, and bob's grant (when
+	// alice releases) is released at once, never held by nobody. A v1.3
+	// server echoes the refusal (C03): it is matched exactly.
+	echoes := callOnce(d.addr(), "A x y 1000 10000", time.Second) == "E bad_wait x y"
+	c2 := newClient(t, d.addr())
+	queued2 := make(chan error, 1)
+	go func() {
+		l, err := c2.Acquire(bg(), "k", AcquireOptions{Owner: "bob", Lease: 20 * time.Second, Wait: 2500 * time.Millisecond})
+		if err == nil {
+			err = l.Release(bg())
+		}
+		queued2 <- err
+	}()
+	if !eventually(t, 5*time.Second, func() bool { return inFlight(c2) == 1 }) {
+		t.Fatal("bob's second acquire never went out")
+	}
+	_, err = c2.Acquire(bg(), "j", AcquireOptions{Owner: "carol", Lease: time.Second, Wait: 10 * time.Second})
+	if echoes && !(errors.As(err, &rejected) && rejected.Code == "bad_wait") || !echoes && !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("the refused acquire (server echoes: %v): %v", echoes, err)
+	}
+	if err := holder.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	err = <-queued2
+	if echoes && err != nil || !echoes && !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("the queued acquire (server echoes: %v): %v", echoes, err)
+	}
+	if !eventually(t, 5*time.Second, func() bool {
+		return strings.HasPrefix(callOnce(d.addr(), "A probe k 1000", time.Second), "A ")
+	}) {
+		t.Fatal("bob's grant was never released")
+	}
+	// New requests go through (over a new connection after an ambiguity).
+	if l, err := c2.Acquire(bg(), "other", AcquireOptions{Owner: "dave", Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	} else if err := l.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
