@@ -387,11 +387,10 @@ func (c *conn) dispatch(text string) {
 		return
 	}
 	c.mu.Lock()
-	var id uint64
-	var ambiguous []uint64
+	var out []delivery
 	ok := false
 	if perr == nil {
-		id, ambiguous, ok = c.m.match(reply)
+		out, ok = c.m.match(reply)
 	}
 	if !ok {
 		// Nothing we sent can have drawn this line: no reply on this
@@ -400,46 +399,30 @@ func (c *conn) dispatch(text string) {
 		c.mu.Unlock()
 		return
 	}
-	if ambiguous != nil {
-		// An echo-less E that several requests could have drawn: each of
-		// them may have been refused or may still be answered. Their callers
-		// learn the outcome is unknown (a keeper retries, it does not give
-		// the lock up); their later replies are still matched (a late grant
-		// released); new callers go over a new connection.
-		for _, aid := range ambiguous {
-			if ch := c.waiters[aid]; ch != nil {
-				ch <- result{err: fail(ErrIndeterminate, "the server refused one of several requests ("+
-					reply.Code+" without echo, a pre-v1.3 server) and did not say which")}
-				delete(c.waiters, aid)
-			}
-			c.abandoned[aid] = true
+	var undo []Reply
+	for _, d := range out {
+		ch := c.waiters[d.id]
+		delete(c.waiters, d.id)
+		if c.abandoned[d.id] && d.reply.isGrant() {
+			undo = append(undo, d.reply)
 		}
-		c.retired = true
-		close(c.changed)
-		c.changed = make(chan struct{})
-		c.mu.Unlock()
-		return
-	}
-	ch := c.waiters[id]
-	delete(c.waiters, id)
-	undo := c.abandoned[id] && reply.isGrant()
-	delete(c.abandoned, id)
-	if ch != nil {
-		ch <- result{reply: reply}
+		delete(c.abandoned, d.id)
+		if ch != nil {
+			ch <- result{reply: d.reply}
+		}
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})
-	if !undo {
+	if len(undo) == 0 {
 		c.closeIfIdleLocked()
 	}
 	c.mu.Unlock()
-	if undo {
+	for _, g := range undo {
 		// A grant nobody waits for any more: release it, so a timed-out
 		// acquire never leaves a lock held by nobody until its lease ends.
-		// Sent from this goroutine's successor, not the reader: the reader
-		// must go on reading.
-		go func() {
-			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: reply.Token, Key: reply.Key}, time.Now())
+		// Sent from another goroutine: the reader must go on reading.
+		go func(g Reply) {
+			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: g.Token, Key: g.Key}, time.Now())
 			c.mu.Lock()
 			if err == nil && rid != 0 {
 				if _, inFlight := c.waiters[rid]; inFlight {
@@ -448,7 +431,7 @@ func (c *conn) dispatch(text string) {
 			}
 			c.closeIfIdleLocked()
 			c.mu.Unlock()
-		}()
+		}(g)
 	}
 }
 

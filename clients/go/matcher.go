@@ -16,19 +16,29 @@ package lockd
 //     it asks the matcher (protocol.md §5c).
 //   - An E without echo (a v1.2 server's E bad_lease/bad_wait/bad_limit; a
 //     v1.3 server echoes them) is pinned on a request only when exactly one
-//     request in flight could have drawn it. Otherwise it is ambiguous: every
-//     candidate's outcome is unknown (its caller gets ErrIndeterminate, a
-//     late grant is released) and the candidates stay in flight as a ghost
-//     group that expects one reply fewer than it has members, so the replies
-//     still to come are recognised and the connection need not be torn down
-//     under them.
+//     request in flight could have drawn it. Otherwise it is held back: the
+//     candidates become a group that expects one reply fewer than it has
+//     members; each gets its own reply as it comes (they all echo), and once
+//     all but one have, the E goes to the one left. A candidate whose caller
+//     gives up first ends as ErrIndeterminate (its reply timeout), as any.
+//     No request is ever given another's refusal, and the connection stays.
 
 import (
 	"container/list"
 	"strconv"
 )
 
-type ghostGroup struct{ need int } // replies still to come to the group's members
+// ghostGroup: candidates of a held-back echo-less E.
+type ghostGroup struct {
+	need int   // replies still to come to the group's members, the E aside
+	e    Reply // the E, for the member left
+}
+
+// delivery is a reply for the request id.
+type delivery struct {
+	id    uint64
+	reply Reply
+}
 
 type entry struct {
 	id    uint64
@@ -79,23 +89,25 @@ func (m *matcher) remove(el *list.Element) {
 	m.order.Remove(el)
 }
 
-// take removes el; the last reply a ghost group waits for removes the
-// group's remaining member too (that one drew the echo-less E).
-func (m *matcher) take(el *list.Element) uint64 {
+// take removes el, answered by r; the last reply a group waits for also
+// gives the group's E to the member left (it drew it).
+func (m *matcher) take(el *list.Element, r Reply) []delivery {
 	en := el.Value.(*entry)
 	m.remove(el)
+	out := []delivery{{en.id, r}}
 	if g := en.ghost; g != nil {
 		if g.need--; g.need <= 0 {
 			for x := m.order.Front(); x != nil; {
 				nx := x.Next()
-				if x.Value.(*entry).ghost == g {
+				if o := x.Value.(*entry); o.ghost == g {
 					m.remove(x)
+					out = append(out, delivery{o.id, g.e})
 				}
 				x = nx
 			}
 		}
 	}
-	return en.id
+	return out
 }
 
 func (m *matcher) find(echo string, prefer Verb) *list.Element {
@@ -137,11 +149,11 @@ func (m *matcher) learn(q Request, r Reply) {
 	}
 }
 
-// match returns the id of the request the reply answers, removed from the
-// in-flight set. For an echo-less E that more than one request could have
-// drawn, ambiguous lists them all (id is 0): none is removed, they become
-// a ghost group. ok is false if nothing matches (a protocol error).
-func (m *matcher) match(r Reply) (id uint64, ambiguous []uint64, ok bool) {
+// match returns the requests the reply settles, removed from the in-flight
+// set: the one it answers, and when that resolves a held-back E, the one
+// that drew it. None for an echo-less E that several requests could have
+// drawn (held back). ok is false if nothing matches (a protocol error).
+func (m *matcher) match(r Reply) (out []delivery, ok bool) {
 	var el *list.Element
 	switch r.Kind {
 	case 'A', 'S', 'T':
@@ -178,33 +190,31 @@ func (m *matcher) match(r Reply) (id uint64, ambiguous []uint64, ok bool) {
 				}
 			}
 			if len(cands) == 0 {
-				// A ghost drew it (two refused in one ambiguous group):
-				// all of them were given up already, any one will do.
+				// A group's member drew it (two refused in one group, the
+				// same code): it settles one member as any reply would.
 				for x := m.order.Front(); x != nil && el == nil; x = x.Next() {
-					if en := x.Value.(*entry); en.ghost != nil && m.couldDraw(r.Code, en.req) {
+					if en := x.Value.(*entry); en.ghost != nil && en.ghost.e.Code == r.Code {
 						el = x
 					}
 				}
 				break
 			}
-			switch len(cands) {
-			case 1:
+			if len(cands) == 1 {
 				el = cands[0]
-			default:
-				g := &ghostGroup{need: len(cands) - 1}
-				for _, x := range cands {
-					x.Value.(*entry).ghost = g
-					ambiguous = append(ambiguous, x.Value.(*entry).id)
-				}
-				return 0, ambiguous, true
+				break
 			}
+			g := &ghostGroup{need: len(cands) - 1, e: r}
+			for _, x := range cands {
+				x.Value.(*entry).ghost = g
+			}
+			return nil, true
 		}
 	}
 	if el == nil {
-		return 0, nil, false
+		return nil, false
 	}
 	m.learn(el.Value.(*entry).req, r)
-	return m.take(el), nil, true
+	return m.take(el, r), true
 }
 
 // drain removes and returns every id in flight, oldest first.

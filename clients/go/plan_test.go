@@ -514,9 +514,10 @@ func TestC04EchoLessRefusalAmongQueuedAcquiresOnARealLockd(t *testing.T) {
 		t.Fatalf("bob's queued acquire: %v (the E was pinned on it?)", err)
 	}
 	// (2) A fresh client knows no accepted wait. A pre-v1.3 server sends
-	// no echo: two candidates, both outcomes unknown, and bob's grant (when
-	// alice releases) is released at once, never held by nobody. A v1.3
-	// server echoes the refusal (C03): it is matched exactly.
+	// no echo: two candidates, so the E is held back until bob's queued
+	// acquire has its own answer (T when its wait runs out), then given to
+	// carol's. A v1.3 server echoes it (C03): carol's at once, and bob is
+	// handed the key when alice releases.
 	echoes := callOnce(d.addr(), "A x y 1000 10000", time.Second) == "E bad_wait x y"
 	c2 := newClient(t, d.addr())
 	queued2 := make(chan error, 1)
@@ -530,15 +531,14 @@ func TestC04EchoLessRefusalAmongQueuedAcquiresOnARealLockd(t *testing.T) {
 	if !eventually(t, 5*time.Second, func() bool { return inFlight(c2) == 1 }) {
 		t.Fatal("bob's second acquire never went out")
 	}
-	_, err = c2.Acquire(bg(), "j", AcquireOptions{Owner: "carol", Lease: time.Second, Wait: 10 * time.Second})
-	if echoes && !(errors.As(err, &rejected) && rejected.Code == "bad_wait") || !echoes && !errors.Is(err, ErrIndeterminate) {
+	if _, err := c2.Acquire(bg(), "j", AcquireOptions{Owner: "carol", Lease: time.Second, Wait: 10 * time.Second}); !errors.As(err, &rejected) || rejected.Code != "bad_wait" {
 		t.Fatalf("the refused acquire (server echoes: %v): %v", echoes, err)
 	}
 	if err := holder.Release(bg()); err != nil {
 		t.Fatal(err)
 	}
 	err = <-queued2
-	if echoes && err != nil || !echoes && !errors.Is(err, ErrIndeterminate) {
+	if echoes && err != nil || !echoes && !errors.Is(err, ErrTimedOut) {
 		t.Fatalf("the queued acquire (server echoes: %v): %v", echoes, err)
 	}
 	if !eventually(t, 5*time.Second, func() bool {

@@ -6,6 +6,8 @@ package lockd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +25,8 @@ func TestC03ErrorWithEchoAmongPipelined(t *testing.T) {
 		line string
 		id   uint64
 	}{{"E bad_wait a k", 1}, {"E bad_lease c s", 4}, {"E bad_lease 7 k", 3}, {"T b k", 2}} {
-		if id, amb, ok := m.match(reply(t, c.line)); !ok || amb != nil || id != c.id {
-			t.Errorf("%q: got %d %v %v, want %d", c.line, id, amb, ok, c.id)
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
+			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}
 	if m.inFlight() != 0 {
@@ -32,10 +34,26 @@ func TestC03ErrorWithEchoAmongPipelined(t *testing.T) {
 	}
 }
 
+// matchOne: the one request a reply settles (false: none, or several).
+func matchOne(m *matcher, r Reply) (uint64, bool) {
+	out, ok := m.match(r)
+	if !ok || len(out) != 1 {
+		return 0, false
+	}
+	return out[0].id, true
+}
+
+func ids(out []delivery) string {
+	var b []string
+	for _, d := range out {
+		b = append(b, fmt.Sprintf("%d:%c%s", d.id, d.reply.Kind, d.reply.Code))
+	}
+	return strings.Join(b, " ")
+}
+
 // C04: an echo-less E (a v1.2 server) is pinned on a request only when
-// exactly one could have drawn it; otherwise all candidates are ambiguous,
-// stay matchable (ghosts) and the one left unanswered is dropped once the
-// others' replies came.
+// exactly one could have drawn it; otherwise it is held back until all
+// candidates but one have their own replies, and goes to that one.
 func TestC04ErrorWithoutEchoIsNeverPinnedOnAnotherRequest(t *testing.T) {
 	m := newMatcher()
 	m.add(1, Request{Verb: VerbAcquire, Owner: "a", Key: "k", LeaseMS: 1000, WaitMS: 5000})   // queued
@@ -43,17 +61,16 @@ func TestC04ErrorWithoutEchoIsNeverPinnedOnAnotherRequest(t *testing.T) {
 	m.add(3, Request{Verb: VerbKeep, Token: 7, Key: "x", LeaseMS: 1000})
 	// bad_wait: 1 and 2 both could have drawn it (the old matcher pinned it
 	// on 1, the oldest, and 2's real reply later matched nothing).
-	id, amb, ok := m.match(reply(t, "E bad_wait"))
-	if !ok || id != 0 || len(amb) != 2 || amb[0] != 1 || amb[1] != 2 {
-		t.Fatalf("got %d %v %v, want ambiguous [1 2]", id, amb, ok)
+	if out, ok := m.match(reply(t, "E bad_wait")); !ok || len(out) != 0 {
+		t.Fatalf("got %s %v, want it held back", ids(out), ok)
 	}
 	// The keep cannot draw bad_wait and is matched as usual.
-	if id, _, ok := m.match(reply(t, "K 7 x")); !ok || id != 3 {
+	if id, ok := matchOne(m, reply(t, "K 7 x")); !ok || id != 3 {
 		t.Fatalf("keep: %d %v", id, ok)
 	}
-	// 1's grant comes later: still recognised; 2 then is dropped.
-	if id, _, ok := m.match(reply(t, "A 9 a k")); !ok || id != 1 {
-		t.Fatalf("late grant: %d %v", id, ok)
+	// 1's grant comes: 1 gets it, and 2, the one left, the E.
+	if out, ok := m.match(reply(t, "A 9 a k")); !ok || ids(out) != "1:A 2:Ebad_wait" {
+		t.Fatalf("late grant: %s %v", ids(out), ok)
 	}
 	if m.inFlight() != 0 {
 		t.Fatalf("%d left after the group's last reply", m.inFlight())
@@ -62,24 +79,24 @@ func TestC04ErrorWithoutEchoIsNeverPinnedOnAnotherRequest(t *testing.T) {
 	m.add(4, Request{Verb: VerbRelease, Token: 7, Key: "x"})
 	m.add(5, Request{Verb: VerbAcquire, Owner: "c", Key: "k", LeaseMS: 1000, WaitMS: 400000})
 	m.add(6, Request{Verb: VerbKeep, Token: 8, Key: "y", LeaseMS: 1000})
-	if id, amb, ok := m.match(reply(t, "E bad_wait")); !ok || id != 5 || amb != nil {
-		t.Fatalf("one candidate: %d %v %v", id, amb, ok)
+	if id, ok := matchOne(m, reply(t, "E bad_wait")); !ok || id != 5 {
+		t.Fatalf("one candidate: %d %v", id, ok)
 	}
 	// A lease the server already accepted cannot draw bad_lease: the K
 	// (lease 1000, seen accepted) is not a candidate, the acquire is.
 	m.add(7, Request{Verb: VerbAcquire, Owner: "d", Key: "k", LeaseMS: 9000000})
-	if id, amb, ok := m.match(reply(t, "E bad_lease")); !ok || id != 7 || amb != nil {
-		t.Fatalf("learned lease: %d %v %v", id, amb, ok)
+	if id, ok := matchOne(m, reply(t, "E bad_lease")); !ok || id != 7 {
+		t.Fatalf("learned lease: %d %v", id, ok)
 	}
-	// Two ghosts both refused: the second E is theirs, nothing is torn down.
+	// Two candidates both refused: the second E settles both.
 	m.drain()
 	m.add(8, Request{Verb: VerbAcquire, Owner: "e", Key: "k", LeaseMS: 1000, WaitMS: 400000})
 	m.add(9, Request{Verb: VerbAcquire, Owner: "f", Key: "k", LeaseMS: 1000, WaitMS: 500000})
-	if _, amb, ok := m.match(reply(t, "E bad_wait")); !ok || len(amb) != 2 {
-		t.Fatalf("%v %v", amb, ok)
+	if out, ok := m.match(reply(t, "E bad_wait")); !ok || len(out) != 0 {
+		t.Fatalf("%s %v", ids(out), ok)
 	}
-	if _, _, ok := m.match(reply(t, "E bad_wait")); !ok || m.inFlight() != 0 {
-		t.Fatalf("second E: %v, %d left", ok, m.inFlight())
+	if out, ok := m.match(reply(t, "E bad_wait")); !ok || ids(out) != "8:Ebad_wait 9:Ebad_wait" || m.inFlight() != 0 {
+		t.Fatalf("second E: %s %v, %d left", ids(out), ok, m.inFlight())
 	}
 }
 
@@ -101,7 +118,7 @@ func TestC11WatchRepliesAreMatchedAndPushesAreNot(t *testing.T) {
 		line string
 		id   uint64
 	}{{"U k", 3}, {"A 4 o k", 2}, {"W k 4 free", 1}, {"B j", 4}} {
-		if id, _, ok := m.match(reply(t, c.line)); !ok || id != c.id {
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
 			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}

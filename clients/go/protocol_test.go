@@ -97,11 +97,11 @@ func TestMatcherPairsRepliesByEcho(t *testing.T) {
 		line string
 		id   uint64
 	}{{"A 11 b k2", 2}, {"R 9 k", 4}, {"N 9 k", 3}, {"S 12 a k", 1}} {
-		if id, _, ok := m.match(reply(t, c.line)); !ok || id != c.id {
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
 			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}
-	if _, _, ok := m.match(reply(t, "A 13 a k")); ok {
+	if _, ok := m.match(reply(t, "A 13 a k")); ok {
 		t.Error("matched with nothing in flight")
 	}
 	// E without echo: the one request that could have drawn it.
@@ -112,7 +112,7 @@ func TestMatcherPairsRepliesByEcho(t *testing.T) {
 		line string
 		id   uint64
 	}{{"E bad_limit", 5}, {"E limit_mismatch 5 x", 6}, {"E bad_lease", 7}} {
-		if id, _, ok := m.match(reply(t, c.line)); !ok || id != c.id {
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
 			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}
