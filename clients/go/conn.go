@@ -44,7 +44,7 @@ type conn struct {
 	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
 	dead      chan struct{} // closed once the connection broke or was closed
 	// retired: no new caller is given this connection (the client moved to
-	// another node, or an echo-less E made its outcome unknown); it stays
+	// another node); it stays
 	// open for the requests already in flight and closes once they are
 	// answered, so moving on never fails another caller's request.
 	retired  bool
