@@ -70,6 +70,24 @@ func TestC05CancellationAtEveryPointOfAnAcquire(t *testing.T) {
 		t.Fatalf("sent %v", n.lines())
 	}
 
+	// The grant arrives just after the caller gave up: released at once.
+	late := newFake(t, func(l string) []string {
+		if l[0] == 'R' {
+			return []string{"R " + echo(l)}
+		}
+		return nil // the A is answered later, by push
+	})
+	lc := newClient(t, late.addr())
+	ctx, cancel = context.WithTimeout(bg(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := lc.Acquire(ctx, "k", AcquireOptions{Owner: "o", Lease: 5 * time.Second, Wait: 10 * time.Second}); !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("given up: %v", err)
+	}
+	late.push("A 77 o k")
+	if !eventually(t, 5*time.Second, func() bool { return late.saw("R 77 k") }) {
+		t.Fatalf("the late grant was not released: %v", late.lines())
+	}
+
 	d := single(t, "")
 	other := newClient(t, d.addr())
 	holder, err := other.Acquire(bg(), "k", AcquireOptions{Owner: "alice", Lease: 10 * time.Second})
