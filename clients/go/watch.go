@@ -106,6 +106,7 @@ func (c *Client) subscribe(ctx context.Context, w *Watch, from int) (*conn, *wat
 		target = (from + 1) % n
 	}
 	var last error
+	stale := 0
 	for i := 0; i < n; i, target = i+1, (target+1)%n {
 		cn, err := c.connTo(ctx, target)
 		if err != nil {
@@ -117,6 +118,13 @@ func (c *Client) subscribe(ctx context.Context, w *Watch, from int) (*conn, *wat
 		}
 		sub := &watchSub{key: w.Key, push: w.offer}
 		reply, err := cn.watch(ctx, sub, c.opts.ReplyTimeout)
+		if err == errNotSent && stale < 3 {
+			stale, i, target = stale+1, i-1, (target+n-1)%n // closed while idle: the same node again
+			continue
+		}
+		if err == errNotSent {
+			err = fail(ErrUnreachable, "connections to "+cn.addr+" keep closing")
+		}
 		if err != nil {
 			last = err
 			continue
