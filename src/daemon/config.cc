@@ -252,6 +252,10 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "waiters on one key; past it: B");
   app.add_option("--max-waiters", c.server.locks.max_waiters, "waiters over all keys");
   app.add_option("--max-connections", c.server.max_connections, "client connections");
+  app.add_option("--max-watches-per-connection", c.server.watches.max_per_connection,
+                 "keys one connection watches (W); past it: B");
+  app.add_option("--max-watches", c.server.watches.max_total,
+                 "watches over all connections; past it: B");
   app.add_option("--max-output-bytes", c.server.output.max_bytes,
                  "unsent reply bytes after which a client is disconnected");
   app.add_option("--sweep-interval-ms", sweep_ms, "sweep of expired keys without waiters")
