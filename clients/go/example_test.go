@@ -53,13 +53,17 @@ func TestLeaderElectionExampleRuns(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
 		return cmd, out
 	}
-	a, aOut := run("node-a", "2s")
+	a, aOut := run("node-a", "6s")
 	if !eventually(t, 60*time.Second, func() bool { return strings.Contains(aOut.String(), "node-a: leading with token") }) {
 		t.Fatalf("node-a never led:\n%s", aOut.String())
 	}
 	b, bOut := run("node-b", "500ms")
 	if !eventually(t, 60*time.Second, func() bool { return strings.Contains(bOut.String(), "node-b: campaigning") }) {
 		t.Fatalf("node-b never campaigned:\n%s", bOut.String())
+	}
+	// node-b sees node-a lead while it waits (Observe, a real W/V).
+	if !eventually(t, 30*time.Second, func() bool { return strings.Contains(bOut.String(), "node-b: node-a leads leader/demo") }) {
+		t.Fatalf("node-b never saw node-a lead:\n%s", bOut.String())
 	}
 	if strings.Contains(bOut.String(), "node-b: leading") && !strings.Contains(aOut.String(), "resigned") {
 		t.Fatalf("two leaders:\n%s\n%s", aOut.String(), bOut.String())
@@ -69,6 +73,9 @@ func TestLeaderElectionExampleRuns(t *testing.T) {
 	}
 	if err := b.Wait(); err != nil {
 		t.Fatalf("node-b: %v\n%s", err, bOut.String())
+	}
+	if i, j := strings.Index(bOut.String(), "node-a leads"), strings.Index(bOut.String(), "node-b: leading"); i < 0 || j < i {
+		t.Errorf("node-b led before node-a resigned:\n%s", bOut.String())
 	}
 	for _, want := range []string{"node-a: resigned", "node-b: leading with token", "node-b: resigned"} {
 		if !strings.Contains(aOut.String()+bOut.String(), want) {
