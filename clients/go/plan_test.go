@@ -184,6 +184,8 @@ func TestC08CloseWithKeepersRunning(t *testing.T) {
 			return []string{"A 4 " + echo(l)}
 		case 'K':
 			return []string{"K " + echo(l)}
+		case 'W':
+			return []string{"W w 1 free"}
 		}
 		return nil
 	})
@@ -192,6 +194,11 @@ func TestC08CloseWithKeepersRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w, err := c.Watch(bg(), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.States()
 	if !eventually(t, 5*time.Second, func() bool { return l.KeptCount() >= 1 }) {
 		t.Fatal("never kept")
 	}
@@ -203,6 +210,14 @@ func TestC08CloseWithKeepersRunning(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), ErrClosed) {
 		t.Errorf("why: %v", l.Err())
+	}
+	select {
+	case _, ok := <-w.States():
+		if ok || !errors.Is(w.Err(), ErrClosed) {
+			t.Errorf("the watch after Close: open %v, %v", ok, w.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the watch")
 	}
 	ks, conns := n.count("K "), n.connCount()
 	deadline := time.Now().Add(5 * 150 * time.Millisecond) // five leases
