@@ -651,9 +651,11 @@ class AsyncClient(ClientOptions):
             self._retired = [c for c in self._retired if c.broken is None]
             if conn is not None and conn.broken is None:
                 self._retired.append(conn)
-        if conn is not None:
+        if conn is not None and conn.broken is None:
             # Other tasks' requests in flight on it keep their connection (issue 36 #5).
             conn.retire()
+        elif conn is not None:
+            await conn.close()
         return new
 
     async def call(self, request: Request, deadline: Optional[float] = None) -> Reply:

@@ -554,7 +554,9 @@ class Watch:
             if self._closed:
                 raise _Closed("the watch is closed")
             if self._conn is None or self._conn.broken is not None:
-                self._conn = None
+                old, self._conn = self._conn, None
+                if old is not None:
+                    old.close()
                 self._connect(deadline)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -706,10 +708,12 @@ class Client(ClientOptions):
             self._retired = [c for c in self._retired if c.broken is None]
             if conn is not None and conn.broken is None:
                 self._retired.append(conn)
-        if conn is not None:
+        if conn is not None and conn.broken is None:
             # Other callers' requests in flight on it (a wait queued at a
             # healthy leader, a keeper's K) keep their connection (issue 36 #5).
             conn.retire()
+        elif conn is not None:
+            threading.Thread(target=conn.close, daemon=True).start()
         return new
 
     def call(self, request: Request, deadline: Optional[float] = None) -> Reply:
