@@ -128,6 +128,7 @@ class _AsyncConnection:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
+        self._fail(f"connection to {self.name} closed by the client")
 
     @property
     def retired(self) -> bool:
@@ -616,10 +617,14 @@ class AsyncClient(ClientOptions):
         conns = [c for c in [self._conn, *self._retired] if c is not None]
         self._conn, self._retired = None, []
         held = list(self._held.values())
+        keepers = []
         for lock in held:
             lock._client_closed()
-        keepers = [lock._keeper for lock in held
-                   if lock._keeper is not None and lock._keeper is not asyncio.current_task()]
+            keeper = lock._keeper
+            if keeper is not None and keeper is not asyncio.current_task() and not keeper.done():
+                lock._mark_lost(KeepPlan.client_closed())
+                keeper.cancel()  # also one waiting for a K's reply
+                keepers.append(keeper)
         if keepers:
             await asyncio.wait(keepers)
         for conn in conns:
