@@ -600,6 +600,7 @@ class AsyncClient(ClientOptions):
         self._retired: List[_AsyncConnection] = []  # kept open for their callers' replies
         self._connecting = asyncio.Lock()
         self._closed = False
+        self._keepers: Set[asyncio.Task] = set()
         #: Locks granted and not yet released, by (token, key): for ``X`` and close().
         self._held: "weakref.WeakValueDictionary[Tuple[int, str], AsyncLock]" = weakref.WeakValueDictionary()
 
@@ -717,10 +718,13 @@ class AsyncClient(ClientOptions):
             self._start_keeper(lock, on_lost)
         return lock
 
-    @staticmethod
-    def _start_keeper(lock: AsyncLock, on_lost: Optional[OnLost]) -> None:
+    def _start_keeper(self, lock: AsyncLock, on_lost: Optional[OnLost]) -> None:
         lock._on_lost = on_lost
         lock._keeper = asyncio.get_running_loop().create_task(lock._keep_loop())
+        # asyncio keeps only weak references to tasks: the client holds its
+        # keepers until they end, so one is never collected mid-lease.
+        self._keepers.add(lock._keeper)
+        lock._keeper.add_done_callback(self._keepers.discard)
 
     async def acquire(self, key: str, *, owner: Optional[str] = None, lease_ms: int = 0, wait_ms: int = 0) -> AsyncLock:
         """``A``: the held lock (no keeper). Raises LockTimeout for ``T``."""
