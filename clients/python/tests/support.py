@@ -240,6 +240,14 @@ class FakeNode:
             except OSError:
                 pass
 
+    def drop(self) -> None:
+        """Closes every open connection (a node restarted, a network cut)."""
+        for c in list(self._conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         self._stop = True
         self._thread.join(timeout=5)
