@@ -276,21 +276,24 @@ func TestC10SecondAcquireOfTheSameOwnerAndKey(t *testing.T) {
 	if _, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "alice", Lease: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	errs := make(chan error, 2)
-	for i := 0; i < 2; i++ {
-		go func() {
-			_, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "bob", Lease: time.Second, Wait: 2 * time.Second})
-			errs <- err
-		}()
+	acquire := func(wait time.Duration) {
+		_, err := c.Acquire(bg(), "k", AcquireOptions{Owner: "bob", Lease: time.Second, Wait: wait})
+		errs <- err
 	}
+	go acquire(2 * time.Second) // waits at the server, answered T at 2 s
+	if !eventually(t, 5*time.Second, func() bool { return inFlight(c) == 1 }) {
+		t.Fatal("the first acquire never went out")
+	}
+	start := time.Now()
+	go acquire(3 * time.Second) // waits in the client ~2 s, then at the server for the ~1 s left
 	for i := 0; i < 2; i++ {
 		if err := <-errs; !errors.Is(err, ErrTimedOut) {
 			t.Fatalf("acquire %d: %v", i, err)
 		}
 	}
-	if e := time.Since(start); e > 3500*time.Millisecond {
-		t.Fatalf("both answered after %v: the second one's wait restarted", e)
+	if e := time.Since(start); e > 4*time.Second {
+		t.Fatalf("the second answered after %v of its 3 s wait: its wait restarted", e)
 	}
 }
 
