@@ -75,6 +75,35 @@ TEST(LockCommandKeep, RejectsWhatTheLockTableWouldRefuse) {
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }
 
+// kCancelWaiters (entry version 5): a departing client's waiter ids, in
+// order; refused under an older version, empty, over the cap, or cut short.
+TEST(LockCommandCancelWaiters, RoundTripsAndIsRefusedWhereInvalid) {
+  LockCommand c;
+  c.type = LockCommandType::kCancelWaiters;
+  c.now_ns = 5;
+  c.waiters = {12, 7, 40};
+  const std::string bytes = encode_lock_command(c, kEntryVersionCancelWaiters);
+  LockCommand back;
+  ASSERT_EQ(decode_lock_command(bytes, back), LockCommandError::kOk);
+  EXPECT_EQ(back, c);
+  // Version 4 does not know kind 10.
+  std::string old = bytes;
+  old[0] = static_cast<char>(kEntryVersionShared);
+  EXPECT_EQ(decode_lock_command(old, back), LockCommandError::kBadType);
+  EXPECT_EQ(decode_lock_command(bytes.substr(0, bytes.size() - 1), back), LockCommandError::kTruncated);
+  EXPECT_EQ(decode_lock_command(bytes + "x", back), LockCommandError::kTrailing);
+  // The count word sits right before the ids: 0 and a huge count are refused.
+  std::string none = bytes.substr(0, bytes.size() - 3 * 8 - 4) + std::string(4, '\0');
+  EXPECT_EQ(decode_lock_command(none, back), LockCommandError::kBadField);
+  std::string huge = bytes;
+  huge[huge.size() - 3 * 8 - 1] = static_cast<char>(0x7f);
+  EXPECT_EQ(decode_lock_command(huge, back), LockCommandError::kBadField);
+  // Other kinds carry no ids: their bytes are unchanged.
+  LockCommand plain = acquire(5, "k", 1000);
+  EXPECT_EQ(encode_lock_command(plain, kEntryVersionCancelWaiters).substr(1),
+            encode_lock_command(plain, kEntryVersionShared).substr(1));
+}
+
 // The daemon's apply path: entries through a LockStateMachine whose first
 // entry is a LeaderStart at leader time t0, so table time = leader time - t0.
 struct Machine {

@@ -175,6 +175,9 @@ class ReplicatedLockService final : public server::LockService {
 
   bool is_leader() const;
   raft::ProposeResult propose(LockCommand c, Pending p);
+  // Proposes the cancels of to_cancel_ (sync()): together in one
+  // kCancelWaiters entry when every member applies version 5.
+  void propose_cancels(TimeNs now_ns);
   void lose_leadership();
   void answer_pending(const Pending& p, const EntryResult& r, raft::Index index);
   void deliver(const locks::Delivery& d);
