@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 namespace lockd::cluster {
 namespace {
 
@@ -120,6 +123,48 @@ struct Machine {
     return sm.apply(raft::Entry{term, ++index, raft::EntryType::kCommand, encode_lock_command(c)});
   }
 };
+
+// issue 36 item 8: one entry (a writer's release) hands the key to three
+// queued readers: three tokens from one index. The largest token granted
+// (a backup's floor) covers all three, and the first token after a
+// leader change (a new LeaderStart, then an acquire) is above them.
+TEST(LockStateMachineTokens, AHandOffToReadersAndALeaderChangeKeepTokensGrowing) {
+  const TimeNs t0 = 1'000 * kNsPerMs;
+  Machine m(t0);
+  const auto apply = [&](const LockCommand& c, raft::Term term = 1) -> const EntryResult& {
+    return m.sm.apply(raft::Entry{term, ++m.index, raft::EntryType::kCommand,
+                                  encode_lock_command(c, kEntryVersionShared)});
+  };
+  const locks::Token writer = apply(acquire(t0, "k", 60000)).granted;
+  ASSERT_NE(writer, 0u);
+  for (int i = 0; i < 3; ++i) {
+    LockCommand r = acquire(t0, "k", 60000, 30000, m.index + 1);
+    r.type = LockCommandType::kAcquireShared;
+    r.owner = "reader" + std::to_string(i);
+    EXPECT_EQ(apply(r).acquire, locks::AcquireOutcome::kQueued);
+  }
+  LockCommand rel;
+  rel.type = LockCommandType::kRelease;
+  rel.now_ns = t0;
+  rel.key = "k";
+  rel.token = writer;
+  const EntryResult& handed = apply(rel);
+  ASSERT_EQ(handed.deliveries.size(), 3u);
+  locks::Token last = 0;
+  for (const locks::Delivery& d : handed.deliveries) last = std::max(last, d.token);
+  EXPECT_EQ(last, kMinTokenBase + m.index + 2);  // base + index, + 1, + 2
+  EXPECT_EQ(m.sm.largest_token_granted(), last);
+  EXPECT_GT(m.sm.largest_token_granted(), m.sm.token_base() + m.sm.applied());
+  // A new leader: its LeaderStart, then its first grant.
+  LockCommand start;
+  start.type = LockCommandType::kLeaderStart;
+  start.token_base = kMinTokenBase + 999;  // ignored: the base is set
+  start.now_ns = t0;
+  apply(start, 2);
+  EXPECT_EQ(m.sm.largest_token_granted(), last);
+  EXPECT_GT(apply(acquire(t0, "other", 1000), 2).granted, last);
+  m.sm.table().check_invariants();
+}
 
 TEST(LockCommandKeep, AppliesPerSection6a) {
   const TimeNs t0 = 1'000 * kNsPerMs;
