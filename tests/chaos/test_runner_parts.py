@@ -229,6 +229,21 @@ class ClientTest(unittest.TestCase):
         self.assertFalse(op.cancelled)
         srv.close()
 
+    def test_push_lines_are_not_replies(self):
+        # v1.3 §5c: an `X` (lost notice) or `V` push may come before any
+        # reply; taking it as the reply would pin every later reply on the
+        # wrong request.
+        def script(line):
+            f = line.split()
+            if f[0] == "K":
+                return [(0, "X 5 k"), (0, "V 12 k free"), (0, "N 5 k")]
+            return [(0, "R 6 k")]
+        srv = FakeServer(script)
+        c = self.client("c1", [srv.addr], self.w, op_timeout_ms=1000)
+        self.assertEqual(c.call("K", "k", token=5, lease_ms=1000).code, "N")
+        self.assertEqual(c.call("R", "k", token=6).reply, "R 6 k")
+        srv.close()
+
     def test_timeout_is_unknown(self):
         srv = FakeServer(lambda line: [])
         c = self.client("c1", [srv.addr], self.w, op_timeout_ms=100)

@@ -37,11 +37,23 @@ class LineConn:
             self.sock.close()
             raise
         self.buf = b""
+        self.pushes = 0
 
     def send(self, data):
         self.sock.sendall(data.encode())
 
     def read_line(self, deadline_ns):
+        """The next reply line. Push lines (`V`, `X`: protocol.md §5c, v1.3)
+        can arrive between any two replies and are never replies: skipped
+        (`X` says a lease ended by expiry, which the history already
+        bounds by the lease)."""
+        while True:
+            line = self._read_any(deadline_ns)
+            if not (line.startswith("X ") or line.startswith("V ")):
+                return line
+            self.pushes += 1
+
+    def _read_any(self, deadline_ns):
         while b"\n" not in self.buf:
             left = (deadline_ns - time.monotonic_ns()) / 1e9
             if left <= 0:
