@@ -419,6 +419,9 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
     }
     case PendingKind::kInternal:
       if (r.command && r.cmd.type == LockCommandType::kCancelWaiter) waiters_.erase(r.cmd.waiter);
+      if (r.command && r.cmd.type == LockCommandType::kCancelWaiters) {
+        for (const locks::WaiterId w : r.cmd.waiters) waiters_.erase(w);
+      }
       return;
   }
 }
@@ -619,22 +622,10 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     last_proposal_ns_ = now_ns;
   }
   // Waiters whose client left: take them out of the queue, no reply.
-  std::size_t done = 0;
-  for (; done < to_cancel_.size(); ++done) {
-    const locks::WaiterId w = to_cancel_[done];
-    auto wit = waiters_.find(w);
-    if (wit != waiters_.end() && wit->second.cancel_proposed) continue;
-    LockCommand c;
-    c.type = LockCommandType::kCancelWaiter;
-    c.now_ns = now_ns;
-    c.waiter = w;
-    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;
-    if (wit != waiters_.end()) wit->second.cancel_proposed = true;
-  }
-  to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
+  propose_cancels(now_ns);
   // Grants nobody heard of: release them (the token check makes a late or
   // repeated release harmless).
-  done = 0;
+  std::size_t done = 0;
   for (; done < to_release_.size(); ++done) {
     LockCommand c;
     c.type = LockCommandType::kRelease;
@@ -646,6 +637,49 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
   to_release_.erase(to_release_.begin(), to_release_.begin() + static_cast<std::ptrdiff_t>(done));
   maybe_propose_config(now_ns);
   compact_heaps();
+}
+
+void ReplicatedLockService::propose_cancels(TimeNs now_ns) {
+  // Every waiter of a departing client in one kCancelWaiters entry (as
+  // single mode cancels them together): cancelled one entry at a time, the
+  // first cancel could hand the key to the departed client's next waiter,
+  // which then holds it until the leader releases it (or for a whole
+  // lease across a leader change). A member that does not apply entry
+  // version 5 yet: one kCancelWaiter each, as lockd 1.2 does.
+  const bool together = cluster_supports(kEntryVersionCancelWaiters);
+  std::size_t done = 0;
+  std::vector<locks::WaiterId> ids;
+  while (done < to_cancel_.size()) {
+    ids.clear();
+    std::size_t end = done;
+    for (; end < to_cancel_.size() && ids.size() < (together ? kMaxCancelWaiters : 1); ++end) {
+      const locks::WaiterId w = to_cancel_[end];
+      auto wit = waiters_.find(w);
+      if (wit != waiters_.end() && wit->second.cancel_proposed) continue;
+      if (std::find(ids.begin(), ids.end(), w) != ids.end()) continue;
+      ids.push_back(w);
+    }
+    if (ids.empty()) {
+      done = end;
+      continue;
+    }
+    LockCommand c;
+    c.now_ns = now_ns;
+    if (ids.size() == 1) {
+      c.type = LockCommandType::kCancelWaiter;
+      c.waiter = ids.front();
+    } else {
+      c.type = LockCommandType::kCancelWaiters;
+      c.waiters = ids;
+    }
+    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;  // retried next turn
+    for (const locks::WaiterId w : ids) {
+      auto wit = waiters_.find(w);
+      if (wit != waiters_.end()) wit->second.cancel_proposed = true;
+    }
+    done = end;
+  }
+  to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 void ReplicatedLockService::on_time(TimeNs now_ns) {

@@ -50,6 +50,12 @@ def main(argv=None):
     r.add_argument("--shared-prob", type=float, default=0.25,
                    help="share of cycles that take the key with S (read lock, or one of 2 permits "
                         "on the second key) and only read (default 0.25; 0: A only)")
+    r.add_argument("--long-wait-prob", type=float, default=0.1,
+                   help="share of A cycles that wait up to 3 leases and, granted after the lease, "
+                        "keep it with K at once before working (default 0.1; needs K)")
+    r.add_argument("--cancel-prob", type=float, default=0.05,
+                   help="share of cycles whose waiting A the client abandons, closing its "
+                        "connection after a random part of a lease (default 0.05)")
     r.add_argument("--pause-prob", type=float, default=0.02,
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
@@ -114,6 +120,7 @@ def main(argv=None):
         opt.use_keep = not args.no_keep
         opt.shared_prob = args.shared_prob
         opt.pause_prob = args.pause_prob
+        opt.long_wait_prob, opt.cancel_prob = args.long_wait_prob, args.cancel_prob
         opt.election_timeout_ms, opt.heartbeat_ms = args.election_timeout_ms, args.heartbeat_ms
         opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out
         opt.lockd_args = tuple(args.lockd_arg)

@@ -178,6 +178,9 @@ class ReplicatedLockService final : public server::LockService {
 
   bool is_leader() const;
   raft::ProposeResult propose(LockCommand c, Pending p);
+  // Proposes the cancels of to_cancel_ (sync()): together in one
+  // kCancelWaiters entry when every member applies version 5.
+  void propose_cancels(TimeNs now_ns);
   void lose_leadership();
   // Pushes `X token key` to the connection this node granted `token` to.
   void send_lost_notice(locks::Token token, std::string_view key);
