@@ -118,7 +118,9 @@ Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   return conn_;
 }
 
-Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
+Result<Reply> Client::call(const Request& original, Clock::time_point deadline) {
+  const auto call_start = Clock::now();
+  Request request = original;  // its wait shrinks if it had to queue (below)
   if (!config_error_.ok()) return config_error_;
   if (Status s = validate(request); !s.ok()) return s;
   if (closed()) return Status{Code::kUnreachable, "the client is closed"};
@@ -174,6 +176,32 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
       continue;
     }
     auto ticket = conn.value()->submit(request);
+    if (!ticket.ok() && ticket.code() == Code::kInFlight) {
+      // An acquire of the same owner and key is in flight on this
+      // connection (another thread sharing the owner): their replies could
+      // not be told apart, so this one waits in the client until that one
+      // is answered, then goes out with the wait it has left — never a
+      // restarted wait (the same answer as the Python and Go clients).
+      const auto slot_by =
+          std::min(call_start + std::chrono::milliseconds(original.wait_ms) + options_.reply_timeout,
+                   deadline);
+      if (!conn.value()->await_acquire_slot(request.owner, request.key, slot_by)) {
+        if (conn.value()->broken()) continue;  // not sent: over a new connection
+        return Status{Code::kTimedOut,
+                      "an earlier acquire of this owner and key on the connection was still "
+                      "unanswered when the wait ran out (not sent)"};
+      }
+      if (original.wait_ms > 0) {
+        const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               Clock::now() - call_start).count();
+        if (spent >= static_cast<long long>(original.wait_ms)) {
+          return Status{Code::kTimedOut,
+                        "the wait ran out behind an earlier acquire of this owner and key (not sent)"};
+        }
+        request.wait_ms = original.wait_ms - static_cast<std::uint64_t>(spent);
+      }
+      continue;
+    }
     if (!ticket.ok()) {
       if (ticket.code() != Code::kUnreachable) return ticket.status();
       // The connection broke before sending (the node closed it while it

@@ -159,6 +159,14 @@ Connection::~Connection() {
   ::close(fd_);
 }
 
+bool Connection::await_acquire_slot(std::string_view owner, std::string_view key,
+                                    Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_until(lk, deadline, [&] {
+    return broken_.has_value() || !matcher_.acquire_in_flight(owner, key);
+  }) && !broken_;
+}
+
 void Connection::shut_down() { ::shutdown(fd_, SHUT_RDWR); }
 
 void Connection::set_push_handler(std::function<void(const Reply&)> handler) {

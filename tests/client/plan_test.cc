@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <optional>
 #include <thread>
 
@@ -248,6 +250,27 @@ TEST(ClientPlan, C09_ReleasedOnlyAfterConfirmationAndRetryable) {
   EXPECT_EQ(count_of(node, "R 8 k"), before + 1);
 }
 
+// C10: two threads sharing one owner acquire one key on one connection:
+// the second waits in the client until the first is answered and goes
+// out with the wait it has left — both are answered within their one wait
+// (here `T`: someone else holds the key), neither is refused.
+TEST(ClientPlan, C10_SecondAcquireOfSameOwnerAndKeyWaitsItsTurn) {
+  LockdProcess lockd;
+  Client holder(options_for({addr(lockd.port())}));
+  ASSERT_TRUE(holder.acquire("someone", "k", 30'000).ok());
+  Client client(options_for({addr(lockd.port())}));
+  const auto start = Clock::now();
+  Code codes[2] = {Code::kOk, Code::kOk};
+  std::thread t0([&] { codes[0] = client.acquire("shared-owner", "k", 10'000, 2'000).code(); });
+  std::thread t1([&] { codes[1] = client.acquire("shared-owner", "k", 10'000, 2'000).code(); });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(codes[0], Code::kTimedOut);
+  EXPECT_EQ(codes[1], Code::kTimedOut);
+  EXPECT_LT(Clock::now() - start, 3'500ms);  // one wait, not two
+  // And once the key is free, the owner's next acquire is granted.
+}
+
 // C11: pushes (`V`, `X`) between pipelined replies are never replies.
 TEST(ClientPlan, C11_PushesBetweenRepliesAreNotReplies) {
   FakeServer node([](const std::string& line) -> std::vector<std::string> {
@@ -358,6 +381,137 @@ TEST(ClientPlan, C14_ElectionOnAFakeNode) {
   EXPECT_TRUE(election.resign().ok());
   EXPECT_TRUE(saw(node, "R 8 svc"));
   EXPECT_FALSE(election.leading());
+}
+
+// C11 on a real lockd (v1.3 §5c): a connection that watches a key and
+// changes it itself gets `V` pushes between its own pipelined replies;
+// every reply still reaches its request and the pushes the handler.
+TEST(ClientPlan, C11_PushesBetweenRepliesOnARealServer) {
+  LockdProcess lockd;
+  auto opened = Connection::open(*parse_address(addr(lockd.port())), 3s);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  auto& conn = *opened.value();
+  std::mutex mu;
+  std::vector<std::uint64_t> revs;
+  conn.set_push_handler([&](const Reply& push) {
+    const std::lock_guard lk(mu);
+    if (push.kind == ReplyKind::kChanged && push.key == "k") revs.push_back(push.rev);
+  });
+  auto w = conn.submit(Request{Verb::kWatch, "", "k"});
+  ASSERT_TRUE(w.ok());
+  auto watching = conn.wait(w.value(), Clock::now() + 5s);
+  ASSERT_TRUE(watching.ok()) << watching.status().to_string();
+  EXPECT_EQ(watching->kind, ReplyKind::kWatching);
+  for (int i = 0; i < 20; ++i) {
+    Request a;
+    a.verb = Verb::kAcquire;
+    a.owner = "o" + std::to_string(i);
+    a.key = "k";
+    a.lease_ms = 10'000;
+    auto ta = conn.submit(a);
+    ASSERT_TRUE(ta.ok());
+    auto granted = conn.wait(ta.value(), Clock::now() + 5s);
+    ASSERT_TRUE(granted.ok()) << granted.status().to_string();
+    ASSERT_EQ(granted->kind, ReplyKind::kAcquired);
+    Request r;
+    r.verb = Verb::kRelease;
+    r.token = granted->token;
+    r.key = "k";
+    auto tr = conn.submit(r);
+    ASSERT_TRUE(tr.ok());
+    auto released = conn.wait(tr.value(), Clock::now() + 5s);
+    ASSERT_TRUE(released.ok()) << released.status().to_string();
+    ASSERT_EQ(released->kind, ReplyKind::kReleased);
+  }
+  ASSERT_TRUE(eventually([&] {
+    const std::lock_guard lk(mu);
+    return revs.size() >= 40;
+  }, 5s));
+  const std::lock_guard lk(mu);
+  for (std::size_t i = 1; i < revs.size(); ++i) EXPECT_LT(revs[i - 1], revs[i]);
+  EXPECT_GT(revs.front(), watching->rev);
+  EXPECT_FALSE(conn.broken());
+}
+
+// C12 on a real lockd: states in rev order as another client takes and
+// releases the key.
+TEST(ClientPlan, C12_WatchOnARealServer) {
+  LockdProcess lockd;
+  Client client(options_for({addr(lockd.port())}));
+  auto watch = client.watch("svc");
+  auto e = watch->next(Clock::now() + 5s);
+  ASSERT_TRUE(e.has_value()) << watch->status().to_string();
+  EXPECT_EQ(e->state.kind, KeyState::Kind::kFree);
+  Client other(options_for({addr(lockd.port())}));
+  auto lock = other.acquire("alice", "svc", 10'000);
+  ASSERT_TRUE(lock.ok());
+  auto held = watch->next(Clock::now() + 5s);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->state.kind, KeyState::Kind::kHeld);
+  EXPECT_EQ(held->state.owner, "alice");
+  EXPECT_EQ(held->state.token, lock->token);
+  EXPECT_GT(held->rev, e->rev);
+  ASSERT_TRUE(other.release(lock.value()).ok());
+  auto freed = watch->next(Clock::now() + 5s);
+  ASSERT_TRUE(freed.has_value());
+  EXPECT_EQ(freed->state.kind, KeyState::Kind::kFree);
+  EXPECT_GT(freed->rev, held->rev);
+}
+
+// C13 on a real lockd: the server's lease ends (the keeper was told a far
+// longer one, so its first `K` would come after 10 s): the `X` push
+// reports the loss at once.
+TEST(ClientPlan, C13_KeeperStopsAtXOnARealServer) {
+  LockdProcess lockd;
+  Client client(options_for({addr(lockd.port())}));
+  auto lock = client.acquire("alice", "k", 300);
+  ASSERT_TRUE(lock.ok());
+  Lock believed = lock.value();
+  believed.lease_ms = 30'000;
+  std::atomic<bool> lost{false};
+  Keeper keeper(client, believed, [&](const Status&) { lost = true; });
+  ASSERT_TRUE(eventually([&] { return lost.load(); }, 5s));
+  EXPECT_NE(keeper.lost_reason().message.find("X"), std::string::npos)
+      << keeper.lost_reason().to_string();
+  EXPECT_EQ(keeper.kept_count(), 0u);
+}
+
+// C14 on a real lockd: a second candidate waits, observes the first as
+// leader, and is elected when the first resigns.
+TEST(ClientPlan, C14_ElectionOnARealServer) {
+  LockdProcess lockd;
+  Client a(options_for({addr(lockd.port())}));
+  Client b(options_for({addr(lockd.port())}));
+  Election first(a, "election/x", {.lease_ms = 3'000});
+  Election second(b, "election/x", {.lease_ms = 3'000, .wait_ms = 1'000});
+  ASSERT_TRUE(first.campaign("node-a").ok());
+  auto now = second.leader();
+  ASSERT_TRUE(now.ok()) << now.status().to_string();
+  ASSERT_TRUE(now->has_value());
+  EXPECT_EQ(now->value().value, "node-a");
+  EXPECT_EQ(now->value().token, first.token());
+  auto observer = second.observe();
+  auto seen = observer->next(Clock::now() + 5s);
+  ASSERT_TRUE(seen && seen->has_value());
+  EXPECT_EQ((*seen)->value, "node-a");
+  std::atomic<bool> elected{false};
+  std::thread campaign([&] { elected = second.campaign("node-b", Clock::now() + 20s).ok(); });
+  std::this_thread::sleep_for(1'500ms);  // more than one round of waiting
+  EXPECT_FALSE(elected.load());
+  EXPECT_TRUE(first.resign().ok());
+  campaign.join();
+  ASSERT_TRUE(elected.load());
+  EXPECT_GT(second.token(), 0u);
+  // The observer saw the hand-over: maybe "nobody" first, then node-b.
+  std::optional<Leader> last;
+  while (auto change = observer->next(Clock::now() + 2s)) {
+    last = *change;
+    if (last && last->value == "node-b") break;
+  }
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->value, "node-b");
+  EXPECT_FALSE(second.lost());
+  EXPECT_TRUE(second.resign().ok());
 }
 
 }  // namespace

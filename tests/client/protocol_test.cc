@@ -124,9 +124,10 @@ TEST(Matcher, MatchesOutOfOrderRepliesByEcho) {
   EXPECT_FALSE(m.match(parse("A 13 a k1")).has_value());  // nothing in flight
 }
 
-// C10: one connection, one owner, one key: the second acquire in flight is
-// refused with kInFlight (its replies could not be told apart).
-TEST(ClientPlanUnit, C10_SecondAcquireOfSameOwnerAndKeyIsRefused) {
+// C10, the matcher's part: one connection, one owner, one key: a second
+// acquire in flight is refused with kInFlight (its replies could not be
+// told apart); Client::call() then holds it back (plan_test.cc).
+TEST(ClientPlanUnit, C10_MatcherRefusesASecondAcquireInFlight) {
   Matcher m;
   ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());
   EXPECT_EQ(m.add(2, acquire("a", "k", 100)).code, Code::kInFlight);

@@ -87,6 +87,11 @@ class Connection {
   // previous handler.
   void set_push_handler(std::function<void(const Reply&)> handler);
 
+  // Waits until no acquire of `owner` and `key` is in flight (true), or
+  // `deadline` passes or the connection breaks (false).
+  bool await_acquire_slot(std::string_view owner, std::string_view key,
+                          Clock::time_point deadline);
+
   // Shuts the socket down: the reader sees the end, everything in flight
   // ends as kIndeterminate, the connection counts as broken. For another
   // thread that must stop a wait() now (Watch::stop()).

@@ -10,8 +10,9 @@
 //   acquire (`A` or `S`) with that owner and key. Two acquires with one
 //   owner and key in flight at once could not be told apart (one may wait
 //   while the other is answered at once), so the second is refused with
-//   kInFlight, whether each is exclusive or shared (docs/clients.md: the
-//   same answer in every client).
+//   kInFlight, whether each is exclusive or shared; Client::call() then
+//   holds the second back until the first is answered and sends it with
+//   the wait it has left (docs/clients.md: the same answer in every client).
 // - `R`/`K`/`N` and an `M`/`E` whose echo is `token key` answer the oldest
 //   release or keep in flight with that token and key (an `R` reply prefers
 //   a release, a `K` reply a keep). Those are answered in request order.
@@ -64,6 +65,10 @@ class Matcher {
   // Removes and returns every id in flight, oldest first (connection lost).
   std::vector<Id> drain();
   std::size_t in_flight() const { return order_.size(); }
+  // True while an acquire (`A` or `S`) of `owner` and `key` is in flight.
+  bool acquire_in_flight(std::string_view owner, std::string_view key) const {
+    return by_echo_.contains(acquire_echo(owner, key));
+  }
 
  private:
   using Iter = std::list<Entry>::iterator;
