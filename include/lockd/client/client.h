@@ -10,6 +10,9 @@
 //   Semaphore pool(client, "workers", 8);                           // 8 permits
 //   auto permit = pool.acquire("worker-3", {.lease_ms = 10'000, .wait_ms = 60'000});
 //
+//   auto watch = client.watch("service/primary");        // every state, in rev order (v1.3)
+//   Election election(client, "service/primary");        // campaign/leader/observe/resign
+//
 // A Client is safe to share between threads; every thread's requests are
 // pipelined on one connection. It follows `M` redirects to the leader,
 // retries `E no_leader` with jittered backoff within a budget, and turns
