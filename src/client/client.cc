@@ -32,7 +32,54 @@ Client::Client(Options options) : options_(std::move(options)) {
   rng_.seed(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device{}());
 }
 
-Client::~Client() = default;
+Client::~Client() { close(); }
+
+void Client::close() {
+  std::shared_ptr<Connection> conn;
+  {
+    const std::lock_guard lk(mu_);
+    closed_ = true;
+    conn = std::move(conn_);
+  }
+  {
+    const std::lock_guard klk(keepers_mu_);
+    for (auto& [token, keeper] : keepers_) keeper->halt();
+  }
+  if (conn) conn->set_push_handler(nullptr);
+}
+
+std::unique_ptr<Watch> Client::watch(std::string_view key) {
+  return std::make_unique<Watch>(options_, std::string(key));
+}
+
+bool Client::closed() const {
+  const std::lock_guard lk(mu_);
+  return closed_;
+}
+
+bool Client::add_keeper(std::uint64_t token, Keeper* keeper) {
+  const std::lock_guard klk(keepers_mu_);
+  keepers_.emplace(token, keeper);
+  return true;
+}
+
+void Client::remove_keeper(std::uint64_t token, Keeper* keeper) {
+  const std::lock_guard klk(keepers_mu_);
+  auto [first, last] = keepers_.equal_range(token);
+  for (auto it = first; it != last; ++it) {
+    if (it->second == keeper) {
+      keepers_.erase(it);
+      return;
+    }
+  }
+}
+
+void Client::on_push(const Reply& push) {
+  if (push.kind != ReplyKind::kLostNotice) return;  // `V` goes to watches' own connections
+  const std::lock_guard klk(keepers_mu_);
+  auto [first, last] = keepers_.equal_range(push.token);
+  for (auto it = first; it != last; ++it) it->second->lost_notice();
+}
 
 std::string Client::identity() const {
   const std::lock_guard lk(mu_);
@@ -55,6 +102,7 @@ std::chrono::milliseconds Client::jitter(std::chrono::milliseconds ceiling) {
 
 Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   const std::lock_guard lk(mu_);
+  if (closed_) return Status{Code::kUnreachable, "the client is closed"};
   const Address address = addresses_[target];
   if (conn_ && !conn_->broken() && conn_->address() == address) return conn_;
   // Connecting under the lock: the other threads want the same
@@ -62,14 +110,20 @@ Result<std::shared_ptr<Connection>> Client::connection_to(std::size_t target) {
   auto opened = Connection::open(address, options_.connect_timeout, options_.credential, options_.tls);
   if (!opened.ok()) return opened.status();
   conn_ = std::shared_ptr<Connection>(std::move(opened.value()));
+  // `X` pushes reach the keepers of this client (§5c). The connection
+  // never outlives the client's use of it: calls end before ~Client.
+  conn_->set_push_handler([this](const Reply& push) { on_push(push); });
   if (!conn_->identity().empty()) identity_ = conn_->identity();
   current_ = target;
   return conn_;
 }
 
-Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
+Result<Reply> Client::call(const Request& original, Clock::time_point deadline) {
+  const auto call_start = Clock::now();
+  Request request = original;  // its wait shrinks if it had to queue (below)
   if (!config_error_.ok()) return config_error_;
   if (Status s = validate(request); !s.ok()) return s;
+  if (closed()) return Status{Code::kUnreachable, "the client is closed"};
   const auto budget_end = std::min(Clock::now() + options_.no_leader_budget, deadline);
   auto backoff = options_.backoff_initial;
   std::size_t target = 0;
@@ -122,6 +176,32 @@ Result<Reply> Client::call(const Request& request, Clock::time_point deadline) {
       continue;
     }
     auto ticket = conn.value()->submit(request);
+    if (!ticket.ok() && ticket.code() == Code::kInFlight) {
+      // An acquire of the same owner and key is in flight on this
+      // connection (another thread sharing the owner): their replies could
+      // not be told apart, so this one waits in the client until that one
+      // is answered, then goes out with the wait it has left — never a
+      // restarted wait (the same answer as the Python and Go clients).
+      const auto slot_by =
+          std::min(call_start + std::chrono::milliseconds(original.wait_ms) + options_.reply_timeout,
+                   deadline);
+      if (!conn.value()->await_acquire_slot(request.owner, request.key, slot_by)) {
+        if (conn.value()->broken()) continue;  // not sent: over a new connection
+        return Status{Code::kTimedOut,
+                      "an earlier acquire of this owner and key on the connection was still "
+                      "unanswered when the wait ran out (not sent)"};
+      }
+      if (original.wait_ms > 0) {
+        const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               Clock::now() - call_start).count();
+        if (spent >= static_cast<long long>(original.wait_ms)) {
+          return Status{Code::kTimedOut,
+                        "the wait ran out behind an earlier acquire of this owner and key (not sent)"};
+        }
+        request.wait_ms = original.wait_ms - static_cast<std::uint64_t>(spent);
+      }
+      continue;
+    }
     if (!ticket.ok()) {
       if (ticket.code() != Code::kUnreachable) return ticket.status();
       // The connection broke before sending (the node closed it while it
@@ -198,20 +278,7 @@ Result<Lock> Client::acquire(std::string_view owner, std::string_view key, std::
   req.key = key;
   req.lease_ms = lease_ms;
   req.wait_ms = wait_ms;
-  const auto sent_at = Clock::now();
-  auto reply = call(req);
-  if (!reply.ok()) return reply.status();
-  switch (reply->kind) {
-    case ReplyKind::kAcquired:
-      return Lock{reply->token, std::string(owner), std::string(key), lease_ms, sent_at};
-    case ReplyKind::kTimedOut:
-      return Status{Code::kTimedOut, wait_ms == 0 ? "held by someone else"
-                                                  : "still held when the wait ran out"};
-    case ReplyKind::kBusy:
-      return Status{Code::kBusy, "the key's wait queue or a server cap is full"};
-    default:
-      return Status{Code::kProtocol, "unexpected reply kind to an acquire"};
-  }
+  return finish_acquire(req, Clock::now());
 }
 
 Result<Lock> Client::acquire_shared(std::string_view owner, std::string_view key,
@@ -224,24 +291,35 @@ Result<Lock> Client::acquire_shared(std::string_view owner, std::string_view key
   req.limit = limit;
   req.lease_ms = lease_ms;
   req.wait_ms = wait_ms;
-  const auto sent_at = Clock::now();
+  return finish_acquire(req, Clock::now());
+}
+
+Result<Lock> Client::finish_acquire(const Request& req, Clock::time_point sent_at) {
   auto reply = call(req);
+  const auto arrived = Clock::now();
   if (!reply.ok()) return reply.status();
+  const bool shared = req.verb == Verb::kShared;
+  const ReplyKind want = shared ? ReplyKind::kShared : ReplyKind::kAcquired;
+  if (reply->kind == want) {
+    Lock lock{reply->token, req.owner, req.key, req.lease_ms, sent_at, arrived, req.wait_ms};
+    lock.shared = shared;
+    lock.limit = shared ? req.limit : 0;
+    return lock;
+  }
   switch (reply->kind) {
-    case ReplyKind::kShared: {
-      Lock lock{reply->token, std::string(owner), std::string(key), lease_ms, sent_at};
-      lock.shared = true;
-      lock.limit = limit;
-      return lock;
-    }
     case ReplyKind::kTimedOut:
-      return Status{Code::kTimedOut,
-                    wait_ms == 0 ? "held exclusively, full, or someone is queued first"
-                                 : "not granted before the wait ran out"};
+      if (shared) {
+        return Status{Code::kTimedOut,
+                      req.wait_ms == 0 ? "held exclusively, full, or someone is queued first"
+                                       : "not granted before the wait ran out"};
+      }
+      return Status{Code::kTimedOut, req.wait_ms == 0 ? "held by someone else"
+                                                      : "still held when the wait ran out"};
     case ReplyKind::kBusy:
       return Status{Code::kBusy, "the key's wait queue or a server cap is full"};
     default:
-      return Status{Code::kProtocol, "unexpected reply kind to a shared acquire"};
+      return Status{Code::kProtocol, shared ? "unexpected reply kind to a shared acquire"
+                                            : "unexpected reply kind to an acquire"};
   }
 }
 

@@ -109,6 +109,8 @@ Result<std::unique_ptr<Connection>> Connection::open(const Address& address,
   if (!credential.empty()) {
     if (Status s = conn->authenticate(credential, deadline); !s.ok()) return s;
   }
+  Connection* raw = conn.get();
+  conn->reader_ = std::thread([raw] { raw->read_loop(); });
   return conn;
 }
 
@@ -142,7 +144,50 @@ Status Connection::authenticate(const std::string& credential, Clock::time_point
 
 Connection::Connection(int fd, Address address) : fd_(fd), address_(std::move(address)) {}
 
-Connection::~Connection() { ::close(fd_); }
+Connection::~Connection() {
+  stopping_.store(true);
+  ::shutdown(fd_, SHUT_RDWR);  // wakes the reader's poll
+  if (reader_.joinable()) {
+    // Never joined from itself (a push handler must not destroy the
+    // connection; if one did, the thread ends on its own).
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+  ::close(fd_);
+}
+
+bool Connection::await_acquire_slot(std::string_view owner, std::string_view key,
+                                    Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_until(lk, deadline, [&] {
+    return broken_.has_value() || !matcher_.acquire_in_flight(owner, key);
+  }) && !broken_;
+}
+
+void Connection::shut_down() { ::shutdown(fd_, SHUT_RDWR); }
+
+void Connection::set_push_handler(std::function<void(const Reply&)> handler) {
+  const std::lock_guard lk(push_mu_);
+  on_push_ = std::move(handler);
+}
+
+std::uint64_t Connection::unattributed_errors() const {
+  const std::lock_guard lk(mu_);
+  return unattributed_;
+}
+
+void Connection::read_loop() {
+  for (;;) {
+    {
+      const std::lock_guard lk(mu_);
+      if (broken_ || stopping_.load()) return;
+    }
+    read_once(Clock::now() + std::chrono::milliseconds(200));
+  }
+}
 
 Status Connection::handshake(Clock::time_point deadline) {
   const std::string name = address_.to_string();
@@ -264,14 +309,37 @@ Result<Connection::Ticket> Connection::submit(const Request& request) {
 void Connection::fail_all(const std::string& why) {
   if (!broken_) broken_ = why;
   for (const Ticket t : matcher_.drain()) abandoned_.erase(t);
+  failed_.clear();
   undo_.clear();
   cv_.notify_all();
 }
 
-void Connection::dispatch(std::string_view line) {
-  const auto reply = parse_reply(line);
+void Connection::dispatch(std::string_view line, std::vector<Reply>& pushes) {
+  auto reply = parse_reply(line);
+  if (reply && reply->is_push()) {  // §5c: routed before matching, never a reply
+    pushes.push_back(std::move(*reply));
+    return;
+  }
   std::optional<Matcher::Entry> entry;
   if (reply) entry = matcher_.match(*reply);
+  if (!entry && reply && Matcher::unattributable(*reply)) {
+    // A v1.2 server's error without echo that more than one request could
+    // have drawn: blaming one would be a guess (a keeper would declare an
+    // unrelated lock lost). Every candidate ends now as an unknown outcome;
+    // each stays in flight, abandoned, so its real reply is still matched
+    // and a late grant released. The connection stays trusted.
+    ++unattributed_;
+    for (const Ticket t : matcher_.candidates(*reply)) {
+      if (abandoned_.insert(t).second) {
+        failed_.emplace(t, Status{Code::kIndeterminate,
+                                  "the server answered E " + reply->error_code +
+                                      " without saying to which request (a server older than "
+                                      "protocol v1.3); this one may or may not have taken effect"});
+      }
+    }
+    cv_.notify_all();
+    return;
+  }
   if (!entry) {
     // Nothing we sent can have drawn this line: we no longer know which
     // reply is whose, so nothing on this connection can be trusted.
@@ -300,6 +368,7 @@ void Connection::read_once(Clock::time_point deadline) {
   std::string why;
   const bool alive = receive(plain, why);
   std::vector<Request> undo;
+  std::vector<Reply> pushes;
   {
     const std::lock_guard lk(mu_);
     if (!alive) {
@@ -311,7 +380,7 @@ void Connection::read_once(Clock::time_point deadline) {
     std::size_t start = 0;
     for (std::size_t nl; !broken_ && (nl = in_.find('\n', start)) != std::string::npos;
          start = nl + 1) {
-      dispatch(std::string_view(in_).substr(start, nl - start));
+      dispatch(std::string_view(in_).substr(start, nl - start), pushes);
     }
     in_.erase(0, start);
     if (!broken_ && in_.size() > kMaxReplyLineBytes) {
@@ -319,6 +388,12 @@ void Connection::read_once(Clock::time_point deadline) {
     }
     undo.swap(undo_);
     cv_.notify_all();
+  }
+  if (!pushes.empty()) {
+    const std::lock_guard plk(push_mu_);
+    if (on_push_) {
+      for (const Reply& p_reply : pushes) on_push_(p_reply);
+    }
   }
   // Releases of grants nobody waits for any more. Their replies are
   // matched and dropped like any abandoned request's.
@@ -333,6 +408,11 @@ void Connection::read_once(Clock::time_point deadline) {
 Result<Reply> Connection::wait(Ticket ticket, Clock::time_point deadline) {
   std::unique_lock lk(mu_);
   for (;;) {
+    if (auto it = failed_.find(ticket); it != failed_.end()) {
+      Status s = std::move(it->second);
+      failed_.erase(it);
+      return s;
+    }
     if (auto it = done_.find(ticket); it != done_.end()) {
       Reply reply = std::move(it->second);
       done_.erase(it);
@@ -349,16 +429,7 @@ Result<Reply> Connection::wait(Ticket ticket, Clock::time_point deadline) {
                     "no reply from " + address_.to_string() +
                         " in time (the request may have taken effect)"};
     }
-    if (!reading_) {
-      reading_ = true;
-      lk.unlock();
-      read_once(deadline);
-      lk.lock();
-      reading_ = false;
-      cv_.notify_all();  // another waiter may need to take over reading
-    } else {
-      cv_.wait_until(lk, deadline);
-    }
+    cv_.wait_until(lk, deadline);  // the reader thread notifies
   }
 }
 

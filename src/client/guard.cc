@@ -32,8 +32,13 @@ std::uint64_t LockGuard::token() const { return lock().token; }
 Status LockGuard::release() {
   if (!lock_) return Status::Ok();
   if (keeper_) keeper_->stop();  // no `K` may race the `R`
-  const std::unique_ptr<Lock> lock = std::move(lock_);
-  return client_->release(*lock);
+  Status s = client_->release(*lock_);
+  // Released only once the server says so: `R`, or `N` (the token holds
+  // nothing any more, so there is nothing left to release). Any other
+  // outcome (unreachable, no leader, unknown) leaves the guard holding the
+  // lock, so release() can be called again.
+  if (s.ok() || s.code == Code::kNotHeld) lock_.reset();
+  return s;
 }
 
 }  // namespace lockd::client

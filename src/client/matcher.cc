@@ -20,12 +20,23 @@ std::string Matcher::token_echo(std::uint64_t token, std::string_view key) {
   return s;
 }
 
+std::string Matcher::key_echo(std::string_view key) {
+  std::string s = "W ";
+  s += key;
+  return s;
+}
+
+std::string Matcher::echo_of(const Request& r) {
+  if (is_acquire(r.verb)) return acquire_echo(r.owner, r.key);
+  if (is_watch(r.verb)) return key_echo(r.key);
+  return token_echo(r.token, r.key);
+}
+
 Status Matcher::add(Id id, const Request& request) {
   // `A` and `S` share one echo (`owner key`): an exclusive and a shared
   // acquire of one owner and key in flight at once are refused like two `A`s.
   const bool acquire = is_acquire(request.verb);
-  std::string echo = acquire ? acquire_echo(request.owner, request.key)
-                             : token_echo(request.token, request.key);
+  std::string echo = echo_of(request);
   auto& same = by_echo_[echo];
   if (acquire && !same.empty()) {
     return {Code::kInFlight,
@@ -37,9 +48,7 @@ Status Matcher::add(Id id, const Request& request) {
 }
 
 Matcher::Entry Matcher::take(Iter it) {
-  const Request& r = it->request;
-  const std::string echo = is_acquire(r.verb) ? acquire_echo(r.owner, r.key)
-                                              : token_echo(r.token, r.key);
+  const std::string echo = echo_of(it->request);
   auto found = by_echo_.find(echo);
   LOCKD_CHECK(found != by_echo_.end());
   found->second.remove(it);
@@ -60,8 +69,41 @@ std::optional<Matcher::Iter> Matcher::find(const std::string& echo, std::optiona
   return found->second.front();
 }
 
+bool Matcher::could_draw(const Reply& reply, const Request& r) {
+  if (is_watch(r.verb)) {
+    // A W/U refusal carries its key; without one it is a server that does
+    // not know the verb (older than v1.3: unknown_command).
+    return reply.error_code != "bad_wait" && reply.error_code != "bad_lease" &&
+           reply.error_code != "bad_limit";
+  }
+  if (reply.error_code == "bad_wait") return is_acquire(r.verb) && r.wait_ms > 0;
+  if (reply.error_code == "bad_lease") {
+    return r.verb == Verb::kKeep || (is_acquire(r.verb) && r.lease_ms > 0);
+  }
+  if (reply.error_code == "bad_limit") return r.verb == Verb::kShared;
+  return true;
+}
+
+std::vector<Matcher::Id> Matcher::candidates(const Reply& reply) const {
+  std::vector<Id> ids;
+  for (const Entry& e : order_) {
+    if (could_draw(reply, e.request)) ids.push_back(e.id);
+  }
+  return ids;
+}
+
 std::optional<Matcher::Entry> Matcher::match(const Reply& reply) {
   std::optional<Iter> it;
+  if (reply.is_push()) return std::nullopt;  // never a reply (§5c)
+  if (reply.key_only_echo || reply.kind == ReplyKind::kWatching ||
+      reply.kind == ReplyKind::kUnwatched) {
+    std::optional<Verb> prefer;
+    if (reply.kind == ReplyKind::kWatching) prefer = Verb::kWatch;
+    if (reply.kind == ReplyKind::kUnwatched) prefer = Verb::kUnwatch;
+    it = find(key_echo(reply.key), prefer);
+    if (!it) return std::nullopt;
+    return take(*it);
+  }
   switch (reply.kind) {
     case ReplyKind::kAcquired:
     case ReplyKind::kShared:
@@ -90,26 +132,23 @@ std::optional<Matcher::Entry> Matcher::match(const Reply& reply) {
           }
         }
       } else {
-        // Answered at once: the oldest request that could have drawn this
-        // code and cannot still be waiting (an acquire with a wait can).
-        const auto could_draw = [&](const Request& r) {
-          if (reply.error_code == "bad_wait") return is_acquire(r.verb) && r.wait_ms > 0;
-          if (reply.error_code == "bad_lease") {
-            return r.verb == Verb::kKeep || (is_acquire(r.verb) && r.lease_ms > 0);
-          }
-          if (reply.error_code == "bad_limit") return r.verb == Verb::kShared;
-          return true;
-        };
-        for (auto i = order_.begin(); i != order_.end() && !it; ++i) {
-          if (could_draw(i->request) && !(is_acquire(i->request.verb) && i->request.wait_ms > 0)) {
+        // No echo (a v1.2 server's range error): pinned only on the one
+        // request that could have drawn it, never guessed among several.
+        std::size_t n = 0;
+        for (auto i = order_.begin(); i != order_.end() && n < 2; ++i) {
+          if (could_draw(reply, i->request)) {
+            ++n;
             it = i;
           }
         }
-        for (auto i = order_.begin(); i != order_.end() && !it; ++i) {
-          if (could_draw(i->request)) it = i;
-        }
+        if (n != 1) return std::nullopt;
       }
       break;
+    case ReplyKind::kWatching:
+    case ReplyKind::kUnwatched:
+    case ReplyKind::kChanged:
+    case ReplyKind::kLostNotice:
+      break;  // handled above
   }
   if (!it) return std::nullopt;
   return take(*it);

@@ -42,6 +42,12 @@ std::optional<std::uint64_t> parse_u64(std::string_view text) {
 }
 
 Status validate(const Request& r) {
+  if (is_watch(r.verb)) {
+    if (!visible(r.key, kMaxKeyBytes)) {
+      return invalid("key must be 1..250 visible ASCII bytes without spaces");
+    }
+    return Status::Ok();
+  }
   const bool acquire = is_acquire(r.verb);
   if (acquire && !visible(r.owner, kMaxOwnerBytes)) {
     return invalid("owner must be 1..64 visible ASCII bytes without spaces");
@@ -82,6 +88,10 @@ std::string format_request(const Request& r) {
         }
       }
       break;
+    case Verb::kWatch:
+    case Verb::kUnwatch:
+      line += r.key;
+      break;
     case Verb::kRelease:
     case Verb::kKeep:
       line += std::to_string(r.token);
@@ -115,8 +125,15 @@ std::optional<Reply> parse_reply(std::string_view line) {
       r.owner = f[2];
       r.key = f[3];
       return r;
-    case 'T':
     case 'B':
+      if (f.size() == 2) {  // `B <key>`: a `W` past a watch limit (§5c)
+        r.kind = ReplyKind::kBusy;
+        r.key = f[1];
+        r.key_only_echo = true;
+        return r;
+      }
+      [[fallthrough]];
+    case 'T':
       if (f.size() != 3) return std::nullopt;
       r.kind = f[0][0] == 'T' ? ReplyKind::kTimedOut : ReplyKind::kBusy;
       r.owner = f[1];
@@ -137,13 +154,57 @@ std::optional<Reply> parse_reply(std::string_view line) {
       r.key = f[3];
       return r;
     case 'E':
-      if (f.size() != 2 && f.size() != 4) return std::nullopt;
+      if (f.size() < 2 || f.size() > 4) return std::nullopt;
       r.kind = ReplyKind::kError;
       r.error_code = f[1];
-      if (f.size() == 4) {
+      if (f.size() == 3) {  // `E <code> <key>`: a refused `W`/`U` (§5c)
+        r.key = f[2];
+        r.key_only_echo = true;
+      } else if (f.size() == 4) {
         r.echo_first = f[2];
         r.key = f[3];
       }
+      return r;
+    case 'W':
+    case 'V': {
+      // `W|V <key> <rev> free | held <owner> <token> | shared <limit> <count>`
+      if (f.size() < 4) return std::nullopt;
+      const auto rev = parse_u64(f[2]);
+      if (!rev || *rev == 0) return std::nullopt;
+      r.kind = f[0][0] == 'W' ? ReplyKind::kWatching : ReplyKind::kChanged;
+      r.key = f[1];
+      r.rev = *rev;
+      if (f[3] == "free" && f.size() == 4) {
+        r.state.kind = KeyState::Kind::kFree;
+      } else if (f[3] == "held" && f.size() == 6) {
+        const auto t = parse_u64(f[5]);
+        if (!t || *t == 0) return std::nullopt;
+        r.state.kind = KeyState::Kind::kHeld;
+        r.state.owner = f[4];
+        r.state.token = *t;
+      } else if (f[3] == "shared" && f.size() == 6) {
+        const auto limit = parse_u64(f[4]);
+        const auto count = parse_u64(f[5]);
+        if (!limit || !count || *limit > kMaxLimit || *count == 0 || *count > 0xffffffffULL) {
+          return std::nullopt;
+        }
+        r.state.kind = KeyState::Kind::kShared;
+        r.state.limit = static_cast<std::uint32_t>(*limit);
+        r.state.count = static_cast<std::uint32_t>(*count);
+      } else {
+        return std::nullopt;
+      }
+      return r;
+    }
+    case 'U':
+      if (f.size() != 2) return std::nullopt;
+      r.kind = ReplyKind::kUnwatched;
+      r.key = f[1];
+      return r;
+    case 'X':
+      if (f.size() != 3 || !token_at(1)) return std::nullopt;
+      r.kind = ReplyKind::kLostNotice;
+      r.key = f[2];
       return r;
     default:
       return std::nullopt;

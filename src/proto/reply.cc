@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "lockd/proto/parser.h"
+
 namespace lockd::proto {
 
 namespace {
@@ -92,6 +94,45 @@ void append_not_released(std::string& out, std::uint64_t token, std::string_view
 void append_error(std::string& out, ParseError e) {
   out.append("E ");
   out.append(error_code(e));
+  out.push_back('\n');
+}
+
+void append_error(std::string& out, ParseError e, std::string_view line) {
+  const bool echoed =
+      e == ParseError::kBadLease || e == ParseError::kBadWait || e == ParseError::kBadLimit;
+  if (!echoed) {
+    append_error(out, e);
+    return;
+  }
+  // The second and third fields: owner and key (`A`, `S`) or token and key
+  // (`K`). Only the error path splits the line a second time.
+  std::string_view fields[3];
+  std::size_t n = 0;
+  std::size_t i = 0;
+  while (n < 3) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i >= line.size()) break;
+    std::size_t end = line.find(' ', i);
+    if (end == std::string_view::npos) end = line.size();
+    fields[n++] = line.substr(i, end - i);
+    i = end;
+  }
+  if (n < 3) {  // never for a code above: the parser checked these fields
+    append_error(out, e);
+    return;
+  }
+  if (!fields[2].empty() && fields[2].back() == '\r') fields[2].remove_suffix(1);
+  out.append("E ");
+  out.append(error_code(e));
+  out.push_back(' ');
+  std::uint64_t token = 0;
+  if (fields[0] == "K" && parse_u64(fields[1], token)) {
+    append_u64(out, token);
+  } else {
+    out.append(fields[1]);
+  }
+  out.push_back(' ');
+  out.append(fields[2]);
   out.push_back('\n');
 }
 

@@ -124,7 +124,7 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
     } else if (err != nullptr) {
       ++stats_.requests_malformed;
       stats_.count(ReplyKind::kError);
-      proto::append_error(conn.out(), *err);
+      proto::append_error(conn.out(), *err, line);  // v1.3 §7: echo on lease/wait/limit
       answered = true;
     }
     const TimeNs end_ns = net::monotonic_now_ns();

@@ -2,7 +2,9 @@
 // parsing, and the Matcher that pairs pipelined replies with requests.
 #include <gtest/gtest.h>
 
+#include "lockd/client/client.h"
 #include "lockd/client/connection.h"
+#include "lockd/client/keeper.h"
 #include "lockd/client/matcher.h"
 #include "lockd/client/protocol.h"
 
@@ -95,7 +97,7 @@ TEST(ClientProtocol, ParsesEveryReply) {
   EXPECT_EQ(e.error_code, "no_leader");
   EXPECT_TRUE(e.has_echo());
   EXPECT_FALSE(parse("E bad_lease").has_echo());
-  for (const char* bad : {"", "X 1 k", "A 0 o k", "A x o k", "A 1 o", "R 1", "E", "M a o",
+  for (const char* bad : {"", "Q 1 k", "A 0 o k", "A x o k", "A 1 o", "R 1", "E", "M a o",
                           "AA 1 o k", "A 18446744073709551616 o k", "S 0 o k", "S 1 o"}) {
     EXPECT_FALSE(parse_reply(bad).has_value()) << bad;
   }
@@ -122,7 +124,10 @@ TEST(Matcher, MatchesOutOfOrderRepliesByEcho) {
   EXPECT_FALSE(m.match(parse("A 13 a k1")).has_value());  // nothing in flight
 }
 
-TEST(Matcher, RefusesASecondAcquireOfTheSameOwnerAndKey) {
+// C10, the matcher's part: one connection, one owner, one key: a second
+// acquire in flight is refused with kInFlight (its replies could not be
+// told apart); Client::call() then holds it back (plan_test.cc).
+TEST(ClientPlanUnit, C10_MatcherRefusesASecondAcquireInFlight) {
   Matcher m;
   ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());
   EXPECT_EQ(m.add(2, acquire("a", "k", 100)).code, Code::kInFlight);
@@ -143,9 +148,9 @@ TEST(Matcher, SharedAcquiresShareTheAcquireEcho) {
   // A bad_limit (no echo) can only come from an S; bad_wait only from a wait.
   ASSERT_TRUE(m.add(5, by_token(Verb::kRelease, 5, "x")).ok());
   ASSERT_TRUE(m.add(6, shared("c", "k", 2, 100, 50)).ok());
-  ASSERT_TRUE(m.add(7, shared("d", "k", 2, 100)).ok());
-  EXPECT_EQ(m.match(parse("E bad_limit"))->id, 7u);  // settled before one that may wait
-  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 6u);
+  EXPECT_EQ(m.match(parse("E bad_limit"))->id, 6u);  // the one S in flight
+  ASSERT_TRUE(m.add(7, shared("d", "k", 2, 100, 50)).ok());
+  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 7u);  // the one wait in flight
   EXPECT_EQ(m.match(parse("R 5 x"))->id, 5u);
 }
 
@@ -172,15 +177,125 @@ TEST(Matcher, EchoOfRedirectsAndErrorsFindsEitherKind) {
   EXPECT_EQ(m.match(parse("E no_leader 42 k"))->id, 4u);
 }
 
-TEST(Matcher, ErrorWithoutEchoGoesToTheOldestThatCouldNotBeWaiting) {
+// C03: v1.3 range errors carry the echo (§7) and answer the request they name,
+// whatever was pipelined before it.
+TEST(ClientPlanUnit, C03_ErrorWithEchoAmongPipelined) {
   Matcher m;
-  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());  // may be waiting
-  ASSERT_TRUE(m.add(2, by_token(Verb::kRelease, 5, "x")).ok());
-  ASSERT_TRUE(m.add(3, acquire("b", "k", 99999999)).ok());
-  EXPECT_EQ(m.match(parse("E bad_lease"))->id, 3u);  // a release has no lease
-  EXPECT_EQ(m.match(parse("E unknown_command"))->id, 2u);
-  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 1u);
-  EXPECT_FALSE(m.match(parse("E bad_key")).has_value());
+  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());  // queued at the server
+  ASSERT_TRUE(m.add(2, by_token(Verb::kKeep, 9, "held", 100)).ok());
+  ASSERT_TRUE(m.add(3, acquire("b", "k", 100, 999999)).ok());  // above the server's max wait
+  ASSERT_TRUE(m.add(4, shared("c", "s", 3, 100)).ok());
+  ASSERT_TRUE(m.add(5, by_token(Verb::kKeep, 10, "held2", 99999999)).ok());
+  EXPECT_EQ(m.match(parse("E bad_wait b k"))->id, 3u);
+  EXPECT_EQ(m.match(parse("E bad_lease 10 held2"))->id, 5u);
+  EXPECT_EQ(m.match(parse("E bad_limit c s"))->id, 4u);
+  EXPECT_EQ(m.match(parse("K 9 held"))->id, 2u);
+  EXPECT_EQ(m.match(parse("A 77 a k"))->id, 1u);
+  EXPECT_EQ(m.in_flight(), 0u);
+}
+
+// C04: without an echo (a v1.2 server) an error is pinned on a request only
+// when exactly one in flight could have drawn it; otherwise it matches
+// nothing (a keeper's keep or a queued acquire is never blamed) and is
+// marked unattributable, so the connection is not torn down for it.
+TEST(ClientPlanUnit, C04_ErrorWithoutEchoIsNeverPinnedOnAnother) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());      // validly queued
+  ASSERT_TRUE(m.add(2, by_token(Verb::kKeep, 5, "x", 100)).ok());  // a keeper's keep
+  ASSERT_TRUE(m.add(3, acquire("b", "k", 100, 999999)).ok());     // drew the error
+  const Reply bad_wait = parse("E bad_wait");
+  EXPECT_FALSE(m.match(bad_wait).has_value());  // 1 and 3 could have: no guess
+  EXPECT_TRUE(Matcher::unattributable(bad_wait));
+  EXPECT_EQ(m.candidates(bad_wait), (std::vector<Matcher::Id>{1, 3}));  // the keep is not one
+  EXPECT_EQ(m.candidates(parse("E bad_limit")), std::vector<Matcher::Id>{});
+  EXPECT_FALSE(m.match(parse("E bad_lease")).has_value());  // 1, 2 and 3 could have
+  EXPECT_EQ(m.in_flight(), 3u);  // nobody was failed
+  EXPECT_EQ(m.match(parse("K 5 x"))->id, 2u);
+  EXPECT_EQ(m.match(parse("A 8 a k"))->id, 1u);
+  // Exactly one candidate left (3): now it is that one's.
+  EXPECT_EQ(m.match(parse("E bad_wait"))->id, 3u);
+  // A release has no lease or wait: a bad_lease with only releases in
+  // flight is nobody's.
+  ASSERT_TRUE(m.add(4, by_token(Verb::kRelease, 5, "x")).ok());
+  ASSERT_TRUE(m.add(5, by_token(Verb::kKeep, 6, "y", 100)).ok());
+  EXPECT_EQ(m.match(parse("E bad_lease"))->id, 5u);
+  EXPECT_FALSE(m.match(parse("E bad_wait")).has_value());
+  EXPECT_FALSE(Matcher::unattributable(parse("E bad_wait 5 x")));  // has an echo
+}
+
+// C11: push lines (`V`, `X`) are never replies, whatever is in flight.
+TEST(ClientPlanUnit, C11_PushesAreNeverTakenAsReplies) {
+  Matcher m;
+  ASSERT_TRUE(m.add(1, acquire("a", "k", 100, 5000)).ok());
+  ASSERT_TRUE(m.add(2, by_token(Verb::kRelease, 5, "k")).ok());
+  ASSERT_TRUE(m.add(3, Request{Verb::kWatch, "", "k"}).ok());
+  const Reply v = parse("V k 12 held a 77");
+  EXPECT_TRUE(v.is_push());
+  EXPECT_EQ(v.state.kind, KeyState::Kind::kHeld);
+  EXPECT_EQ(v.state.owner, "a");
+  EXPECT_EQ(v.state.token, 77u);
+  EXPECT_EQ(v.rev, 12u);
+  EXPECT_FALSE(m.match(v).has_value());
+  const Reply x = parse("X 5 k");
+  EXPECT_TRUE(x.is_push());
+  EXPECT_EQ(x.token, 5u);
+  EXPECT_FALSE(m.match(x).has_value());
+  EXPECT_EQ(m.in_flight(), 3u);
+  const Reply w = parse("W k 11 shared 3 2");
+  EXPECT_EQ(w.kind, ReplyKind::kWatching);
+  EXPECT_EQ(w.state.kind, KeyState::Kind::kShared);
+  EXPECT_EQ(w.state.limit, 3u);
+  EXPECT_EQ(w.state.count, 2u);
+  EXPECT_EQ(m.match(w)->id, 3u);
+  EXPECT_EQ(m.match(parse("R 5 k"))->id, 2u);
+  EXPECT_EQ(m.match(parse("A 9 a k"))->id, 1u);
+  // Refusals of a `W` echo the key alone (§5c).
+  ASSERT_TRUE(m.add(4, Request{Verb::kWatch, "", "k2"}).ok());
+  ASSERT_TRUE(m.add(5, Request{Verb::kUnwatch, "", "k2"}).ok());
+  EXPECT_EQ(m.match(parse("U k2"))->id, 5u);
+  EXPECT_EQ(m.match(parse("B k2"))->id, 4u);
+  for (const char* bad : {"V k 0 free", "V k 1 held a", "V k 1 shared 1 0", "X 0 k", "V k 1 gone"}) {
+    EXPECT_FALSE(parse_reply(bad).has_value()) << bad;
+  }
+}
+
+using namespace std::chrono_literals;
+
+// C02: a confirmed `K` dates the lease's safe end from when that `K` was
+// sent, never from when its reply arrived (injected times).
+TEST(ClientPlanUnit, C02_KeepSafeEndIsDatedFromTheSend) {
+  const Clock::time_point t0{};
+  const auto t = [&](int ms) { return t0 + std::chrono::milliseconds(1'000'000 + ms); };
+  LeaseSchedule s(t(0), 3000ms);
+  EXPECT_EQ(s.safe_end(), t(3000));
+  EXPECT_EQ(s.next_keep(), t(1000));
+  s.kept(t(1000), t(1900));  // a slow reply
+  EXPECT_EQ(s.safe_end(), t(4000));  // not t(4900)
+  EXPECT_EQ(s.next_keep(), t(2000));
+  s.kept(t(2000), t(3500));  // the reply came after the next keep was due
+  EXPECT_EQ(s.safe_end(), t(5000));
+  EXPECT_EQ(s.next_keep(), t(3500));  // at once
+  EXPECT_FALSE(s.ended(t(4999)));
+  EXPECT_TRUE(s.ended(t(5000)));
+  s.retry(t(4950));  // transient failures never push the next try past the end
+  EXPECT_EQ(s.next_keep(), t(5000));
+}
+
+// C01 (the rule; the real-server run is in plan_test.cc): a grant after a
+// wait dates its lease from the grant's arrival, one without a wait from
+// the send.
+TEST(ClientPlanUnit, C01_LeaseOfAWaitedGrantIsDatedFromItsArrival) {
+  Lock waited;
+  waited.sent_at = Clock::time_point{} + 10s;
+  waited.granted_at = waited.sent_at + 3s;
+  waited.wait_ms = 10'000;
+  waited.lease_ms = 2'000;
+  EXPECT_EQ(LeaseSchedule::lease_from(waited), waited.granted_at);
+  LeaseSchedule s(LeaseSchedule::lease_from(waited), 2000ms);
+  EXPECT_FALSE(s.ended(waited.granted_at + 1s));  // dated from the send, it had ended
+  Lock at_once = waited;
+  at_once.wait_ms = 0;
+  EXPECT_EQ(LeaseSchedule::lease_from(at_once), at_once.sent_at);
 }
 
 TEST(Matcher, DrainReturnsEverythingInWireOrder) {

@@ -210,7 +210,7 @@ TEST(LockctlTest, KeepExtendsTheLeaseAndMapsRepliesToExitStatuses) {
   EXPECT_EQ(n.out, "N 12345 orders/42\n");
   Outcome e = f.ctl({"keep", token, "orders/42", "--lease", "0"});
   EXPECT_EQ(e.status, 2);
-  EXPECT_EQ(e.out, "E bad_lease\n");
+  EXPECT_EQ(e.out, "E bad_lease " + token + " orders/42\n");
   EXPECT_EQ(f.ctl({"keep", token, "orders/42"}).status, 2);  // --lease is required
   EXPECT_EQ(f.ctl({"keep", token, "--lease", "1000"}).status, 2);
   EXPECT_EQ(f.ctl({"keep", token, "orders/42", "--lease", "x"}).status, 2);
@@ -658,7 +658,7 @@ TEST(LockctlTest, BadLeaseAndBadWaitSayTheServersMaximum) {
   };
   Outcome l = ctl({"acquire", "a", "k", "--lease", "6000"});
   EXPECT_EQ(l.status, 2);
-  EXPECT_EQ(l.out, "E bad_lease\n");
+  EXPECT_EQ(l.out, "E bad_lease a k\n");
   EXPECT_NE(l.err.find("the server's maximum lease is 5000 ms"), std::string::npos) << l.err;
   Outcome w = ctl({"acquire", "a", "k", "--lease", "1000", "--wait", "701"});
   EXPECT_EQ(w.status, 2);

@@ -136,6 +136,26 @@ TEST_F(LockctlRun, WaitsForTheLockWithWait) {
   EXPECT_TRUE(fs::exists(path("ran")));
 }
 
+// Issue 36 item 1, its exact reproduction: a lock granted after a wait
+// longer than its lease is held for the whole job (the keeper dates the
+// lease from the grant, not from the send), and nobody else gets in.
+TEST_F(LockctlRun, HoldsTheLockForTheWholeJobAfterALongWait) {
+  LockdProcess lockd;
+  auto first = std::make_unique<ChildProcess>();
+  ASSERT_TRUE(first->start({lockctl_binary(), "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                            "acquire", "first", "kk", "--lease", "3000"}));
+  ASSERT_EQ(first->wait_exit(15s), 0) << first->stderr_text();
+  auto run = start(lockd.port(), {"kk", "--lease", "2000", "--wait", "10000", "--", "sh", "-c",
+                                  "touch " + path("started") + "; sleep 5; echo job-finished > " + path("done")});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); }));
+  std::this_thread::sleep_for(2'500ms);  // past the 2 s lease, dated from the grant
+  EXPECT_FALSE(free_now(lockd.port(), "kk"));
+  EXPECT_EQ(run->wait_exit(20s), 0) << run->stderr_text();
+  EXPECT_EQ(slurp(path("done")), "job-finished\n");
+  EXPECT_EQ(run->stderr_text().find("lost"), std::string::npos) << run->stderr_text();
+  EXPECT_TRUE(free_now(lockd.port(), "kk"));
+}
+
 TEST_F(LockctlRun, KeepsTheLockWhileTheCommandRuns) {
   LockdProcess lockd;
   // A 500 ms lease and a command that runs four of them.

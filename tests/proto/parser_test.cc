@@ -1,5 +1,6 @@
 // The request parser against protocol.md §2, §3 and §7.
 #include "lockd/proto/parser.h"
+#include "lockd/proto/reply.h"
 
 #include <gtest/gtest.h>
 
@@ -144,6 +145,33 @@ TEST(ParserTest, ErrorCodesSpellTheWireNames) {
   EXPECT_EQ(error_code(ParseError::kBadWait), "bad_wait");
   EXPECT_EQ(error_code(ParseError::kBadToken), "bad_token");
   EXPECT_EQ(error_code(ParseError::kLineTooLong), "line_too_long");
+}
+
+// The reply to a malformed line as the server writes it (v1.3 §7).
+std::string error_reply(std::string_view line) {
+  std::string out;
+  append_error(out, error_of(line), line);
+  return out;
+}
+
+TEST(ParserTest, RangeErrorsEchoTheRequestWhenItsEchoFieldsAreValid) {
+  EXPECT_EQ(error_reply("A alice orders/42 0"), "E bad_lease alice orders/42\n");
+  EXPECT_EQ(error_reply("A  alice   orders/42 10 300001"), "E bad_wait alice orders/42\n");
+  EXPECT_EQ(error_reply("A alice orders/42 10 300001\r"), "E bad_wait alice orders/42\n");
+  EXPECT_EQ(error_reply("S r k 65536"), "E bad_limit r k\n");
+  EXPECT_EQ(error_reply("S r k 1 0"), "E bad_lease r k\n");
+  EXPECT_EQ(error_reply("S r k 1 1 x"), "E bad_wait r k\n");
+  // `K` echoes `<token> <key>`, the token in plain decimal as in `R`/`N`/`K`.
+  EXPECT_EQ(error_reply("K 0042 k 0"), "E bad_lease 42 k\n");
+  EXPECT_EQ(error_reply("K 42 k 3600001"), "E bad_lease 42 k\n");
+  // Every other code keeps its bare form: an echo field is the bad one, or
+  // the line has no request shape to echo.
+  EXPECT_EQ(error_reply("A " + std::string(65, 'o') + " k 0"), "E bad_owner\n");
+  EXPECT_EQ(error_reply("A o " + std::string(251, 'k') + " 0"), "E bad_key\n");
+  EXPECT_EQ(error_reply("K 0 k 0"), "E bad_token\n");
+  EXPECT_EQ(error_reply("K 1 k"), "E bad_arity\n");
+  EXPECT_EQ(error_reply("R 0 k"), "E bad_token\n");
+  EXPECT_EQ(error_reply("Q o k 0"), "E unknown_command\n");
 }
 
 TEST(ParserTest, ConfiguredLimitsApply) {

@@ -83,8 +83,8 @@ TEST(KeepTest, MalformedKeepsGetTheirErrorAndTheConnectionStaysOpen) {
   EXPECT_EQ(c.call("K 0 k 100"), "E bad_token");
   EXPECT_EQ(c.call("K x " + std::string(251, 'k') + " 0"), "E bad_token");
   EXPECT_EQ(c.call("K 1 " + std::string(251, 'k') + " 0"), "E bad_key");
-  EXPECT_EQ(c.call("K 1 k 0"), "E bad_lease");
-  EXPECT_EQ(c.call("K 1 k 5001"), "E bad_lease");  // the configured max lease
+  EXPECT_EQ(c.call("K 1 k 0"), "E bad_lease 1 k");
+  EXPECT_EQ(c.call("K 1 k 5001"), "E bad_lease 1 k");  // the configured max lease
   EXPECT_EQ(c.call("k 1 k 100"), "E unknown_command");
   EXPECT_EQ(c.call("K 1 k 5000"), "N 1 k");
 }

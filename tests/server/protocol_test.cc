@@ -80,14 +80,32 @@ TEST(ProtocolTest, EveryErrorCodeKeepsTheConnectionOpen) {
   EXPECT_EQ(c.call("R 1"), "E bad_arity");
   EXPECT_EQ(c.call("A " + std::string(65, 'o') + " k"), "E bad_owner");
   EXPECT_EQ(c.call("A o " + std::string(251, 'k')), "E bad_key");
-  EXPECT_EQ(c.call("A o k 0"), "E bad_lease");
-  EXPECT_EQ(c.call("A o k 3600001"), "E bad_lease");
-  EXPECT_EQ(c.call("A o k 10 300001"), "E bad_wait");
+  EXPECT_EQ(c.call("A o k 0"), "E bad_lease o k");  // v1.3 §7: with the echo
+  EXPECT_EQ(c.call("A o k 3600001"), "E bad_lease o k");
+  EXPECT_EQ(c.call("A o k 10 300001"), "E bad_wait o k");
   EXPECT_EQ(c.call("R 0 k"), "E bad_token");
   EXPECT_EQ(c.call("R 18446744073709551616 k"), "E bad_token");
   // Blank lines get no reply; the next request still does.
   c.send("\n   \n\r\n");
   EXPECT_EQ(token_of(c.call("A o k")) > 0, true);
+}
+
+// v1.3 §7: among pipelined requests, a range error names the request it
+// refuses by its echo, so a client can match it; fields that make no valid
+// echo give the bare code.
+TEST(ProtocolTest, RangeErrorsCarryTheEchoAmongPipelinedRequests) {
+  LockdProcess lockd({"--max-wait-ms", "1000"});
+  LineClient holder(lockd.port());
+  const std::uint64_t t = token_of(holder.call("A h busy 30000"));
+  LineClient c(lockd.port());
+  c.send("A w1 busy 30000 900\nA w2 busy 30000 5000\nS r sem 70000\nK " +
+         std::to_string(t) + " busy 0\nK 0 busy 0\nA " + std::string(65, 'o') + " k 0\n");
+  EXPECT_EQ(c.read_line(), "E bad_wait w2 busy");
+  EXPECT_EQ(c.read_line(), "E bad_limit r sem");
+  EXPECT_EQ(c.read_line(), "E bad_lease " + std::to_string(t) + " busy");
+  EXPECT_EQ(c.read_line(), "E bad_token");
+  EXPECT_EQ(c.read_line(), "E bad_owner");
+  EXPECT_EQ(c.read_line(), "T w1 busy");  // the valid waiter's own answer, after its wait
 }
 
 TEST(ProtocolTest, CrlfAndExtraSpacesAreAccepted) {

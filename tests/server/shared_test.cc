@@ -61,10 +61,10 @@ TEST(SharedTest, RepliesPerRowOfSection5b) {
   // Malformed: errors without echo, checked owner, key, limit, lease, wait.
   EXPECT_EQ(c.call("S r k"), "E bad_arity");
   EXPECT_EQ(c.call("S r k 1 1 1 1"), "E bad_arity");
-  EXPECT_EQ(c.call("S r k 65536"), "E bad_limit");
-  EXPECT_EQ(c.call("S r k -1 0"), "E bad_limit");
-  EXPECT_EQ(c.call("S r k 1 0"), "E bad_lease");
-  EXPECT_EQ(c.call("S r k 1 1 300001"), "E bad_wait");
+  EXPECT_EQ(c.call("S r k 65536"), "E bad_limit r k");
+  EXPECT_EQ(c.call("S r k -1 0"), "E bad_limit r k");
+  EXPECT_EQ(c.call("S r k 1 0"), "E bad_lease r k");
+  EXPECT_EQ(c.call("S r k 1 1 300001"), "E bad_wait r k");
   EXPECT_EQ(c.call("S " + std::string(65, 'o') + " k x"), "E bad_owner");
   EXPECT_EQ(c.call("s r k 1"), "E unknown_command");
   // The connection stayed usable through all of it; R of the first holder.

@@ -10,6 +10,9 @@
 //   Semaphore pool(client, "workers", 8);                           // 8 permits
 //   auto permit = pool.acquire("worker-3", {.lease_ms = 10'000, .wait_ms = 60'000});
 //
+//   auto watch = client.watch("service/primary");        // every state, in rev order (v1.3)
+//   Election election(client, "service/primary");        // campaign/leader/observe/resign
+//
 // A Client is safe to share between threads; every thread's requests are
 // pipelined on one connection. It follows `M` redirects to the leader,
 // retries `E no_leader` with jittered backoff within a budget, and turns
@@ -26,11 +29,13 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "lockd/client/connection.h"
 #include "lockd/client/protocol.h"
 #include "lockd/client/status.h"
+#include "lockd/client/watch.h"
 
 namespace lockd::client {
 
@@ -79,8 +84,14 @@ struct Lock {
   std::uint64_t lease_ms = 0;  // as requested; 0 = the server's default
   // When the acquire was sent: the lease started no earlier, so
   // `sent_at + lease` is a safe lower bound of when it ends (given the
-  // bounded clock drift every lease service assumes).
+  // bounded clock drift every lease service assumes) for a grant without
+  // a wait.
   Clock::time_point sent_at{};
+  // When the grant arrived. A grant after a wait started its lease at the
+  // hand-off, long after `sent_at` maybe: the Keeper dates such a lease
+  // from here (LeaseSchedule::lease_from).
+  Clock::time_point granted_at{};
+  std::uint64_t wait_ms = 0;  // as requested
   // Held shared (`S`, v1.2): one of the key's shared holders, a reader of a
   // reader-writer lock (`limit` 0) or one of `limit` permits of a
   // semaphore. `R` and `K` act on this holder alone, by its token.
@@ -97,8 +108,11 @@ struct LockOptions {
   std::uint64_t wait_ms = 0;
   bool keep = true;  // extend the lease every lease/3 while the guard lives
   // Called once, on the keeper's thread, if the lock is lost (see Keeper).
+  // It may call the guard's release() or destroy the guard.
   std::function<void(const Status&)> on_lost = nullptr;
 };
+
+class Keeper;
 
 class Client {
  public:
@@ -148,6 +162,18 @@ class Client {
   // Keeper passes its lease's safe end: retrying past it is pointless).
   Result<Reply> call(const Request& request, Clock::time_point deadline = Clock::time_point::max());
 
+  // Watches `key` (protocol.md §5c) on a connection of its own: every
+  // state from now on, in `rev` order, across reconnects (watch.h).
+  std::unique_ptr<Watch> watch(std::string_view key);
+
+  // Closes the client: keepers stop at once (no `K` is sent after this,
+  // no connection is opened again), the connections close (the server
+  // cancels their queued acquires), and every later call reports
+  // kUnreachable. Held locks are not released: release them first, or they
+  // end by expiry. Idempotent; the destructor does it too.
+  void close();
+  bool closed() const;
+
   const Options& options() const { return options_; }
   // The identity the server named in its `H` reply to Options::credential
   // ("" before the first connection, or without a credential).
@@ -162,6 +188,13 @@ class Client {
   std::chrono::milliseconds jitter(std::chrono::milliseconds ceiling);
   // A guard for what `acquired` holds, with a keeper if `options.keep`.
   Result<LockGuard> guard(Result<Lock> acquired, LockOptions options);
+  // Keepers that hear of an `X` for their token (push routing); false
+  // once closed.
+  friend class Keeper;
+  bool add_keeper(std::uint64_t token, Keeper* keeper);
+  void remove_keeper(std::uint64_t token, Keeper* keeper);
+  void on_push(const Reply& push);
+  Result<Lock> finish_acquire(const Request& req, Clock::time_point sent_at);
 
   const Options options_;
   mutable std::mutex mu_;  // guards everything below
@@ -171,10 +204,14 @@ class Client {
   std::shared_ptr<Connection> conn_;
   std::mt19937_64 rng_;
   Status config_error_;  // a bad address in Options: every call reports it
+  bool closed_ = false;
+  std::mutex keepers_mu_;  // after mu_ if both; never held while calling out
+  std::unordered_multimap<std::uint64_t, Keeper*> keepers_;
 };
 
 }  // namespace lockd::client
 
 #include "lockd/client/guard.h"
+#include "lockd/client/election.h"
 #include "lockd/client/semaphore.h"
 #include "lockd/client/shared_guard.h"

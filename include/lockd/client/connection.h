@@ -1,14 +1,19 @@
 // One TCP connection to one lockd node, shared by any number of threads.
 // Requests are pipelined: submit() writes a request and returns at once;
 // wait() returns the reply the Matcher pairs with it, whatever order the
-// replies arrive in. Blocking POSIX sockets with deadlines; no thread of
-// its own: whichever waiting thread finds no reader reads for everyone
-// (leader/follower), so a Connection costs nothing while idle.
+// replies arrive in. Blocking POSIX sockets with deadlines and one reader
+// thread per connection: it reads every line as it arrives, routes pushes
+// (`V`, `X`, §5c) to the push handler before matching replies, and
+// releases a late grant nobody waits for at once, also on a connection no
+// caller uses again.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,8 +82,25 @@ class Connection {
   // once, so a timed-out acquire never leaves a lock held by nobody.
   Result<Reply> wait(Ticket ticket, Clock::time_point deadline);
 
+  // Gets every push line (`V`, `X`) on the reader thread, with no lock of
+  // the connection held; it must not destroy this Connection. Replaces the
+  // previous handler.
+  void set_push_handler(std::function<void(const Reply&)> handler);
+
+  // Waits until no acquire of `owner` and `key` is in flight (true), or
+  // `deadline` passes or the connection breaks (false).
+  bool await_acquire_slot(std::string_view owner, std::string_view key,
+                          Clock::time_point deadline);
+
+  // Shuts the socket down: the reader sees the end, everything in flight
+  // ends as kIndeterminate, the connection counts as broken. For another
+  // thread that must stop a wait() now (Watch::stop()).
+  void shut_down();
+
   // True once reading or writing failed; every later submit() fails.
   bool broken() const;
+  // Errors without echo no request could be pinned on (a v1.2 server).
+  std::uint64_t unattributed_errors() const;
   const Address& address() const { return address_; }
   // What the server named in its `H` reply ("" without a credential).
   const std::string& identity() const { return identity_; }
@@ -86,10 +108,12 @@ class Connection {
  private:
   Connection(int fd, Address address);
   // Reads what is available (waiting until `deadline` at most) and
-  // dispatches complete lines. Called with mu_ unlocked by the one reader.
+  // dispatches complete lines. Called with mu_ unlocked by the reader thread.
   void read_once(Clock::time_point deadline);
-  // Dispatches one reply line; mu_ held.
-  void dispatch(std::string_view line);
+  // The reader thread's loop, until the connection breaks or closes.
+  void read_loop();
+  // Dispatches one reply line; mu_ held. Pushes go to `pushes`.
+  void dispatch(std::string_view line, std::vector<Reply>& pushes);
   // Marks the connection broken and fails every request in flight; mu_ held.
   void fail_all(const std::string& why);
   // Sends request bytes (as records with TLS); write_mu_ held, or nothing
@@ -109,16 +133,21 @@ class Connection {
   std::mutex write_mu_;  // one writer at a time; held across Matcher::add + send
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool reading_ = false;               // a thread is in read_once()
+  std::atomic<bool> stopping_{false};  // the destructor runs
+  std::uint64_t unattributed_ = 0;
+  std::mutex push_mu_;
+  std::function<void(const Reply&)> on_push_;
   std::optional<std::string> broken_;  // why, once broken
   Ticket next_ticket_ = 1;
   Matcher matcher_;
   std::unordered_map<Ticket, Reply> done_;       // replies not yet collected
   std::unordered_set<Ticket> abandoned_;         // waiters gave up; drop (or undo) the reply
+  std::unordered_map<Ticket, Status> failed_;    // ended without a reply of their own
   std::vector<Request> undo_;  // releases of late grants nobody waits for, to send
   std::string in_;                               // bytes read, not yet a full line
   std::string identity_;                         // set by open(), then constant
   std::unique_ptr<TlsStream> tls_;               // null: plaintext
+  std::thread reader_;                           // started by open(), last
 };
 
 }  // namespace lockd::client

@@ -30,8 +30,14 @@ class LockGuard {
   const Keeper* keeper() const { return keeper_.get(); }
 
   // Stops the keeper and sends `R`. kOk, kNotHeld (the lease had already
-  // ended), or a transport error. A second call does nothing and returns kOk.
+  // ended), or a transport error (kUnreachable, kNoLeader, kIndeterminate
+  // ...). The guard counts as released only after `R` or `N`: after a
+  // transport error it still holds the lock (lock() works, the keeper stays
+  // stopped) and release() may be called again. After `R`/`N` a second
+  // call does nothing and returns kOk. Safe to call from the loss callback.
   Status release();
+  // True once the server confirmed the release (or that nothing was held).
+  bool released() const { return lock_ == nullptr; }
 
  private:
   Client* client_;

@@ -28,11 +28,15 @@ enum class Verb : char {
   kRelease = 'R',  // R token key
   kKeep = 'K',     // K token key lease_ms (v1.1, §6a)
   kShared = 'S',   // S owner key limit [lease_ms [wait_ms]] (v1.2, §5b)
+  kWatch = 'W',    // W key (v1.3, §5c)
+  kUnwatch = 'U',  // U key (v1.3, §5c)
 };
 
 // True for the verbs that ask for a grant (`A`, `S`): they carry an owner,
 // may wait, and are answered by `A`/`S`/`T`/`B` echoing `owner key`.
 constexpr bool is_acquire(Verb v) { return v == Verb::kAcquire || v == Verb::kShared; }
+// `W` and `U` carry only a key and are answered (or refused) echoing it.
+constexpr bool is_watch(Verb v) { return v == Verb::kWatch || v == Verb::kUnwatch; }
 
 struct Request {
   Verb verb = Verb::kAcquire;
@@ -60,6 +64,22 @@ enum class ReplyKind : char {
   kKept = 'K',      // K token key
   kMoved = 'M',     // M leader_addr <echo>
   kError = 'E',     // E code [<echo>]
+  kWatching = 'W',  // W key rev state (v1.3, §5c)
+  kUnwatched = 'U', // U key (v1.3, §5c)
+  // Pushes (§5c): never replies, routed before matching.
+  kChanged = 'V',   // V key rev state
+  kLostNotice = 'X',  // X token key: the holding of `token` ended by expiry
+};
+
+// Who holds a watched key (§5c `<state>`).
+struct KeyState {
+  enum class Kind : char { kFree = 'f', kHeld = 'h', kShared = 's' };
+  Kind kind = Kind::kFree;
+  std::string owner;        // kHeld
+  std::uint64_t token = 0;  // kHeld
+  std::uint32_t limit = 0;  // kShared
+  std::uint32_t count = 0;  // kShared
+  bool operator==(const KeyState&) const = default;
 };
 
 // One parsed reply line. Which fields are set depends on the kind; for `M`
@@ -73,7 +93,13 @@ struct Reply {
   std::string echo_first;   // M, E: first echo field (owner or token), empty if none
   std::string leader;       // M: the leader's client host:port
   std::string error_code;   // E: no_leader, indeterminate, bad_lease ...
+  std::uint64_t rev = 0;    // W, V
+  KeyState state;           // W, V
+  // `E`/`M`/`B` echoing a `W`/`U` request: the echo is the key alone.
+  bool key_only_echo = false;
   bool has_echo() const { return !key.empty(); }
+  // `V` or `X`: a push (§5c), never the answer to a request.
+  bool is_push() const { return kind == ReplyKind::kChanged || kind == ReplyKind::kLostNotice; }
   // `A` or `S`: the server granted the key (and a token).
   bool is_grant() const { return kind == ReplyKind::kAcquired || kind == ReplyKind::kShared; }
 };

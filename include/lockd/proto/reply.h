@@ -40,6 +40,12 @@ void append_kept(std::string& out, std::uint64_t token, std::string_view key);
 void append_not_released(std::string& out, std::uint64_t token, std::string_view key);
 // `E <code>` for a malformed line (no echo).
 void append_error(std::string& out, ParseError e);
+// `E <code>` for the malformed `line` (as given to parse_line), with the
+// request's echo when the code is bad_lease, bad_wait or bad_limit (v1.3
+// §7): `<owner> <key>` for `A`/`S`, `<token> <key>` for `K` (the token in
+// plain decimal). The parser checks those fields before the lease, wait and
+// limit, so they are valid whenever one of these codes is returned.
+void append_error(std::string& out, ParseError e, std::string_view line);
 // `E <code> <echo>` for a well-formed request the server could not process
 // (cluster: no_leader, indeterminate).
 void append_error_echo(std::string& out, std::string_view code, const Request& req);
