@@ -102,9 +102,22 @@ TEST(LockdCodecTest, PartialInputNeedsMore) {
   EXPECT_EQ(r.kind, LockdReplyKind::kReleased);
 }
 
+// V and X are pushes (protocol.md §5c), never replies: a holder's lease
+// that ends pushes X on its connection, between any two replies.
+TEST(LockdCodecTest, PushesAreSkipped) {
+  const std::string wire = "X 7 k1\nV k1 9 free\nR 7 k1\nX 8 k2\n";
+  LockdReply r;
+  std::size_t consumed = 0;
+  ASSERT_EQ(decode_lockd_reply(wire, consumed, r), DecodeStatus::kReply);
+  EXPECT_EQ(r.kind, LockdReplyKind::kReleased);
+  EXPECT_EQ(consumed, wire.size() - 7);
+  EXPECT_EQ(decode_lockd_reply(std::string_view(wire).substr(consumed), consumed, r),
+            DecodeStatus::kNeedMore);
+}
+
 TEST(LockdCodecTest, MalformedReplies) {
   for (std::string_view bad :
-       {"X 1 k\n", "A alice k1\n", "A 0 alice k1\n", "A x alice k1\n", "R k1\n", "T a b c\n",
+       {"Q 1 k\n", "A alice k1\n", "A 0 alice k1\n", "A x alice k1\n", "R k1\n", "T a b c\n",
         "\n", "+OK\r\n", "-ERR unknown command 'A'\r\n", "HTTP/1.1 400 Bad Request\r\n",
         "AA 1 a k\n", "E\n", "E code a\n"}) {
     LockdReply r;

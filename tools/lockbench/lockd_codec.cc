@@ -146,14 +146,25 @@ bool parse_lockd_reply_line(std::string_view line, LockdReply& out) {
 }
 
 DecodeStatus decode_lockd_reply(std::string_view in, std::size_t& consumed, LockdReply& out) {
-  const std::size_t nl = in.find('\n');
-  if (nl == std::string_view::npos) {
-    return in.size() >= kMaxLockdReplyBytes ? DecodeStatus::kMalformed : DecodeStatus::kNeedMore;
+  std::size_t skipped = 0;
+  for (;;) {
+    const std::string_view rest = in.substr(skipped);
+    const std::size_t nl = rest.find('\n');
+    if (nl == std::string_view::npos) {
+      return rest.size() >= kMaxLockdReplyBytes ? DecodeStatus::kMalformed : DecodeStatus::kNeedMore;
+    }
+    if (nl + 1 > kMaxLockdReplyBytes) return DecodeStatus::kMalformed;
+    // Pushes (protocol.md §5c: V for a watch, X when a lease this
+    // connection was granted ended) are never replies: skipped. lockbench
+    // watches nothing, but its holders' leases can end.
+    if (rest.starts_with("V ") || rest.starts_with("X ")) {
+      skipped += nl + 1;
+      continue;
+    }
+    if (!parse_lockd_reply_line(rest.substr(0, nl), out)) return DecodeStatus::kMalformed;
+    consumed = skipped + nl + 1;
+    return DecodeStatus::kReply;
   }
-  if (nl + 1 > kMaxLockdReplyBytes) return DecodeStatus::kMalformed;
-  if (!parse_lockd_reply_line(in.substr(0, nl), out)) return DecodeStatus::kMalformed;
-  consumed = nl + 1;
-  return DecodeStatus::kReply;
 }
 
 }  // namespace lockbench
