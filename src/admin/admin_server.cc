@@ -382,7 +382,6 @@ void AdminServer::handle(evhttp_request* req) {
       return;
     case Route::kLocks: {
       ListQuery q;
-      q.view = view;
       for (const auto& [name, value] : *params) {
         if (name == "prefix") {
           q.prefix = value;
@@ -397,7 +396,7 @@ void AdminServer::handle(evhttp_request* req) {
           q.limit = std::min(*n, kMaxListLimit);
         }
       }
-      start_scan(req, std::make_unique<ListScan>(server_.table(), std::move(q)));
+      start_scan(req, std::make_unique<ListScan>(server_.table(), std::move(q), view));
       return;
     }
     case Route::kLock: {

@@ -212,13 +212,13 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
   return j;
 }
 
-ListScan::ListScan(const locks::LockTable& table, ListQuery q)
-    : table_(table), q_(std::move(q)) {}
+ListScan::ListScan(const locks::LockTable& table, ListQuery q, KeyViewFn view)
+    : table_(table), q_(std::move(q)), view_(std::move(view)) {}
 
 void ListScan::offer(std::string_view key, const locks::KeyState&, TimeNs) {
   if (!key.starts_with(q_.prefix)) return;
   if (!q_.after.empty() && key <= q_.after) return;
-  if (q_.view && q_.view(key) == KeyView::kHidden) return;
+  if (view_ && view_(key) == KeyView::kHidden) return;
   // Cheap reject before copying: the heap is full of smaller keys.
   if (heap_.size() > q_.limit && key >= heap_.front()) return;
   // One more than asked, to know whether the page is the last.
@@ -235,7 +235,7 @@ json ListScan::finish(TimeNs now_ns) {
     if (s == nullptr) continue;  // deleted during a split scan
     json row{{"key", key}};
     put_holders(row, *s, now_ns, kMaxHoldersListedPerKey,
-                !q_.view || q_.view(key) == KeyView::kFull);
+                !view_ || view_(key) == KeyView::kFull);
     row["waiters"] = s->waiter_count();
     locks.push_back(std::move(row));
   }

@@ -226,13 +226,11 @@ enum class KeyView {
 using KeyViewFn = std::function<KeyView(std::string_view key)>;
 
 // `/v1/locks` query: keys starting with `prefix` and greater than `after`
-// (exclusive, for the next page), first `limit` in byte order; `view`
-// (empty: every key in full) hides keys and tokens from an identity.
+// (exclusive, for the next page), first `limit` in byte order.
 struct ListQuery {
   std::string prefix;
   std::string after;
   std::size_t limit = kDefaultListLimit;
-  KeyViewFn view;
 };
 
 // A walk over every key that a caller may split into slices of buckets
@@ -258,7 +256,9 @@ class KeyScan {
 // bounded max-heap: O(n log limit) time over n keys, O(limit) memory.
 class ListScan final : public KeyScan {
  public:
-  ListScan(const locks::LockTable& table, ListQuery q);
+  // `view` (empty: every key in full) hides keys and tokens from the
+  // identity that asks.
+  ListScan(const locks::LockTable& table, ListQuery q, KeyViewFn view = {});
   void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override { heap_.clear(); }
   nlohmann::ordered_json finish(TimeNs now_ns) override;
@@ -266,6 +266,7 @@ class ListScan final : public KeyScan {
  private:
   const locks::LockTable& table_;
   ListQuery q_;
+  KeyViewFn view_;
   std::vector<std::string> heap_;  // max-heap on key; at most limit + 1
 };
 
