@@ -245,7 +245,7 @@ TEST(HostilePeer, StrangersHoldingTheRaftPortDoNotLockMembersOut) {
 // make: it used to make node 3 exit 2 for good) does not stop a running
 // member: it logs the claim and the group goes on committing with it.
 TEST(HostilePeer, AForgedRemovedHelloDoesNotStopARunningMember) {
-  LockdCluster c(3);
+  LockdCluster c(3, {"--insecure-peers"});
   int leader = c.wait_leader();
   ASSERT_NE(leader, 0);
   ASSERT_EQ(call_leader(c, "A alice k1 600000").rfind("A ", 0), 0u);
