@@ -1,7 +1,9 @@
 #include "lockd/admin/admin_server.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
+#include <sys/socket.h>
 #include <openssl/ssl.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -69,7 +71,8 @@ AdminServer::AdminServer(event_base* base, const server::LockServer& server, Nod
       node_(std::move(node)),
       scan_timer_(base, [this] { on_scan_timer(); }),
       accept_pause_(base, "admin"),
-      snapshot_export_(base) {
+      snapshot_export_(base),
+      sweep_timer_(base, [this] { sweep_connections(); }) {
   http_ = evhttp_new(base);
   LOCKD_CHECK(http_ != nullptr);
   // Let every method through so a wrong one gets our JSON 405, not evhttp's.
@@ -81,6 +84,7 @@ AdminServer::AdminServer(event_base* base, const server::LockServer& server, Nod
   evhttp_set_max_body_size(http_, kMaxBodyBytes);
   evhttp_set_timeout(http_, kIdleTimeoutS);
   evhttp_set_gencb(http_, &AdminServer::on_request, this);
+  evhttp_set_bevcb(http_, &AdminServer::make_bufferevent, this);
 }
 
 AdminServer::~AdminServer() {
@@ -89,21 +93,107 @@ AdminServer::~AdminServer() {
   scans_.clear();
   accept_pause_.detach();
   if (http_ != nullptr) evhttp_free(http_);
+  // evhttp has freed every connection: ours are the last references.
+  for (Conn& c : conns_) bufferevent_decref(c.bev);
+  conns_.clear();
 }
 
-void AdminServer::require_tls(const tls::TlsContext* ctx) {
-  tls_ = ctx;
-  evhttp_set_bevcb(http_, ctx != nullptr ? &AdminServer::make_tls_bufferevent : nullptr, this);
-}
+void AdminServer::require_tls(const tls::TlsContext* ctx) { tls_ = ctx; }
 
-bufferevent* AdminServer::make_tls_bufferevent(event_base* base, void* arg) {
+bufferevent* AdminServer::make_bufferevent(event_base* base, void* arg) {
   auto* self = static_cast<AdminServer*>(arg);
-  // A client that does not speak TLS fails the handshake; evhttp then
-  // closes the connection without a request having been read.
-  SSL* ssl = SSL_new(self->tls_->native());
-  LOCKD_CHECK(ssl != nullptr);
-  return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                        BEV_OPT_CLOSE_ON_FREE);
+  self->sweep_connections();  // frees the slots of connections closed since the last sweep
+  bufferevent* bev = nullptr;
+  if (self->tls_ != nullptr) {
+    // A client that does not speak TLS fails the handshake; evhttp then
+    // closes the connection without a request having been read.
+    SSL* ssl = SSL_new(self->tls_->native());
+    LOCKD_CHECK(ssl != nullptr);
+    bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                         BEV_OPT_CLOSE_ON_FREE);
+  } else {
+    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+  }
+  LOCKD_CHECK(bev != nullptr);
+  bufferevent_incref(bev);
+  Conn c{bev, net::monotonic_now_ns(), false, false};
+  if (self->open_connections() >= self->max_connections_) {
+    // evhttp gives the fd to the bufferevent after this returns: the next
+    // sweep (armed for this loop turn) shuts it down, evhttp reads EOF and
+    // frees the connection. Nothing it sent is read as a request.
+    c.closing = true;
+    self->stats_.refused_max_connections += 1;
+    self->sweep_timer_.arm_after(0);
+  } else {
+    self->stats_.accepted += 1;
+    if (!self->sweep_timer_.armed()) self->sweep_timer_.arm_after(kConnectionSweepNs);
+  }
+  self->conns_.push_back(c);
+  return bev;
+}
+
+std::size_t AdminServer::open_connections() const {
+  std::size_t n = 0;
+  for (const Conn& c : conns_) n += c.closing ? 0 : 1;
+  return n;
+}
+
+void AdminServer::sweep_connections() {
+  const TimeNs now = net::monotonic_now_ns();
+  std::erase_if(conns_, [&](Conn& c) {
+    bufferevent_event_cb event_cb = nullptr;
+    bufferevent_getcb(c.bev, nullptr, nullptr, &event_cb, nullptr);
+    const int fd = bufferevent_getfd(c.bev);
+    if (event_cb == nullptr && fd >= 0) {
+      // evhttp freed it (bufferevent_free() clears the callbacks); ours is
+      // the last reference.
+      bufferevent_decref(c.bev);
+      return true;
+    }
+    if (fd < 0) return false;  // evhttp has not given it its socket yet
+    if (!c.closing && !c.requested && now - c.accepted_ns >= kFirstRequestTimeoutNs) {
+      c.closing = true;
+      stats_.refused_first_request += 1;
+    }
+    // Shut down both ways: evhttp reads EOF (or the TLS session fails) and
+    // frees the connection; the peer sees it closed.
+    if (c.closing) ::shutdown(fd, SHUT_RDWR);
+    return false;
+  });
+  if (!conns_.empty()) sweep_timer_.arm_after(kConnectionSweepNs);
+}
+
+void AdminServer::note_request(evhttp_request* req) {
+  evhttp_connection* conn = evhttp_request_get_connection(req);
+  if (conn == nullptr) return;
+  bufferevent* bev = evhttp_connection_get_bufferevent(conn);
+  for (Conn& c : conns_) {
+    if (c.bev == bev) {
+      c.requested = true;
+      return;
+    }
+  }
+}
+
+void AdminServer::append_admin_metrics(std::string& out) const {
+  MetricsWriter w(out);
+  w.single("lockd_admin_connections", "gauge", "Open admin HTTP connections.",
+           static_cast<std::uint64_t>(open_connections()));
+  w.single("lockd_admin_connections_accepted_total", "counter",
+           "Admin HTTP connections accepted (within --admin-max-connections).", stats_.accepted);
+  w.family("lockd_admin_refused_total", "counter",
+           "Admin connections closed and requests answered 403 before they were read, by "
+           "reason: max_connections (over --admin-max-connections), first_request_timeout (no "
+           "request within 10 s), host, origin, content_type (a changing request or the "
+           "snapshot that a web page could have sent).");
+  w.sample("lockd_admin_refused_total", {{"reason", "max_connections"}},
+           stats_.refused_max_connections);
+  w.sample("lockd_admin_refused_total", {{"reason", "first_request_timeout"}},
+           stats_.refused_first_request);
+  w.sample("lockd_admin_refused_total", {{"reason", "host"}}, stats_.refused_host);
+  w.sample("lockd_admin_refused_total", {{"reason", "origin"}}, stats_.refused_origin);
+  w.sample("lockd_admin_refused_total", {{"reason", "content_type"}},
+           stats_.refused_content_type);
 }
 
 void AdminServer::start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan) {
@@ -158,6 +248,7 @@ bool AdminServer::listen(const net::Endpoint& ep, std::string& error) {
     return false;
   }
   bound_ = net::local_endpoint(evhttp_bound_socket_get_fd(sock));
+  configured_host_ = ep.host;
   // evhttp sets no accept error callback: out of descriptors, libevent
   // would log a line per retry. Pause like the other listeners.
   accept_pause_.attach(evhttp_bound_socket_get_listener(sock));
@@ -167,6 +258,7 @@ bool AdminServer::listen(const net::Endpoint& ep, std::string& error) {
 void AdminServer::on_request(evhttp_request* req, void* arg) {
   auto* self = static_cast<AdminServer*>(arg);
   try {
+    self->note_request(req);
     self->handle(req);
   } catch (const std::exception& e) {
     // Only our bug or memory exhaustion lands here; a request must never
@@ -217,11 +309,38 @@ void AdminServer::handle(evhttp_request* req) {
     route = Route::kSnapshot;
   }
   // Before anything else, so a refused request learns nothing (not even
-  // whether the path exists) and changes nothing.
-  if (!authorize_admin(req, auth_,
-                       admin_access_for(evhttp_request_get_command(req), path))) {
+  // whether the path exists) and changes nothing. First what a web page
+  // could have sent (§11a), with authentication on or off.
+  if (needs_web_checks(evhttp_request_get_command(req), path)) {
+    const std::string_view why = web_origin_refusal(req, configured_host_);
+    if (!why.empty()) {
+      std::string message;
+      if (why == "host") {
+        stats_.refused_host += 1;
+        message = "the Host header must name the admin address, a loopback address or localhost";
+      } else if (why == "origin") {
+        stats_.refused_origin += 1;
+        message = "a request from a web page (Origin) of another site";
+      } else {
+        stats_.refused_content_type += 1;
+        message = "a request with a body must say Content-Type: application/json";
+      }
+      spdlog::info("admin API: {} refused: {}", evhttp_request_get_uri(req), message);
+      send_error(req, 403, "forbidden", message);
+      return;
+    }
+  }
+  // POST /v1/cluster/init (lifecycle): pass `in_formed_group` false to
+  // admin_access_for() on a node that belongs to no formed group (§11a).
+  std::optional<std::string> identity;
+  if (!authorize_admin(req, auth_, admin_access_for(evhttp_request_get_command(req), path),
+                       &identity)) {
     return;
   }
+  // Which keys and tokens this identity may see (§11a).
+  const KeyViewFn view = [auth = auth_, identity](std::string_view key) {
+    return key_view(auth, identity, key);
+  };
   if (path == "/v1/cluster/leader" || path == "/v1/cluster/members" ||
       path.starts_with("/v1/cluster/members/")) {
     handle_member_change(req, path);
@@ -277,7 +396,7 @@ void AdminServer::handle(evhttp_request* req) {
           q.limit = std::min(*n, kMaxListLimit);
         }
       }
-      start_scan(req, std::make_unique<ListScan>(server_.table(), std::move(q)));
+      start_scan(req, std::make_unique<ListScan>(server_.table(), std::move(q), view));
       return;
     }
     case Route::kLock: {
@@ -286,7 +405,7 @@ void AdminServer::handle(evhttp_request* req) {
         send_error(req, 400, "bad_key", "the key must be non-empty and percent-encoded");
         return;
       }
-      if (auto j = lock_json(server_.table(), *key, table_time(node_, now))) {
+      if (auto j = lock_json(server_.table(), *key, table_time(node_, now), view)) {
         send_json(req, 200, *j);
       } else {
         send_json(req, 404, json{{"error", "not_found"}, {"key", *key}});
@@ -300,9 +419,12 @@ void AdminServer::handle(evhttp_request* req) {
       }
       send_json(req, 200, cluster_json(node_.cluster(now)));
       return;
-    case Route::kMetrics:
-      send(req, 200, kPromText, render_metrics(server_, node_, now));
+    case Route::kMetrics: {
+      std::string text = render_metrics(server_, node_, now);
+      append_admin_metrics(text);
+      send(req, 200, kPromText, text);
       return;
+    }
     case Route::kTop: {
       std::size_t limit = kDefaultTopLimit;
       for (const auto& [name, value] : *params) {

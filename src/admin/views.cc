@@ -18,12 +18,14 @@ TimeNs granted_at_ns(const locks::Holder& h) { return h.expires_at_ns - ms_to_ns
 const char* mode_name(bool shared) { return shared ? "shared" : "exclusive"; }
 
 // A key's holders, oldest grant first, at most `max` of them.
-json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max) {
+// `tokens` false: every `token` is null (§11a: tokens are shown only to
+// an identity that may R the key).
+json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max, bool tokens) {
   json out = json::array();
   s.for_each_holder([&](const locks::Holder& h) {
     if (out.size() >= max) return;
     out.push_back(json{{"owner", h.owner},
-                       {"token", h.token},
+                       {"token", tokens ? json(h.token) : json(nullptr)},
                        {"expires_in_ms", ms_until(h.expires_at_ns, now_ns)}});
   });
   return out;
@@ -31,15 +33,16 @@ json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max) {
 
 // The fields every lock view shares (v1.2): the oldest holder's owner,
 // token and expiry, the mode, the limit of a shared key, and its holders.
-void put_holders(json& j, const locks::KeyState& s, TimeNs now_ns, std::size_t max_listed) {
+void put_holders(json& j, const locks::KeyState& s, TimeNs now_ns, std::size_t max_listed,
+                 bool tokens) {
   const locks::Holder& oldest = s.oldest();
   j["owner"] = oldest.owner;
-  j["token"] = oldest.token;
+  j["token"] = tokens ? json(oldest.token) : json(nullptr);
   j["expires_in_ms"] = ms_until(oldest.expires_at_ns, now_ns);
   j["mode"] = mode_name(s.shared());
   if (s.shared()) j["limit"] = s.limit();
   j["holder_count"] = s.holder_count();
-  j["holders"] = holders_json(s, now_ns, max_listed);
+  j["holders"] = holders_json(s, now_ns, max_listed, tokens);
 }
 
 std::int64_t floor_div(std::int64_t a, std::int64_t b) {
@@ -209,12 +212,13 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
   return j;
 }
 
-ListScan::ListScan(const locks::LockTable& table, ListQuery q)
-    : table_(table), q_(std::move(q)) {}
+ListScan::ListScan(const locks::LockTable& table, ListQuery q, KeyViewFn view)
+    : table_(table), q_(std::move(q)), view_(std::move(view)) {}
 
 void ListScan::offer(std::string_view key, const locks::KeyState&, TimeNs) {
   if (!key.starts_with(q_.prefix)) return;
   if (!q_.after.empty() && key <= q_.after) return;
+  if (view_ && view_(key) == KeyView::kHidden) return;
   // Cheap reject before copying: the heap is full of smaller keys.
   if (heap_.size() > q_.limit && key >= heap_.front()) return;
   // One more than asked, to know whether the page is the last.
@@ -230,7 +234,8 @@ json ListScan::finish(TimeNs now_ns) {
     const locks::KeyState* s = table_.find(key);
     if (s == nullptr) continue;  // deleted during a split scan
     json row{{"key", key}};
-    put_holders(row, *s, now_ns, kMaxHoldersListedPerKey);
+    put_holders(row, *s, now_ns, kMaxHoldersListedPerKey,
+                !view_ || view_(key) == KeyView::kFull);
     row["waiters"] = s->waiter_count();
     locks.push_back(std::move(row));
   }
@@ -253,7 +258,9 @@ json list_locks_json(const locks::LockTable& table, const ListQuery& q, TimeNs n
 }
 
 std::optional<json> lock_json(const locks::LockTable& table, std::string_view key,
-                              TimeNs now_ns) {
+                              TimeNs now_ns, const KeyViewFn& view) {
+  const KeyView v = view ? view(key) : KeyView::kFull;
+  if (v == KeyView::kHidden) return std::nullopt;
   const locks::KeyState* s = table.find(key);
   if (s == nullptr) return std::nullopt;
   json waiters = json::array();
@@ -270,7 +277,7 @@ std::optional<json> lock_json(const locks::LockTable& table, std::string_view ke
   }
   const locks::Holder& oldest = s->oldest();
   json out{{"key", key}};
-  put_holders(out, *s, now_ns, kMaxHoldersListed);
+  put_holders(out, *s, now_ns, kMaxHoldersListed, v == KeyView::kFull);
   // Expired: no holder's lease is running (each shared holder's own lease
   // shows in `holders`).
   bool expired = true;

@@ -148,6 +148,30 @@ void ClusterNode::on_peer_handshake(const Handshake& h) {
                             " says so): a removed id never rejoins; add a new member with a new "
                             "id and an empty data dir (docs/cluster.md \"Replacing a member\")";
     if (gate_ != Gate::kOpen || !heard_leader_) refuse_start(why);
+    // Rule 4: a running member acts only on the word of an authenticated
+    // member. Without peer authentication (--insecure-peers) anyone who
+    // reaches the raft port can say this: log it, and hold campaigns
+    // (a truly removed node must not disrupt the group) until a leader
+    // that still sends to this node, or this node's own log, settles it.
+    const bool authenticated =
+        !config_.peer_security.secret.empty() || config_.peer_security.tls_server != nullptr;
+    if (!authenticated) {
+      ++removal_claims_;
+      if (!removal_claim_held_) {
+        removal_claim_held_ = true;
+        raft_->hold_campaigns(true);
+      }
+      const TimeNs now = net::monotonic_now_ns();
+      if (removal_claim_logged_ns_ == 0 || now - removal_claim_logged_ns_ >= 60'000'000'000) {
+        removal_claim_logged_ns_ = now;
+        spdlog::warn("{} was told it was removed by an unauthenticated peer claiming to be node {} "
+                     "({} such claims so far): not stopping (peers are not authenticated: "
+                     "--insecure-peers); holding campaigns until a leader or this node's own log "
+                     "settles it",
+                     me, h.sender, removal_claims_);
+      }
+      return;
+    }
     if (!removed_reason_) {
       spdlog::warn("{}: stopping", why);
       removed_reason_ = why;

@@ -225,9 +225,19 @@ bool ClusterNode::open(std::string& error) {
           return;
         }
         const raft::NodeId from = m.from;
+        const raft::MessageType type = m.type;
         const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
           spdlog::debug("peer message from {} refused: {}", from, raft::to_string(e));
+        } else if (removal_claim_held_ && from == raft_->leader() &&
+                   (type == raft::MessageType::kAppend || type == raft::MessageType::kHeartbeat)) {
+          // A leader still replicates to this node: the removal claim was
+          // false (a removed node is sent nothing once it committed).
+          removal_claim_held_ = false;
+          raft_->hold_campaigns(false);
+          spdlog::info("node {} leads and replicates to this node: campaigns resume (the claim "
+                       "that this node was removed is not borne out)",
+                       from);
         }
       });
   PeerLocal local;

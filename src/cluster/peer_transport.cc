@@ -412,7 +412,8 @@ void PeerTransport::dial(Peer& p) {
   p.link->remote = p.member.raft.host;
   if (security_.tls_client != nullptr) {
     // The acceptor's certificate must name the member we dial.
-    p.link->tls = tls::TlsSession::connect(*security_.tls_client, member_cert_name(p.member.id));
+    p.link->tls = tls::TlsSession::connect(*security_.tls_client, member_cert_name(p.member.id),
+                                            /*san_only=*/true);
   }
   Socket& s = *p.link;
   s.peer = &p;
@@ -901,13 +902,14 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       Peer* p = find_peer(s.input.peer());
       LOCKD_CHECK(p != nullptr);  // check_handshake accepted only members other than us
       if (s.tls) {
-        // The certificate (verified against --tls-ca in the TLS handshake)
-        // must name the member the hello claims.
+        // The certificate (verified against --peer-tls-ca, default
+        // --tls-ca, in the TLS handshake) must name the member the hello
+        // claims, in a SAN (never the CN: that is a client's identity).
         const auto& cert = s.tls->peer_certificate();
         if (!cert || !cert->names(member_cert_name(p->member.id))) {
           refuse(TransportRefusal::kCertName, s.remote, p,
                  "its certificate (CN " + (cert ? cert->subject_cn : std::string("none")) +
-                     ") does not name " + member_cert_name(p->member.id) +
+                     ") has no SAN DNS:" + member_cert_name(p->member.id) +
                      ", the member its hello claims");
           close_inbound(s);
           return;

@@ -68,9 +68,12 @@ std::string validate_security(const SecurityConfig& s) {
     return "--client-tls and --admin-tls need --tls-cert and --tls-key";
   }
   if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together";
-  if (s.peer_tls && (s.tls_cert.empty() || s.tls_key.empty() || s.tls_ca.empty())) {
-    return "--peer-tls needs --tls-cert, --tls-key and --tls-ca (members authenticate each other)";
+  if (s.peer_tls &&
+      (s.tls_cert.empty() || s.tls_key.empty() || (s.tls_ca.empty() && s.peer_tls_ca.empty()))) {
+    return "--peer-tls needs --tls-cert, --tls-key and --tls-ca or --peer-tls-ca (members "
+           "authenticate each other)";
   }
+  if (!s.peer_tls_ca.empty() && !s.peer_tls) return "--peer-tls-ca needs --peer-tls";
   switch (s.auth) {
     case AuthMode::kNone:
       if (!s.acl_file.empty()) return "--acl needs --auth cert, token or any";
@@ -120,6 +123,7 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     return "--token-floor must be at most " + std::to_string(kMaxTokenFloor);
   }
   if (c.server.max_connections == 0) return "--max-connections must be at least 1";
+  if (c.admin_max_connections == 0) return "--admin-max-connections must be at least 1";
   if (c.server.sweep_interval_ns <= 0) return "--sweep-interval-ms must be at least 1";
   // Reading pauses at 256 KiB unsent; one read (16 KiB of requests) can add
   // up to ~80 KiB of replies on top, so the cap must leave room for that.
@@ -318,6 +322,13 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--credentials", sec.credentials_file,
                  "TOML file of identities and hashed credentials (H, admin bearer tokens)");
   app.add_option("--acl", sec.acl_file, "TOML file: identities -> verbs on key prefixes, admins");
+  // Hardening of the admin and peer side (v1.3, protocol.md §11a).
+  app.add_option("--admin-max-connections", c.admin_max_connections,
+                 "admin HTTP connections open at once; one more is closed at once");
+  app.add_option("--peer-tls-ca", sec.peer_tls_ca,
+                 "cluster: the CA (PEM) member certificates chain to, when it is not the client "
+                 "CA (default: --tls-ca)")
+      ->group(kClusterOnly);
 
   // Every number flag takes plain decimal digits, on the command line or
   // in the file. CLI11 alone would take "" as 0 (`--token-floor ""` ran

@@ -137,6 +137,7 @@ bool Daemon::start(std::string& error) {
                         [server = server_.get()] { return single_snapshot(*server); }, fd_status_, {}});
     admin_->require_tls(admin_tls_.get());
     admin_->set_authenticator(auth_.get());
+    admin_->set_max_connections(config_.admin_max_connections);
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -303,6 +304,7 @@ bool Daemon::start_cluster(std::string& error) {
     admin_ = std::make_unique<admin::AdminServer>(base_, *server_, std::move(info));
     admin_->require_tls(admin_tls_.get());
     admin_->set_authenticator(auth_.get());
+    admin_->set_max_connections(config_.admin_max_connections);
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());
@@ -341,8 +343,10 @@ bool Daemon::start_security(std::string& error) {
   }
   if (s.peer_tls) {
     // Both directions show a member certificate and require one from
-    // --tls-ca; the names are checked by the transport (peer_transport.h).
+    // --peer-tls-ca (default --tls-ca); the names are checked by the
+    // transport (peer_transport.h).
     tls::TlsOptions po = o;
+    if (!s.peer_tls_ca.empty()) po.ca_file = s.peer_tls_ca;
     po.peer = tls::PeerCertPolicy::kRequired;
     peer_tls_server_ = tls::TlsContext::create(po, error);
     if (!peer_tls_server_) return false;

@@ -1,6 +1,8 @@
 #include "client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -135,6 +137,25 @@ class Conn {
     if (sock_.fd() >= 0 && g_tls) tls_ = tls::TlsSession::connect(*g_tls, ep.host);
   }
   bool ok() const { return sock_.fd() >= 0; }
+  // `Host` for an HTTP request on this connection: the address connected
+  // to, as numbers. The admin API refuses a change whose Host does not
+  // name it (protocol.md §11a, DNS rebinding); a name given to --admin
+  // (a DNS name, or one the node was not started with) would be refused,
+  // the address the node accepted us on never is.
+  std::string http_host(const net::Endpoint& ep) const {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getpeername(sock_.fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+      return ep.to_string();
+    }
+    char host[INET6_ADDRSTRLEN] = {};
+    const bool v6 = ss.ss_family == AF_INET6;
+    const void* a = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                       : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+    if (::inet_ntop(ss.ss_family, a, host, sizeof host) == nullptr) return ep.to_string();
+    const std::string port = std::to_string(ep.port);
+    return v6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
+  }
 
   bool send(std::string_view data, std::string& error) {
     if (!tls_) return send_all(sock_.fd(), data, timeout_ms_, error);
@@ -237,7 +258,7 @@ std::optional<HttpResponse> http_exchange(const net::Endpoint& ep, std::string_v
   req.append(" ");
   req.append(target);
   req.append(" HTTP/1.1\r\nHost: ");
-  req.append(ep.to_string());
+  req.append(conn.http_host(ep));
   req.append("\r\nUser-Agent: lockctl\r\nAccept: */*\r\nConnection: close\r\n");
   if (!g_security.credential.empty()) {
     req.append("Authorization: Bearer ").append(g_security.credential).append("\r\n");

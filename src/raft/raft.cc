@@ -133,6 +133,7 @@ void Raft::reset_randomized_timeout() {
 bool Raft::is_voter(NodeId id) const { return raft::is_voter(conf(), id); }
 
 bool Raft::may_campaign() const {
+  if (campaigns_held_) return false;
   if (is_voter(cfg_.id)) return true;
   // Our own removal is in the log but not known committed: the voters of
   // the new configuration may need us to finish it (our log holds it,

@@ -6,8 +6,10 @@
 namespace lockd::tls {
 
 bool PeerCertificate::names(std::string_view name) const {
+  // SAN dNSName entries only, compared whole: the CN names a client
+  // identity, never a member (protocol.md §11a), and `lockd-node-1` is not
+  // `lockd-node-12`.
   if (name.empty()) return false;
-  if (subject_cn == name) return true;
   for (const std::string& d : dns_names) {
     if (d == name) return true;
   }

@@ -142,7 +142,7 @@ std::unique_ptr<TlsSession> TlsSession::accept(const TlsContext& ctx) {
 }
 
 std::unique_ptr<TlsSession> TlsSession::connect(const TlsContext& ctx,
-                                                std::string_view expected_name) {
+                                                std::string_view expected_name, bool san_only) {
   std::unique_ptr<TlsSession> s(new TlsSession(ctx));
   SSL_set_connect_state(s->ssl_);
   if (!expected_name.empty()) {
@@ -155,6 +155,10 @@ std::unique_ptr<TlsSession> TlsSession::connect(const TlsContext& ctx,
       SSL_ctrl(s->ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
                const_cast<char*>(name.c_str()));
       SSL_set1_host(s->ssl_, name.c_str());
+      if (san_only) {
+        SSL_set_hostflags(s->ssl_,
+                          X509_CHECK_FLAG_NEVER_CHECK_SUBJECT | X509_CHECK_FLAG_NO_WILDCARDS);
+      }
     }
   }
   s->drive_handshake();  // queues the ClientHello

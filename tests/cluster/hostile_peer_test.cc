@@ -66,8 +66,10 @@ class ForgedPeer {
   // make without peer authentication: ids and addresses are the public
   // --peer list, cluster id 0 is "not formed yet") and waits for the reply.
   bool handshake_as(raft::NodeId self, raft::NodeId to, const std::string& raft_addr,
-                    bool with_nonce = false) {
+                    bool with_nonce = false,
+                    cluster::MemberStatus says = cluster::MemberStatus::kUnknown) {
     cluster::Handshake h;
+    h.receiver_status = says;
     if (with_nonce) h.nonce = cluster::Nonce{};
     h.kind = cluster::HandshakeKind::kHello;
     h.sender = self;
@@ -236,6 +238,45 @@ TEST(HostilePeer, StrangersHoldingTheRaftPortDoNotLockMembersOut) {
     return node_metric(c, 1, "lockd_peer_refused_total{reason=\"handshake_timeout\"}") >= 1;
   }));
   EXPECT_NE(c.wait_leader(), 0);
+}
+
+// Rule 4 of protocol.md §10 and §11a: without peer authentication, a
+// forged hello that says "you were removed" (the claim any stranger can
+// make: it used to make node 3 exit 2 for good) does not stop a running
+// member: it logs the claim and the group goes on committing with it.
+TEST(HostilePeer, AForgedRemovedHelloDoesNotStopARunningMember) {
+  LockdCluster c(3, {"--insecure-peers"});
+  int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_EQ(call_leader(c, "A alice k1 600000").rfind("A ", 0), 0u);
+  // Node 3 runs: it has heard from a leader.
+  ASSERT_TRUE(eventually([&] { return c.status_json(3).find("\"leader\":\"") != std::string::npos; }))
+      << c.status_json(3);
+  const int claimed = leader == 3 ? 1 : leader;  // the claim names a real member
+  ForgedPeer forged(c.raft_port(3));
+  ASSERT_TRUE(forged.connected());
+  ASSERT_TRUE(forged.handshake_as(static_cast<raft::NodeId>(claimed), 3, raft_addr(c, claimed),
+                                  false, cluster::MemberStatus::kRemoved));
+  EXPECT_TRUE(c.process(3).wait_for_line("unauthenticated peer", milliseconds(10'000)))
+      << c.process(3).stderr_text();
+  // Again, a few times: still one line a minute, still running.
+  for (int i = 0; i < 3; ++i) {
+    ForgedPeer again(c.raft_port(3));
+    ASSERT_TRUE(again.handshake_as(static_cast<raft::NodeId>(claimed), 3, raft_addr(c, claimed),
+                                   false, cluster::MemberStatus::kRemoved));
+  }
+  // The group commits, node 3 applies it, and node 3 is alive throughout.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(call_leader(c, "A bob k-" + std::to_string(i) + " 600000").rfind("A ", 0), 0u);
+  }
+  leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const double commit = node_metric(c, leader, "lockd_raft_commit_index");
+  EXPECT_TRUE(eventually([&] { return node_metric(c, 3, "lockd_raft_applied_index") >= commit; }))
+      << c.process(3).stderr_text();
+  EXPECT_FALSE(c.process(3).wait_exit(milliseconds(100)).has_value()) << c.process(3).stderr_text();
+  EXPECT_EQ(c.process(3).stderr_text().find("was removed from the group"), std::string::npos)
+      << c.process(3).stderr_text();
 }
 
 // A file holding `text`, removed with the object.

@@ -40,7 +40,9 @@ std::uint64_t token_of(const std::string& reply) {
 
 HttpReply admin(LockdCluster& c, int id, const std::string& method, const std::string& target,
                 const std::string& body = "") {
-  std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  // A Host naming the admin API and a JSON type, as §11a requires of a change.
+  std::string raw = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!body.empty()) raw += "Content-Type: application/json\r\n";
   raw += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   return http_raw(c.admin_port(id), raw);
 }

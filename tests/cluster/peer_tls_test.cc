@@ -32,12 +32,13 @@ std::vector<std::string> tls_flags() {
 
 // Node 3 of `c` started by hand with `cert`/`key` (and the group's CA).
 void start_node3_with(LockdCluster& c, ChildProcess& p, const std::string& cert,
-                      const std::string& key) {
+                      const std::string& key, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "3",
                                 "--data-dir", c.data_dir(3), "--admin", "off",
                                 "--election-timeout-ms", "150", "--heartbeat-ms", "30",
                                 "--peer-tls", "--tls-cert", cert, "--tls-key", key,
                                 "--tls-ca", pki("ca.pem")};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   for (int i = 1; i <= 3; ++i) {
     argv.push_back("--peer");
     argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(c.client_port(i)) +
@@ -97,6 +98,13 @@ TEST(PeerTls, AGroupOverMutualTlsRefusesBadCertificatesAndServes) {
        "certificate verify failed", ""},
       {"node 2's certificate on node 3", pki("node-2.pem"), pki("node-2.key"), "cert_name", "", ""},
       {"an expired certificate", pki("expired.pem"), pki("expired.key"), "tls", "", "expired"},
+      // v1.3 (§11a): the CN is never read for member identity; a client
+      // certificate whose CN is lockd-node-3 names no member.
+      {"a client certificate with CN lockd-node-3", pki("client-cn-node-3.pem"),
+       pki("client-cn-node-3.key"), "cert_name", "", ""},
+      // Names match whole: lockd-node-31 is not lockd-node-3.
+      {"node 31's certificate on node 3", pki("node-31.pem"), pki("node-31.key"), "cert_name", "",
+       ""},
   };
   int round = 0;
   for (const Bad& b : bad) {
@@ -197,6 +205,44 @@ TEST(PeerTls, SighupRotationKeepsLinks) {
     return node_metric(c, 2, "lockd_peer_up{peer=\"1\"}") == 1 &&
            node_metric(c, 1, "lockd_peer_inbound_up{peer=\"2\"}") == 1;
   }));
+}
+
+}  // namespace
+}  // namespace lockd::testing
+
+namespace lockd::testing {
+namespace {
+
+// --peer-tls-ca (v1.3, §11a): members chain to a CA of their own, so a
+// certificate the client CA signed is refused as a member even when it
+// names one (SAN DNS:lockd-node-3), and a member's own certificate gets in.
+TEST(PeerTls, MembersChainToThePeerCaNotTheClientCa) {
+  LockdCluster c(3, {"--peer-tls", "--tls-cert", pki("peer-node-{ID}.pem"), "--tls-key",
+                     pki("peer-node-{ID}.key"), "--tls-ca", pki("ca.pem"), "--peer-tls-ca",
+                     pki("peer-ca.pem")});
+  ASSERT_NE(c.wait_leader(), 0);
+  ASSERT_EQ(call_leader(c, "A alice k1 600000").rfind("A ", 0), 0u);
+  const long long commit = status_number(c, c.wait_leader(), "commit_index");
+  ASSERT_TRUE(eventually([&] { return status_number(c, 3, "applied_index") >= commit; }))
+      << c.status_json(3);
+  c.kill9(3);
+  const double before = refused(c, 1, "tls") + refused(c, 2, "tls");
+  {
+    // node-3.pem: SAN DNS:lockd-node-3, but signed by the client CA.
+    ChildProcess p;
+    start_node3_with(c, p, pki("node-3.pem"), pki("node-3.key"),
+                     {"--peer-tls-ca", pki("peer-ca.pem")});
+    EXPECT_TRUE(eventually([&] { return refused(c, 1, "tls") + refused(c, 2, "tls") > before; }));
+    EXPECT_EQ(call_leader(c, "A bob k1"), "T bob k1");
+    EXPECT_EQ(node_metric(c, c.wait_leader(), "lockd_peer_inbound_up{peer=\"3\"}"), 0);
+    p.signal(SIGKILL);
+    p.wait_exit(milliseconds(5000));
+  }
+  c.start(3);
+  EXPECT_TRUE(eventually([&] {
+    return node_metric(c, 1, "lockd_peer_inbound_up{peer=\"3\"}") == 1 &&
+           node_metric(c, 2, "lockd_peer_inbound_up{peer=\"3\"}") == 1;
+  })) << c.process(3).stderr_text();
 }
 
 }  // namespace

@@ -24,7 +24,9 @@
 // has committed (or failed), as interfaces.md says.
 #pragma once
 
+#include <cstdint>
 #include <deque>
+#include <vector>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -49,6 +51,14 @@ namespace lockd::admin {
 constexpr std::size_t kMaxHeadersBytes = 16 * 1024;
 constexpr std::size_t kMaxBodyBytes = 4 * 1024;  // only the member endpoints take a (small) body
 constexpr int kIdleTimeoutS = 30;
+// A connection must have sent its first request this long after its accept
+// (protocol.md §11a), else it is shut down (a slow or silent client cannot
+// keep one of the --admin-max-connections slots).
+constexpr TimeNs kFirstRequestTimeoutNs = 10'000'000'000;
+// How often open connections are checked for that deadline and for having
+// been closed by evhttp (their slot then frees).
+constexpr TimeNs kConnectionSweepNs = 200'000'000;
+constexpr std::size_t kDefaultAdminMaxConnections = 128;
 // A listing or top walks the table this many hash buckets per loop turn
 // (~0.4 ms at 1M keys), so no admin request holds the reactor longer; a
 // table that fits in one slice is answered at once.
@@ -76,6 +86,21 @@ class AdminServer {
   void set_authenticator(const auth::Authenticator* a) { auth_ = a; }
   // `/readyz` answers 503 from now on (graceful stop).
   void set_draining() { draining_ = true; }
+  // --admin-max-connections: connections open at once; one more is closed
+  // as soon as it is accepted (and counted).
+  void set_max_connections(std::size_t n) { max_connections_ = n; }
+
+  // Refusals, for /metrics (`lockd_admin_refused_total{reason}`).
+  struct Stats {
+    std::uint64_t accepted = 0;
+    std::uint64_t refused_max_connections = 0;   // over --admin-max-connections
+    std::uint64_t refused_first_request = 0;     // no request within 10 s
+    std::uint64_t refused_host = 0;              // Host not naming the admin API (403)
+    std::uint64_t refused_origin = 0;            // a foreign Origin (403)
+    std::uint64_t refused_content_type = 0;      // a body that is not application/json (403)
+  };
+  const Stats& stats() const { return stats_; }
+  std::size_t open_connections() const;
 
  private:
   // A split scan waiting for its next slice.
@@ -95,7 +120,26 @@ class AdminServer {
   void start_scan(evhttp_request* req, std::unique_ptr<KeyScan> scan);
   void on_scan_timer();
 
-  static bufferevent* make_tls_bufferevent(event_base* base, void* arg);
+  // Every accepted connection's bufferevent is made here (evhttp's bevcb),
+  // so each is counted: see Conn.
+  static bufferevent* make_bufferevent(event_base* base, void* arg);
+  // Releases the connections evhttp has freed, shuts down those past their
+  // first-request deadline and those refused at the cap.
+  void sweep_connections();
+  void note_request(evhttp_request* req);
+  void append_admin_metrics(std::string& out) const;
+
+  // One accepted connection. evhttp 2.1 has no connection cap and no hook
+  // when it frees a connection, so we hold a reference on its bufferevent:
+  // evhttp's bufferevent_free() then clears the callbacks without freeing
+  // it, and the sweep sees the event callback gone and drops our reference
+  // (which frees it and closes the fd).
+  struct Conn {
+    bufferevent* bev = nullptr;
+    TimeNs accepted_ns = 0;
+    bool requested = false;  // its first request arrived
+    bool closing = false;    // shut down by us (refused or timed out)
+  };
 
   const server::LockServer& server_;
   const tls::TlsContext* tls_ = nullptr;
@@ -108,6 +152,11 @@ class AdminServer {
   net::AcceptPause accept_pause_;  // evhttp's listener, out of descriptors
   SnapshotExport snapshot_export_;  // GET /v1/snapshot
   bool draining_ = false;
+  std::string configured_host_;  // --admin's host, for the Host check
+  std::size_t max_connections_ = kDefaultAdminMaxConnections;
+  std::vector<Conn> conns_;
+  net::Timer sweep_timer_;  // armed while conns_ is non-empty
+  Stats stats_;
 };
 
 }  // namespace lockd::admin

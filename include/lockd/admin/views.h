@@ -215,6 +215,16 @@ nlohmann::ordered_json status_json(const server::LockServer& server, const NodeI
 // `/v1/cluster` (cluster mode): every member as this node sees it.
 nlohmann::ordered_json cluster_json(const ClusterStatus& c);
 
+// What the asking identity may see of one key in `/v1/locks` and
+// `/v1/locks/KEY` (protocol.md §11a, "Tokens are shown only to whom they
+// belong"; admin_auth.h decides it from the ACL).
+enum class KeyView {
+  kHidden,   // not listed; /v1/locks/KEY answers 404 as for a free key
+  kNoToken,  // listed, but every holder's `token` is null
+  kFull,     // listed with its tokens
+};
+using KeyViewFn = std::function<KeyView(std::string_view key)>;
+
 // `/v1/locks` query: keys starting with `prefix` and greater than `after`
 // (exclusive, for the next page), first `limit` in byte order.
 struct ListQuery {
@@ -246,7 +256,9 @@ class KeyScan {
 // bounded max-heap: O(n log limit) time over n keys, O(limit) memory.
 class ListScan final : public KeyScan {
  public:
-  ListScan(const locks::LockTable& table, ListQuery q);
+  // `view` (empty: every key in full) hides keys and tokens from the
+  // identity that asks.
+  ListScan(const locks::LockTable& table, ListQuery q, KeyViewFn view = {});
   void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override { heap_.clear(); }
   nlohmann::ordered_json finish(TimeNs now_ns) override;
@@ -254,6 +266,7 @@ class ListScan final : public KeyScan {
  private:
   const locks::LockTable& table_;
   ListQuery q_;
+  KeyViewFn view_;
   std::vector<std::string> heap_;  // max-heap on key; at most limit + 1
 };
 
@@ -288,8 +301,10 @@ nlohmann::ordered_json scan_all(const locks::LockTable& table, KeyScan& scan, Ti
 nlohmann::ordered_json list_locks_json(const locks::LockTable& table, const ListQuery& q,
                                        TimeNs now_ns);
 
-// `/v1/locks/KEY`, or nullopt when the key is not registered.
+// `/v1/locks/KEY`, or nullopt when the key is not registered (or `view`
+// hides it). `view` empty: in full.
 std::optional<nlohmann::ordered_json> lock_json(const locks::LockTable& table,
-                                                std::string_view key, TimeNs now_ns);
+                                                std::string_view key, TimeNs now_ns,
+                                                const KeyViewFn& view = {});
 
 }  // namespace lockd::admin

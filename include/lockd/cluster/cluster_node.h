@@ -422,6 +422,13 @@ class ClusterNode final : private raft::ReadyHandler {
   std::optional<std::string> removed_reason_;  // see removed_reason()
   TimeNs own_removal_seen_ns_ = 0;  // check_own_removal(): when the committed removal was seen
   std::uint64_t gated_messages_ = 0;  // peer messages dropped before the gate opened
+  // Rule 4 (protocol.md §10, §11a): an unauthenticated peer said this
+  // running node was removed. It does not stop; it holds its campaigns
+  // (Raft::hold_campaigns) until a leader's message shows it is still
+  // followed, or its own log commits the removal (check_own_removal()).
+  bool removal_claim_held_ = false;
+  TimeNs removal_claim_logged_ns_ = 0;   // rate limit: one line a minute
+  std::uint64_t removal_claims_ = 0;     // claims ignored (for the log line's count)
   struct PendingChange {
     MemberChange change;
     MemberChangeDone done;

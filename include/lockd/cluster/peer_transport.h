@@ -140,10 +140,13 @@ struct PeerSecurity {
   // --peer-secret-file's secret (peer_secret.h); empty: no secret auth.
   std::string secret;
   // --peer-tls: mutual TLS on every peer connection, or null for plaintext.
-  // `tls_server` accepts (requires a client certificate from --tls-ca),
+  // `tls_server` accepts (requires a client certificate from --peer-tls-ca
+  // or --tls-ca),
   // `tls_client` dials (shows ours, checks the acceptor's). Owned by the
   // daemon, which reloads them on SIGHUP; they outlive the transport.
-  // A member's certificate names it: SAN DNS:lockd-node-<ID> or that CN.
+  // A member's certificate names it: SAN DNS:lockd-node-<ID> only (the CN
+  // is never read for member identity); `--peer-tls-ca` may name a CA of
+  // the members' own.
   const tls::TlsContext* tls_server = nullptr;
   const tls::TlsContext* tls_client = nullptr;
 };

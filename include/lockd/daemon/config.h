@@ -41,6 +41,9 @@ struct SecurityConfig {
   AuthMode auth = AuthMode::kNone;
   std::string credentials_file;  // --credentials
   std::string acl_file;          // --acl
+  // --peer-tls-ca (v1.3): the CA member certificates chain to, when it is
+  // not the client CA; "" = --tls-ca.
+  std::string peer_tls_ca;
 };
 
 // One cluster member as `--peer ID=CLIENT_HOST:PORT/RAFT_HOST:PORT` gives it.
@@ -73,6 +76,8 @@ struct Config {
   bool join_existing = false;
   // --token-floor: every token granted is above it (both modes; durable).
   std::uint64_t token_floor = 0;
+  // --admin-max-connections (v1.3): admin HTTP connections open at once.
+  std::uint64_t admin_max_connections = 128;
 };
 
 // Largest --token-floor: leaves 2^62 tokens above it before a token overflows.

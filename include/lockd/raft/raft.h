@@ -308,6 +308,12 @@ class Raft {
   ProposeResult propose_conf_change(const ConfChange& cc);
   // Starts an election now (as on an election timeout). Tests and operators.
   void campaign();
+  // While held, this node never campaigns (timeouts pass as for a learner;
+  // a TimeoutNow is ignored). The cluster node holds campaigns while an
+  // unauthenticated peer's claim about this node's membership is not yet
+  // confirmed or refuted by its own log (protocol.md §10 rule 4, §11a).
+  void hold_campaigns(bool hold) { campaigns_held_ = hold; }
+  bool campaigns_held() const { return campaigns_held_; }
   // Leader: hand leadership to `target` once it is caught up. Returns false
   // if not the leader, `target` is not another voter (learners never lead),
   // or this leader was removed and is already handing over.
@@ -494,6 +500,7 @@ class Raft {
   // Leader whose removal committed: handing over to lead_transferee_ for at
   // most one election period, then stepping down either way.
   bool removed_handover_ = false;
+  bool campaigns_held_ = false;  // hold_campaigns()
   NodeId handed_to_ = kNoNode;  // our last TimeoutNow went there, in handed_to_term_
   Term handed_to_term_ = 0;
   void note_handed_to(NodeId target);

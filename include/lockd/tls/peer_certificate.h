@@ -2,7 +2,9 @@
 // session showed, once OpenSSL has verified it against our CA.
 //
 // Client identities are the subject CN (interfaces.md "Security files");
-// members are named by the SAN `DNS:lockd-node-<ID>` or that CN.
+// members are named by the SAN `DNS:lockd-node-<ID>` only (v1.3: the CN is
+// never read for member identity, so a client certificate whose CN is
+// `lockd-node-2` names no member).
 #pragma once
 
 #include <optional>
@@ -18,7 +20,8 @@ struct PeerCertificate {
   std::string subject_cn;              // "" when the subject has no CN
   std::vector<std::string> dns_names;  // the SAN dNSName entries
 
-  // True if `name` is one of the DNS SANs or the CN.
+  // True if `name` is one of the DNS SANs, byte for byte (never the CN,
+  // never a prefix or a wildcard).
   bool names(std::string_view name) const;
 };
 

@@ -39,7 +39,10 @@ class TlsSession {
   // A session that dials: queues the ClientHello at once (take_output()).
   // `expected_name`, when not empty, must be named by the server's
   // certificate (SAN DNS or CN), and is sent as SNI when it is a host name.
-  static std::unique_ptr<TlsSession> connect(const TlsContext& ctx, std::string_view expected_name);
+  // `san_only` (a member's name, protocol.md §11a): a SAN DNS entry equal to
+  // it, never the CN, never a wildcard.
+  static std::unique_ptr<TlsSession> connect(const TlsContext& ctx, std::string_view expected_name,
+                                             bool san_only = false);
   ~TlsSession();
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;

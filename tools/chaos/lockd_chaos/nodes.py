@@ -197,8 +197,11 @@ class Node:
         """One admin API call: (HTTP status, JSON body or None); (0, None)
         when the node does not answer."""
         data = None if body is None else json.dumps(body).encode()
+        # The admin API refuses a changing request with a body that is not
+        # application/json (protocol.md §11a); urllib's default is a form.
+        headers = {} if data is None else {"Content-Type": "application/json"}
         req = urllib.request.Request("http://%s%s" % (self.admin_addr, path), data=data,
-                                     method=method)
+                                     method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as r:
                 return r.status, json.loads(r.read() or b"null")
