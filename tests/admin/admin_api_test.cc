@@ -271,8 +271,17 @@ TEST(AdminApiTest, HandoffsByReleaseAndExpiryAreCounted) {
   const auto bob = w.read_line();  // handed to bob on release, for 80 ms
   ASSERT_TRUE(bob.has_value());
   EXPECT_EQ(fields(*bob)[2], "bob");
-  const auto carol = w.read_line(10'000ms);  // handed to carol on bob's expiry
+  // Handed to carol on bob's expiry; bob's connection is also told that
+  // his lease ended (X, protocol.md §5c), before or after carol's grant.
+  auto carol = w.read_line(10'000ms);
   ASSERT_TRUE(carol.has_value());
+  if (carol->starts_with("X ")) {
+    EXPECT_EQ(*carol, "X " + fields(*bob)[1] + " h");
+    carol = w.read_line(10'000ms);
+    ASSERT_TRUE(carol.has_value());
+  } else {
+    EXPECT_EQ(w.read_line(10'000ms), "X " + fields(*bob)[1] + " h");
+  }
   EXPECT_EQ(fields(*carol)[2], "carol");
   const std::string m = http(n.lockd.admin_port(), "/metrics").body;
   EXPECT_EQ(metric(m, R"(lockd_handoffs_total{cause="release"})"), 1);
