@@ -2,6 +2,7 @@
 
 #include <event2/event.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <csignal>
@@ -78,6 +79,20 @@ locks::Token first_token_from_clock(std::uint64_t floor) {
   const TimeNs now = net::realtime_now_ns();
   const locks::Token clock = now > 0 ? static_cast<locks::Token>(now) : 1;
   return std::max<locks::Token>(clock, floor + 1);
+}
+
+// §11a: a secret, key or credentials file that group or others may read is
+// refused at start (as ssh refuses such a private key): whoever else can
+// read it can be this node, a member, or any client. Returns the one-line
+// error naming the flag, the file and its mode; "" when the file is private
+// (or does not exist: its loader then says so).
+std::string private_file_error(const char* flag, const std::string& path) {
+  if (path.empty()) return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  if ((st.st_mode & (S_IRGRP | S_IROTH)) == 0) return {};
+  return fmt::format("{} {} is readable by group or others (mode {:04o}); chmod 600 it", flag, path,
+                     st.st_mode & 07777);
 }
 
 }  // namespace
@@ -317,6 +332,12 @@ bool Daemon::start_cluster(std::string& error) {
 
 bool Daemon::start_security(std::string& error) {
   const SecurityConfig& s = config_.security;
+  for (const auto& [flag, path] : {std::pair{"--tls-key", &s.tls_key},
+                                   std::pair{"--credentials", &s.credentials_file},
+                                   std::pair{"--peer-secret-file", &s.peer_secret_file}}) {
+    error = private_file_error(flag, *path);
+    if (!error.empty()) return false;
+  }
   tls::TlsOptions o;
   o.role = tls::TlsRole::kServer;
   o.cert_file = s.tls_cert;

@@ -44,6 +44,10 @@ NewCredential new_billing_credential(const fs::path& dir) {
   EXPECT_NE(entry, std::string::npos) << made.out;
   if (entry != std::string::npos) std::ofstream(dir / "credentials.toml") << made.out.substr(entry);
   std::ofstream(dir / "credential") << credential << "\n";
+  // lockd refuses a credentials file that group or others may read (§11a).
+  for (const char* name : {"credentials.toml", "credential"}) {
+    fs::permissions(dir / name, fs::perms::owner_read | fs::perms::owner_write);
+  }
   return {made.out, credential};
 }
 

@@ -45,11 +45,15 @@ verbs = ["A", "R", "K"]
     return n;
   }
   void write_credentials(const std::vector<std::pair<std::string, std::string>>& entries) {
-    std::ofstream out(dir / "credentials.toml");
-    for (const auto& [identity, credential] : entries) {
-      out << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
-          << auth::credential_hash(credential, auth::random_bytes(16)) << "\"\n";
+    {
+      std::ofstream out(dir / "credentials.toml");
+      for (const auto& [identity, credential] : entries) {
+        out << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
+            << auth::credential_hash(credential, auth::random_bytes(16)) << "\"\n";
+      }
     }
+    // lockd refuses a credentials file that group or others may read (§11a).
+    fs::permissions(dir / "credentials.toml", fs::perms::owner_read | fs::perms::owner_write);
   }
   void write_acl(const std::string& text) { std::ofstream(dir / "acl.toml") << text; }
   std::string credentials() const { return (dir / "credentials.toml").string(); }

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -18,9 +19,11 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd/auth/credentials.h"
+#include "lockd_cluster.h"
 #include "lockd_process.h"
 #include "metric.h"
 #include "run_program.h"
+#include "temp_dir.h"
 #include "tls_client.h"
 
 namespace lockd::testing {
@@ -243,6 +246,72 @@ TEST(HardeningTest, TopDoesNotCountRefusedRequests) {
   const std::string top = get(lockd.admin_port(), "/v1/top");
   EXPECT_NE(top.find("real/key"), std::string::npos) << top;
   EXPECT_EQ(top.find("probed/key"), std::string::npos) << top;
+}
+
+// §11a: a key, secret or credentials file that group or others may read
+// is refused at start: exit 2, one line naming the flag, the file and its
+// mode. The same file made private starts.
+TEST(HardeningTest, KeySecretAndCredentialFilesReadableByOthersAreRefused) {
+  Credentials creds;
+  TempDir dir("lockd-perms");
+  const std::string key = dir.sub("server.key");
+  fs::copy_file(pki("server.key"), key);
+  const std::string secret = dir.sub("peer-secret");
+  std::ofstream(secret) << "0123456789abcdef0123456789abcdef-secret\n";
+  struct Case {
+    std::string file;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases{
+      {key, {"--client-tls", "--tls-cert", pki("server.pem"), "--tls-key", key}},
+      {creds.file(), {"--auth", "token", "--credentials", creds.file()}},
+      {secret, {"--mode", "cluster", "--node-id", "1", "--peer", "1=127.0.0.1:0/127.0.0.1:0",
+                "--data-dir", dir.sub("data"), "--peer-secret-file", secret}},
+  };
+  for (const Case& c : cases) {
+    for (const mode_t mode : {0640, 0604, 0644}) {
+      ASSERT_EQ(::chmod(c.file.c_str(), mode), 0);
+      std::vector<std::string> argv{lockd_binary(), "--admin", "off"};
+      if (c.flags[0] != "--mode") argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+      argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+      const RunResult r = run_program(argv, 20s);
+      EXPECT_EQ(r.status, 2) << c.file << " " << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      char octal[8];
+      std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
+      EXPECT_NE(r.err.find(c.file), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(octal), std::string::npos) << r.err;
+    }
+    // Private again (0600, or 0620: written by the group is not read): no
+    // complaint about it.
+    ASSERT_EQ(::chmod(c.file.c_str(), 0620), 0);
+    if (c.flags[0] == "--mode") continue;  // a cluster start is tested below
+    ChildProcess p;
+    std::vector<std::string> argv{lockd_binary(), "--admin", "off", "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    ASSERT_TRUE(p.start(argv));
+    EXPECT_TRUE(p.wait_for_line("listening on", 20s)) << p.stderr_text();
+  }
+}
+
+// §11a: the data dir is created 0700 and every file in it 0600, whatever
+// the umask (here 0, which would leave 0755 and 0644 before).
+TEST(HardeningTest, DataDirIsPrivateWhateverTheUmask) {
+  LockdCluster c(1, {}, {"/bin/sh", "-c", "umask 0 && rmdir {DIR} && exec \"$0\" \"$@\""});
+  ASSERT_NE(c.wait_leader(), 0);
+  LineClient client(c.client_port(1));
+  EXPECT_EQ(fields(client.call("A a k 60000"))[0], "A");
+  const fs::path data = c.data_dir(1);
+  struct stat st {};
+  ASSERT_EQ(::stat(data.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(data)) {
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 077, 0u) << e.path() << " mode " << std::oct << (st.st_mode & 0777);
+    ++files;
+  }
+  EXPECT_GE(files, 2);  // at least the lock file, the identity and a log segment
 }
 
 }  // namespace
