@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdio>
 #include <csignal>
 
@@ -382,18 +383,36 @@ void Daemon::on_sighup(int, short, void* arg) { static_cast<Daemon*>(arg)->reloa
 
 void Daemon::reload_security() {
   spdlog::info("SIGHUP: reloading TLS certificates, credentials and ACL");
-  for (auto* ctx : {client_tls_.get(), admin_tls_.get(), peer_tls_server_.get(),
-                    peer_tls_client_.get()}) {
-    if (ctx == nullptr) continue;
-    std::string error;
-    if (!ctx->reload(error)) {
-      spdlog::error("SIGHUP: keeping the old TLS files: {}", error);
+  // All or nothing (protocol.md §11a): every file is read first; only when
+  // all of them load do they replace the old ones together. A half-applied
+  // set (a new ACL with the old credentials, say, or the credentials file
+  // deleted and its old entries still valid beside a new ACL) would be a
+  // policy nobody wrote.
+  const std::array<tls::TlsContext*, 4> contexts{client_tls_.get(), admin_tls_.get(),
+                                                 peer_tls_server_.get(), peer_tls_client_.get()};
+  std::string error;
+  bool ok = true;
+  for (tls::TlsContext* ctx : contexts) {
+    if (ctx != nullptr && !ctx->stage_reload(error)) {
+      ok = false;
+      break;
     }
   }
-  if (auth_) {
-    std::string error;
-    if (!auth_->reload(error)) spdlog::error("SIGHUP: keeping the old file: {}", error);
+  if (ok && auth_ && !auth_->stage_reload(error)) ok = false;
+  if (!ok) {
+    for (tls::TlsContext* ctx : contexts) {
+      if (ctx != nullptr) ctx->drop_staged();
+    }
+    if (auth_) auth_->drop_staged();
+    spdlog::error("SIGHUP: reload failed, keeping the old TLS files, credentials and ACL (all "
+                  "of them): {}", error);
+    return;
   }
+  for (tls::TlsContext* ctx : contexts) {
+    if (ctx != nullptr) ctx->commit_reload();
+  }
+  if (auth_) auth_->commit_reload();
+  spdlog::info("SIGHUP: TLS, credentials and ACL files reloaded");
 }
 
 void Daemon::on_signal(int sig, short, void* arg) { static_cast<Daemon*>(arg)->begin_shutdown(sig); }

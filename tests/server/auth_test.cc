@@ -192,7 +192,7 @@ TEST(AuthTest, SighupReloadsCredentialsAndAclAndKeepsOldOnesThatDoNotParse) {
   files.write_acl("[[rule]\n");
   { std::ofstream(files.credentials()) << "[[credential]]\nidentity = \"x\"\n"; }
   lockd.process().signal(SIGHUP);
-  ASSERT_TRUE(lockd.process().wait_for_line("keeping the old file", 20s));
+  ASSERT_TRUE(lockd.process().wait_for_line("keeping the old TLS files, credentials and ACL", 20s));
   EXPECT_EQ(billing.call("A b orders/9 60000"), "E forbidden b orders/9");
   LineClient c2(lockd.port());
   EXPECT_EQ(c2.call("H ops-token"), "H ops");

@@ -3,6 +3,7 @@
 // 35 item 1), per source address, in TLS handshakes, and in the output a
 // non-reader can pin; keepalive is on; refused requests feed no /v1/top.
 #include <fcntl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -246,6 +247,57 @@ TEST(HardeningTest, TopDoesNotCountRefusedRequests) {
   const std::string top = get(lockd.admin_port(), "/v1/top");
   EXPECT_NE(top.find("real/key"), std::string::npos) << top;
   EXPECT_EQ(top.find("probed/key"), std::string::npos) << top;
+}
+
+// §11a: SIGHUP applies the TLS, credentials and ACL files together or not
+// at all. Deleting the credentials file fails the reload: the old
+// credentials stay valid, and the new ACL and certificate written beside
+// it are not applied either (before, each file reloaded on its own).
+TEST(HardeningTest, SighupAppliesTlsCredentialsAndAclTogetherOrNotAtAll) {
+  Credentials creds;
+  TempDir dir("lockd-reload");
+  const std::string cert = dir.sub("server.pem");
+  const std::string key = dir.sub("server.key");
+  const std::string acl = dir.sub("acl.toml");
+  fs::copy_file(pki("server.pem"), cert);
+  fs::copy_file(pki("server.key"), key);
+  std::ofstream(acl) << "[[rule]]\nidentity = \"billing\"\nprefix = \"billing/\"\nverbs = [\"A\"]\n";
+  LockdProcess lockd({"--client-tls", "--tls-cert", cert, "--tls-key", key, "--tls-ca", pki("ca.pem"),
+                      "--auth", "token", "--credentials", creds.file(), "--acl", acl});
+  TlsLineClient before(lockd.port(), {});
+  ASSERT_TRUE(before.handshake_ok()) << before.error();
+  const std::string old_serial = before.server_serial();
+  EXPECT_EQ(before.call("H billing-token"), "H billing");
+  EXPECT_EQ(before.call("A b orders/1 1000"), "E forbidden b orders/1");
+
+  // A new certificate and a new ACL, and the credentials file deleted.
+  fs::copy_file(pki("server2.pem"), cert, fs::copy_options::overwrite_existing);
+  fs::copy_file(pki("server2.key"), key, fs::copy_options::overwrite_existing);
+  std::ofstream(acl) << "[[rule]]\nidentity = \"billing\"\nprefix = \"\"\nverbs = [\"A\"]\n";
+  fs::remove(creds.file());
+  lockd.process().signal(SIGHUP);
+  const auto line = lockd.process().wait_for_line("SIGHUP: reload failed", 20s);
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->find(creds.file()), std::string::npos) << *line;
+  TlsLineClient after(lockd.port(), {});
+  ASSERT_TRUE(after.handshake_ok()) << after.error();
+  EXPECT_EQ(after.server_serial(), old_serial);                   // the old certificate
+  EXPECT_EQ(after.call("H billing-token"), "H billing");          // the old credentials
+  EXPECT_EQ(after.call("A b orders/1 1000"), "E forbidden b orders/1");  // the old ACL
+
+  // Every file good again: all three apply together.
+  {
+    Credentials fresh;
+    fs::copy_file(fresh.file(), creds.file());
+  }
+  fs::permissions(creds.file(), fs::perms::owner_read | fs::perms::owner_write);
+  lockd.process().signal(SIGHUP);
+  ASSERT_TRUE(lockd.process().wait_for_line("files reloaded", 20s));
+  TlsLineClient renewed(lockd.port(), {});
+  ASSERT_TRUE(renewed.handshake_ok()) << renewed.error();
+  EXPECT_NE(renewed.server_serial(), old_serial);
+  EXPECT_EQ(renewed.call("H billing-token"), "H billing");
+  EXPECT_EQ(fields(renewed.call("A b orders/1 1000"))[0], "A");
 }
 
 // §11a: a key, secret or credentials file that group or others may read
