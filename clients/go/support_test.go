@@ -219,7 +219,8 @@ func (c *cluster) addrs() []string { return []string{c.addr(1), c.addr(2), c.add
 
 func (c *cluster) start(i int) {
 	args := []string{"--mode", "cluster", "--node-id", fmt.Sprint(i), "--data-dir", filepath.Join(c.dir, fmt.Sprint("node", i)),
-		"--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30"}
+		"--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+		"--insecure-peers"} // loopback test nodes: no peer authentication
 	for j := 1; j <= 3; j++ {
 		args = append(args, "--peer", fmt.Sprintf("%d=127.0.0.1:%d/127.0.0.1:%d", j, c.ports[j][0], c.ports[j][1]))
 	}

@@ -12,6 +12,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "chaos"))
 
 from lockd_chaos import schedule  # noqa: E402
+from lockd_chaos.nemesis import wipe_data_dir  # noqa: E402
 from lockd_chaos.client import Client  # noqa: E402
 from lockd_chaos.history import History, HistoryWriter  # noqa: E402
 from lockd_chaos.resource import FencedCounter  # noqa: E402
@@ -53,6 +54,34 @@ class ScheduleTest(unittest.TestCase):
         faults = schedule.make_schedule(2, 10, ("member",), 3)
         self.assertEqual([(f.target, f.detail) for f in faults],
                          [("leader", "replace"), ("follower", "learner")])
+
+
+class WipeTest(unittest.TestCase):
+    """The wipe nemesis loses exactly what its shape names."""
+
+    def data_dir(self):
+        d = tempfile.mkdtemp(prefix="lockd-wipe-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        for name in ("IDENTITY", "LOCK", "wal-0000000000000001.log", "wal-0000000000000002.log",
+                     "snap-0000000000000400.snap"):
+            with open(os.path.join(d, name), "w") as f:
+                f.write("x")
+        return d
+
+    def test_shapes(self):
+        for shape, left in (("all", []),
+                            ("wal", ["IDENTITY", "LOCK", "snap-0000000000000400.snap"]),
+                            ("all-but-identity", ["IDENTITY"])):
+            d = self.data_dir()
+            lost = wipe_data_dir(d, shape)
+            self.assertEqual(sorted(os.listdir(d)), left, shape)
+            self.assertEqual(lost, 5 - len(left), shape)
+
+    def test_wipe_is_opt_in_and_drawn_when_asked(self):
+        self.assertNotIn("wipe", schedule.KINDS)  # existing seeds keep their schedules
+        faults = schedule.make_schedule(3, 60, ("wipe",), 3)
+        self.assertTrue(faults)
+        self.assertTrue(all(f.detail in schedule.WIPE_SHAPES for f in faults))
 
 
 class ResourceTest(unittest.TestCase):

@@ -126,7 +126,7 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   std::ofstream(damaged, std::ios::binary) << bytes;
   const std::string dir = tmp.sub("damaged-dir");
   std::filesystem::create_directories(dir);
-  const Outcome bad = run({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", dir, "--admin",
+  const Outcome bad = run({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", dir, "--admin",
                            "off", "--peer", "1=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
                            std::to_string(free_port()), "--restore-from", damaged});
   EXPECT_EQ(bad.status, 2);
@@ -265,7 +265,7 @@ TEST(BackupRestore, SingleModeBackupSeedsACluster) {
     LockdProcess single({"--admin", "127.0.0.1:0"});
     ASSERT_EQ(run(lockctl(single.admin_port(), {"snapshot", "save", other})).status, 0);
   }
-  const Outcome refused = run({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", c.data_dir(1),
+  const Outcome refused = run({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", c.data_dir(1),
                                "--admin", "off", "--peer",
                                "1=" + c.client_addr(1) + "/127.0.0.1:" + std::to_string(c.raft_port(1)),
                                "--restore-from", other});

@@ -64,7 +64,8 @@ def main():
             os.makedirs(d)
             procs.append(subprocess.Popen(
                 [lockd, "--mode", "cluster", "--node-id", str(i + 1), *peers, "--data-dir", d,
-                 "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30"],
+                 "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                 "--insecure-peers"],
                 stderr=open(d + ".log", "wb")))
         leader = None
         deadline = time.monotonic() + DEADLINE_S

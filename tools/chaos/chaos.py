@@ -31,7 +31,9 @@ def add_run_options(p):
     p.add_argument("--faults", default=None,
                    help="comma list of %s (default: all that apply to the mode); "
                         "'none' for a fault-free run; clock-restart (single mode) restarts "
-                        "the node with its wall clock set back" % ",".join(schedule.KINDS))
+                        "the node with its wall clock set back; wipe (cluster mode) loses part "
+                        "or all of a member's data dir and restarts it: it must be refused "
+                        "(exit 2), then it is replaced" % ",".join(schedule.KINDS))
     p.add_argument("--election-timeout-ms", type=int, default=300)
     p.add_argument("--heartbeat-ms", type=int, default=50)
 

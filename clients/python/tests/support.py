@@ -130,7 +130,8 @@ class LockdCluster:
         data = os.path.join(self.root, f"node{i}")
         os.makedirs(data, exist_ok=True)
         argv = [lockd_bin(), "--mode", "cluster", "--node-id", str(i), "--data-dir", data,
-                "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30"]
+                "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                "--insecure-peers"]  # loopback test nodes: no peer authentication
         for j, (client, raft) in self.ports.items():
             argv += ["--peer", f"{j}=127.0.0.1:{client}/127.0.0.1:{raft}"]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -236,6 +237,14 @@ class FakeNode:
         for c in list(self._conns):
             try:
                 c.sendall(line.encode() + b"\n")
+            except OSError:
+                pass
+
+    def drop(self) -> None:
+        """Closes every open connection (a node restarted, a network cut)."""
+        for c in list(self._conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 

@@ -124,6 +124,9 @@ class LockStateMachine {
   TimeNs to_leader_ns(TimeNs table_ns) const { return table_ns - offset_ns_; }
 
   const locks::LockTable& table() const { return *table_; }
+  // Who the table tells of changed keys (the watch index, v1.3). The table
+  // is replaced whole by restore() and adopt(): call again after those.
+  void set_observer(locks::KeyObserver* o) { table_->set_observer(o); }
   raft::Index applied() const { return applied_; }
   std::uint64_t token_base() const { return token_base_; }
   TimeNs offset_ns() const { return offset_ns_; }
