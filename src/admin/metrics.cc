@@ -368,6 +368,18 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_connections_rejected_total", "counter",
            "Client connections closed at once because of --max-connections.",
            st.connections_rejected);
+  // §11a (v1.3): every connection the client port closed to protect itself.
+  w.family("lockd_client_connections_closed_total", "counter",
+           "Client connections closed by a v1.3 bound, by reason: auth_timeout, "
+           "max_unauthenticated (the oldest, to make room), max_connections_per_ip, "
+           "unauthenticated_output (not reading its refusals), max_tls_handshakes.");
+  for (std::size_t i = 0; i < st.closed.size(); ++i) {
+    w.sample("lockd_client_connections_closed_total",
+             {{"reason", server::to_string(static_cast<server::CloseReason>(i))}}, st.closed[i]);
+  }
+  w.single("lockd_connections_unauthenticated", "gauge",
+           "Open client connections not yet authenticated (with --auth).",
+           static_cast<std::uint64_t>(server.unauthenticated_count()));
   w.single("lockd_accept_pauses_total", "counter",
            "Times accept() failed for want of descriptors and the listener paused 100 ms.",
            server.accept_pauses());

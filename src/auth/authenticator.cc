@@ -16,25 +16,33 @@ std::unique_ptr<Authenticator> Authenticator::create(AuthMode mode, AuthFiles fi
   return a;
 }
 
-bool Authenticator::reload(std::string& error) {
-  error.clear();
+bool Authenticator::stage_reload(std::string& error) {
+  staged_.reset();
+  Staged s;
   if (!files_.credentials.empty()) {
-    std::string e;
-    if (auto c = Credentials::load(files_.credentials, e)) {
-      credentials_ = std::move(c);
-    } else {
-      error = e;
-    }
+    s.credentials = Credentials::load(files_.credentials, error);
+    if (!s.credentials) return false;
   }
   if (!files_.acl.empty()) {
-    std::string e;
-    if (auto a = Acl::load(files_.acl, e)) {
-      acl_ = std::move(a);
-    } else {
-      error += (error.empty() ? "" : "; ") + e;
-    }
+    s.acl = Acl::load(files_.acl, error);
+    if (!s.acl) return false;
   }
-  return error.empty();
+  staged_ = std::move(s);
+  return true;
+}
+
+void Authenticator::commit_reload() {
+  if (!staged_) return;
+  // A file that was not configured stays absent (it was never loaded).
+  if (!files_.credentials.empty()) credentials_ = std::move(staged_->credentials);
+  if (!files_.acl.empty()) acl_ = std::move(staged_->acl);
+  staged_.reset();
+}
+
+bool Authenticator::reload(std::string& error) {
+  if (!stage_reload(error)) return false;
+  commit_reload();
+  return true;
 }
 
 std::optional<std::string> Authenticator::by_credential(std::string_view credential) const {

@@ -41,7 +41,7 @@ std::string errno_text(int err) { return std::strerror(err); }
 std::string write_durably(const std::string& dir, const std::string& name, const std::string& text,
                           bool sync) {
   const std::string tmp = dir + "/" + name + ".new";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
   std::size_t done = 0;
   while (done < text.size()) {

@@ -52,7 +52,7 @@ std::optional<std::string> read_file(const std::string& path, std::string& error
 std::string write_marker(const std::string& dir, const std::string& line, bool sync) {
   const std::string path = dir + "/" + kRestoredFile;
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot write " + tmp + ": " + std::strerror(errno);
   const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
                   (!sync || ::fsync(fd) == 0);

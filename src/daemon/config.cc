@@ -124,6 +124,8 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
   }
   if (c.server.max_connections == 0) return "--max-connections must be at least 1";
   if (c.admin_max_connections == 0) return "--admin-max-connections must be at least 1";
+  if (c.server.max_unauthenticated == 0) return "--max-unauthenticated must be at least 1";
+  if (c.server.max_tls_handshakes == 0) return "--max-tls-handshakes must be at least 1";
   if (c.server.sweep_interval_ns <= 0) return "--sweep-interval-ms must be at least 1";
   // Reading pauses at 256 KiB unsent; one read (16 KiB of requests) can add
   // up to ~80 KiB of replies on top, so the cap must leave room for that.
@@ -235,6 +237,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   std::string log_format = "text";
   std::uint64_t sweep_ms = 5000;
   std::uint64_t tls_handshake_timeout_ms = 10'000;
+  std::uint64_t auth_timeout_ms = 10'000;
   std::uint64_t node_id = 0;
   std::vector<std::string> peers;
   std::string auth = "none";
@@ -317,6 +320,18 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--tls-handshake-timeout-ms", tls_handshake_timeout_ms,
                  "--client-tls: a client that has not finished its TLS handshake this long "
                  "after connecting is disconnected");
+  // §11a bounds on connections before authentication (v1.3; kept together).
+  app.add_option("--auth-timeout-ms", auth_timeout_ms,
+                 "with --auth: a client connection not authenticated this long after connecting "
+                 "is closed");
+  app.add_option("--max-unauthenticated", c.server.max_unauthenticated,
+                 "with --auth: client connections open and not yet authenticated; one more "
+                 "closes the oldest of them");
+  app.add_option("--max-connections-per-ip", c.server.max_connections_per_ip,
+                 "client connections from one source address; one more is closed at once; 0 = "
+                 "no cap");
+  app.add_option("--max-tls-handshakes", c.server.max_tls_handshakes,
+                 "--client-tls: TLS handshakes in progress; one more connection is closed at once");
   app.add_option("--auth", auth, "client authentication: none | cert | token | any")
       ->check(CLI::IsMember({"none", "cert", "token", "any"}));
   app.add_option("--credentials", sec.credentials_file,
@@ -394,6 +409,11 @@ ParseOutcome parse_config(int argc, char** argv) {
             {}};
   }
   c.server.tls_handshake_timeout_ns = ms_to_ns(tls_handshake_timeout_ms);
+  if (auth_timeout_ms == 0 || auth_timeout_ms > 3'600'000) {
+    return {std::nullopt, 2,
+            "lockd: " + where("--auth-timeout-ms") + "--auth-timeout-ms must be 1..3600000", {}};
+  }
+  c.server.auth_timeout_ns = ms_to_ns(auth_timeout_ms);
   if (app.get_option("--node-id")->count() > 0) c.node_id = node_id;
   if (std::string err = validate(c, listen, admin, peers); !err.empty()) {
     // Name the file line of the flag the message starts with, if it came

@@ -2,7 +2,9 @@
 
 #include <event2/event.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
+#include <array>
 #include <cstdio>
 #include <csignal>
 
@@ -78,6 +80,20 @@ locks::Token first_token_from_clock(std::uint64_t floor) {
   const TimeNs now = net::realtime_now_ns();
   const locks::Token clock = now > 0 ? static_cast<locks::Token>(now) : 1;
   return std::max<locks::Token>(clock, floor + 1);
+}
+
+// §11a: a secret, key or credentials file that group or others may read is
+// refused at start (as ssh refuses such a private key): whoever else can
+// read it can be this node, a member, or any client. Returns the one-line
+// error naming the flag, the file and its mode; "" when the file is private
+// (or does not exist: its loader then says so).
+std::string private_file_error(const char* flag, const std::string& path) {
+  if (path.empty()) return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  if ((st.st_mode & (S_IRGRP | S_IROTH)) == 0) return {};
+  return fmt::format("{} {} is readable by group or others (mode {:04o}); chmod 600 it", flag, path,
+                     st.st_mode & 07777);
 }
 
 }  // namespace
@@ -319,6 +335,12 @@ bool Daemon::start_cluster(std::string& error) {
 
 bool Daemon::start_security(std::string& error) {
   const SecurityConfig& s = config_.security;
+  for (const auto& [flag, path] : {std::pair{"--tls-key", &s.tls_key},
+                                   std::pair{"--credentials", &s.credentials_file},
+                                   std::pair{"--peer-secret-file", &s.peer_secret_file}}) {
+    error = private_file_error(flag, *path);
+    if (!error.empty()) return false;
+  }
   tls::TlsOptions o;
   o.role = tls::TlsRole::kServer;
   o.cert_file = s.tls_cert;
@@ -365,18 +387,36 @@ void Daemon::on_sighup(int, short, void* arg) { static_cast<Daemon*>(arg)->reloa
 
 void Daemon::reload_security() {
   spdlog::info("SIGHUP: reloading TLS certificates, credentials and ACL");
-  for (auto* ctx : {client_tls_.get(), admin_tls_.get(), peer_tls_server_.get(),
-                    peer_tls_client_.get()}) {
-    if (ctx == nullptr) continue;
-    std::string error;
-    if (!ctx->reload(error)) {
-      spdlog::error("SIGHUP: keeping the old TLS files: {}", error);
+  // All or nothing (protocol.md §11a): every file is read first; only when
+  // all of them load do they replace the old ones together. A half-applied
+  // set (a new ACL with the old credentials, say, or the credentials file
+  // deleted and its old entries still valid beside a new ACL) would be a
+  // policy nobody wrote.
+  const std::array<tls::TlsContext*, 4> contexts{client_tls_.get(), admin_tls_.get(),
+                                                 peer_tls_server_.get(), peer_tls_client_.get()};
+  std::string error;
+  bool ok = true;
+  for (tls::TlsContext* ctx : contexts) {
+    if (ctx != nullptr && !ctx->stage_reload(error)) {
+      ok = false;
+      break;
     }
   }
-  if (auth_) {
-    std::string error;
-    if (!auth_->reload(error)) spdlog::error("SIGHUP: keeping the old file: {}", error);
+  if (ok && auth_ && !auth_->stage_reload(error)) ok = false;
+  if (!ok) {
+    for (tls::TlsContext* ctx : contexts) {
+      if (ctx != nullptr) ctx->drop_staged();
+    }
+    if (auth_) auth_->drop_staged();
+    spdlog::error("SIGHUP: reload failed, keeping the old TLS files, credentials and ACL (all "
+                  "of them): {}", error);
+    return;
   }
+  for (tls::TlsContext* ctx : contexts) {
+    if (ctx != nullptr) ctx->commit_reload();
+  }
+  if (auth_) auth_->commit_reload();
+  spdlog::info("SIGHUP: TLS, credentials and ACL files reloaded");
 }
 
 void Daemon::on_signal(int sig, short, void* arg) { static_cast<Daemon*>(arg)->begin_shutdown(sig); }

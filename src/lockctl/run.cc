@@ -46,6 +46,9 @@ pid_t spawn(const RunOptions& opt, const lc::Lock& lock, const sigset_t& old_mas
   // Child (lockctl is still single-threaded here: the keeper starts after
   // the fork, so setenv and friends are safe).
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  // lockctl's own credential is not the job's (issue 35): a job that needs
+  // one is given its own, not the identity that holds its lock.
+  ::unsetenv("LOCKD_CREDENTIAL");
   ::setenv("LOCKD_TOKEN", std::to_string(lock.token).c_str(), 1);
   ::setenv("LOCKD_KEY", lock.key.c_str(), 1);
   ::setenv("LOCKD_OWNER", lock.owner.c_str(), 1);

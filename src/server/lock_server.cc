@@ -1,6 +1,8 @@
 #include "lockd/server/lock_server.h"
 
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 
 #include "lockd/common/check.h"
 #include "lockd/net/clock.h"
+#include "lockd/net/keepalive.h"
 #include "lockd/proto/reply.h"
 
 namespace lockd::server {
@@ -23,6 +26,7 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       handshake_timer_(base, [this] { on_handshake_timer(); }),
       sweep_timer_(base, [this] { on_sweep_timer(); }),
       sweep_continue_(base, [this] { run_sweep_slice(); }),
+      auth_timer_(base, [this] { on_auth_timer(); }),
       next_conn_id_(config.first_client_id),
       watches_(config.watches, service != nullptr) {
   if (service_ != nullptr) {
@@ -40,21 +44,132 @@ bool LockServer::listen(const net::Endpoint& ep, std::string& error) {
   return listener_.listen(ep, error);
 }
 
+namespace {
+
+// Most unsent output an unauthenticated connection may have (its refusals,
+// `E unauthenticated <echo>`) before it is closed: a client that sends
+// without reading must not pin the server's memory (§11a). Above what one
+// read (16 KiB of the shortest requests) can produce, so a client that
+// reads its replies is never closed by it.
+constexpr std::size_t kMaxUnauthenticatedOutputBytes = 64 * 1024;
+
+// The source address of an accepted socket as bytes (an IPv4-mapped IPv6
+// address as its IPv4 one), the key of the per-address count; "" when
+// unknown (never capped).
+std::string source_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof a);
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+    const char* b = reinterpret_cast<const char*>(&a);
+    if (IN6_IS_ADDR_V4MAPPED(&a)) return std::string(b + 12, 4);
+    return std::string(b, sizeof a);
+  }
+  return {};
+}
+
+}  // namespace
+
 void LockServer::accept(int fd) {
-  if (shutting_down_ || clients_.size() >= config_.max_connections) {
+  // Connections closed this turn (one just closed to make room, say) are
+  // still in clients_ until after_turn() reaps them; they hold no slot.
+  if (shutting_down_ || clients_.size() - closed_.size() >= config_.max_connections) {
     ++stats_.connections_rejected;
     ::close(fd);
     return;
   }
+  std::string address = source_address(fd);
+  if (config_.max_connections_per_ip != 0 && !address.empty()) {
+    auto it = per_address_.find(address);
+    if (it != per_address_.end() && it->second >= config_.max_connections_per_ip) {
+      stats_.count(CloseReason::kPerIp);
+      spdlog::debug("client connection refused: over --max-connections-per-ip {} from its address",
+                    config_.max_connections_per_ip);
+      ::close(fd);
+      return;
+    }
+  }
+  if (tls_ != nullptr && tls_handshakes_ >= config_.max_tls_handshakes) {
+    stats_.count(CloseReason::kTlsHandshakes);
+    spdlog::debug("client connection refused: {} TLS handshakes in progress (--max-tls-handshakes)",
+                  tls_handshakes_);
+    ::close(fd);
+    return;
+  }
+  const TimeNs now = net::monotonic_now_ns();
+  if (auth_required() && unauth_count_ >= config_.max_unauthenticated && unauth_head_ != nullptr) {
+    // The oldest unauthenticated connection makes room: a flood of idle
+    // ones then cannot keep out a client that authenticates at once.
+    close_for(*unauth_head_, CloseReason::kUnauthenticatedCap);
+  }
+  net::enable_keepalive(fd);
   ++stats_.connections_accepted;
   const std::uint64_t id = next_conn_id_++;
   Client& c = clients_[id];
+  c.accepted_ns = now;
+  if (!address.empty()) ++per_address_[address];
+  c.address = std::move(address);
   c.conn = std::make_unique<net::Connection>(
       base_, fd, id, *this, config_.output,
       tls_ != nullptr ? tls::TlsSession::accept(*tls_) : nullptr);
   if (tls_ != nullptr) {
-    handshake_deadlines_.emplace_back(net::monotonic_now_ns() + config_.tls_handshake_timeout_ns, id);
+    c.handshaking = true;
+    ++tls_handshakes_;
+    handshake_deadlines_.emplace_back(now + config_.tls_handshake_timeout_ns, id);
     if (!handshake_timer_.armed()) handshake_timer_.arm_after(config_.tls_handshake_timeout_ns);
+  }
+  if (auth_required()) {
+    unauth_push(c);
+    if (!auth_timer_.armed()) auth_timer_.arm_after(config_.auth_timeout_ns);
+  }
+}
+
+void LockServer::unauth_push(Client& c) {
+  LOCKD_CHECK(!c.in_unauth);
+  c.in_unauth = true;
+  c.unauth_prev = unauth_tail_;
+  c.unauth_next = nullptr;
+  if (unauth_tail_ != nullptr) {
+    unauth_tail_->unauth_next = &c;
+  } else {
+    unauth_head_ = &c;
+  }
+  unauth_tail_ = &c;
+  ++unauth_count_;
+}
+
+void LockServer::unauth_remove(Client& c) {
+  if (!c.in_unauth) return;
+  c.in_unauth = false;
+  (c.unauth_prev != nullptr ? c.unauth_prev->unauth_next : unauth_head_) = c.unauth_next;
+  (c.unauth_next != nullptr ? c.unauth_next->unauth_prev : unauth_tail_) = c.unauth_prev;
+  c.unauth_prev = c.unauth_next = nullptr;
+  --unauth_count_;
+}
+
+void LockServer::authenticated(Client& c) {
+  c.authenticated = true;
+  unauth_remove(c);
+}
+
+void LockServer::close_for(Client& c, CloseReason reason) {
+  stats_.count(reason);
+  spdlog::debug("client connection {}: closing ({})", c.conn->id(), to_string(reason));
+  c.conn->close();  // on_closed() takes it out of every count
+}
+
+void LockServer::on_auth_timer() {
+  const TimeNs now = net::monotonic_now_ns();
+  while (unauth_head_ != nullptr && unauth_head_->accepted_ns + config_.auth_timeout_ns <= now) {
+    close_for(*unauth_head_, CloseReason::kAuthTimeout);
+  }
+  if (unauth_head_ != nullptr) {
+    auth_timer_.arm_after(unauth_head_->accepted_ns + config_.auth_timeout_ns - now);
   }
 }
 
@@ -109,9 +224,11 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
           return;  // nothing after a refused credential is read
         }
         answered = true;
+      } else if (!admitted(client, *req)) {
+        answered = true;  // refused: its key is not counted in /v1/top either
       } else {
         stats_.recent_keys.record(req->key);
-        answered = !admitted(client, *req) || handle_request(client, *req, now);
+        answered = handle_request(client, *req, now);
       }
     } else if (const auto* err = std::get_if<proto::ParseError>(&parsed);
                err != nullptr && *err == proto::ParseError::kBadCredential) {
@@ -131,6 +248,10 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
     if (answered) stats_.latency.record(end_ns - start_ns);
     start_ns = end_ns;
     if (conn.closed()) return;  // overflowed while delivering
+    if (client.in_unauth && conn.unsent_bytes() > kMaxUnauthenticatedOutputBytes) {
+      close_for(client, CloseReason::kUnauthenticatedOutput);
+      return;
+    }
   }
   conn.reply_queued();
 }
@@ -177,7 +298,7 @@ bool LockServer::handle_hello(Client& client, const std::string_view* credential
   }
   stats_.count(ReplyKind::kHello);
   client.identity = std::move(*identity);
-  client.authenticated = true;
+  authenticated(client);
   out.append("H ");
   out.append(client.identity);
   out.push_back('\n');
@@ -338,6 +459,17 @@ void LockServer::on_closed(net::Connection& conn) {
     spdlog::warn("closing connection {}: unsent output over {} bytes", conn.id(),
                  config_.output.max_bytes);
   }
+  Client& client = it->second;
+  unauth_remove(client);
+  if (client.handshaking) {
+    client.handshaking = false;
+    --tls_handshakes_;
+  }
+  if (!client.address.empty()) {
+    auto n = per_address_.find(client.address);
+    LOCKD_CHECK(n != per_address_.end() && n->second > 0);
+    if (--n->second == 0) per_address_.erase(n);
+  }
   if (watches_.watches(conn.id())) {
     if (conn.overflowed()) ++watchers_dropped_;
     watches_.client_closed(conn.id());  // its watches end with it (§5c)
@@ -359,14 +491,18 @@ void LockServer::on_closed(net::Connection& conn) {
 }
 
 void LockServer::on_tls_established(net::Connection& conn) {
-  if (auth_ == nullptr || !auth_->required()) return;
-  const auto& cert = conn.tls()->peer_certificate();
-  if (!cert) return;
   auto it = clients_.find(conn.id());
   LOCKD_CHECK(it != clients_.end());
+  if (it->second.handshaking) {
+    it->second.handshaking = false;
+    --tls_handshakes_;
+  }
+  if (!auth_required()) return;
+  const auto& cert = conn.tls()->peer_certificate();
+  if (!cert) return;
   if (std::optional<std::string> identity = auth_->by_certificate(*cert)) {
     it->second.identity = std::move(*identity);
-    it->second.authenticated = true;
+    authenticated(it->second);
   }
 }
 
@@ -512,6 +648,7 @@ void LockServer::begin_shutdown() {
   deadline_timer_.cancel();
   handshake_timer_.cancel();
   handshake_deadlines_.clear();
+  auth_timer_.cancel();
   sweep_timer_.cancel();
   sweep_continue_.cancel();
   for (auto& [id, c] : clients_) c.conn->close_after_flush();

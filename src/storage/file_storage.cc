@@ -158,10 +158,10 @@ StorageStatus FileStorage::sync_dir() {
 
 StorageStatus FileStorage::open() {
   LOCKD_CHECK(!opened_);
-  if (::mkdir(options_.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (::mkdir(options_.dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return fail(StorageError::kIo, "", 0, std::string("mkdir failed: ") + std::strerror(errno));
   }
-  lock_fd_ = ::open(path(kLockName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd_ = ::open(path(kLockName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0) return fail_io(kLockName, 0, "open", errno);
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
@@ -331,7 +331,7 @@ StorageStatus FileStorage::write_snapshot_file(const raft::Snapshot& snap) {
   const std::uint32_t crc = raft::crc32c(snap.data, raft::crc32c(head));
   for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc >> (8 * i)));
 
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return fail_io(tmp_name, 0, "open", errno);
   int err = write_all(fd, head);
   if (err == 0) err = write_all(fd, snap.data);
@@ -486,7 +486,7 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
       if (options_.sync && ::fdatasync(seg_fd_) != 0) return fail_io(old, segments_.back().bytes, "fdatasync", errno);
       seg_end_ = segments_.back().bytes;
     }
-    fd = ::open(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return fail_io(name, 0, "open", errno);
   }
   const std::uint64_t end = offset + batch.size();

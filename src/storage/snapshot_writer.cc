@@ -46,7 +46,7 @@ int write_snapshot_file(const std::string& temp, const std::string& final_path, 
   const std::uint32_t crc = raft::crc32c(data, raft::crc32c(head));
   std::string tail;
   for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc >> (8 * i)));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return 3;
   const bool written = write_all(fd, head) && write_all(fd, data) && write_all(fd, tail);
   const bool synced = written && (!sync || ::fdatasync(fd) == 0);

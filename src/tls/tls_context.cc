@@ -101,16 +101,35 @@ std::unique_ptr<TlsContext> TlsContext::create(const TlsOptions& options, std::s
   return c;
 }
 
-TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+TlsContext::~TlsContext() {
+  SSL_CTX_free(staged_);
+  SSL_CTX_free(ctx_);
+}
 
 bool TlsContext::reload(std::string& error) {
-  SSL_CTX* fresh = build(options_, error);
-  if (fresh == nullptr) return false;
+  if (!stage_reload(error)) return false;
+  commit_reload();
+  return true;
+}
+
+bool TlsContext::stage_reload(std::string& error) {
+  drop_staged();
+  staged_ = build(options_, error);
+  return staged_ != nullptr;
+}
+
+void TlsContext::commit_reload() {
+  if (staged_ == nullptr) return;
   // Sessions made from the old context hold their own reference to it.
   SSL_CTX_free(ctx_);
-  ctx_ = fresh;
+  ctx_ = staged_;
+  staged_ = nullptr;
   ++reloads_;
-  return true;
+}
+
+void TlsContext::drop_staged() {
+  SSL_CTX_free(staged_);
+  staged_ = nullptr;
 }
 
 }  // namespace lockd::tls

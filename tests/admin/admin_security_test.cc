@@ -32,6 +32,9 @@ struct Files {
       c << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
         << auth::credential_hash(credential, auth::random_bytes(16)) << "\"\n";
     }
+    c.close();
+    // lockd refuses a credentials file that group or others may read (§11a).
+    fs::permissions(dir / "credentials.toml", fs::perms::owner_read | fs::perms::owner_write);
     std::ofstream(dir / "acl.toml") << "admins = [\"ops\"]\n[[rule]]\nidentity = \"*\"\nprefix = \"\"\nverbs = [\"A\", \"R\"]\n";
   }
   std::string credentials() const { return (dir / "credentials.toml").string(); }

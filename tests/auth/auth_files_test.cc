@@ -2,6 +2,8 @@
 // toml++; hashes; the rules of the ACL.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "lockd/auth/acl.h"
 #include "lockd/auth/authenticator.h"
 #include "lockd/auth/credentials.h"
@@ -86,6 +88,90 @@ verbs = ["R"]
   EXPECT_TRUE(acl->is_admin("ops"));
   EXPECT_FALSE(acl->is_admin("billing"));
   EXPECT_FALSE(acl->is_admin("*"));
+}
+
+// Plausible one-line bugs in Acl::allows/is_admin that the tests above let
+// through (issue 35 "Tests missing today"; docs/safety.md lists the
+// mutation pass): each assertion names the bug it catches.
+TEST(AclTest, OneLineBugsInMatchingAreCaught) {
+  std::string error;
+  auto acl = Acl::parse(R"(
+admins = ["ops", "root"]
+[[rule]]
+identity = "billing"
+prefix = "billing/"
+verbs = ["A"]
+[[rule]]
+identity = "billing"
+prefix = "ledger/"
+verbs = ["S", "R", "K"]
+)",
+                        "acl.toml", error);
+  ASSERT_TRUE(acl) << error;
+  // The prefix is matched at the start of the key only, not anywhere in it.
+  EXPECT_FALSE(acl->allows("billing", 'A', "x/billing/y"));
+  EXPECT_FALSE(acl->allows("billing", 'A', "xbilling/y"));
+  // A key that is itself a prefix of the rule's prefix is not under it.
+  EXPECT_FALSE(acl->allows("billing", 'A', "bill"));
+  EXPECT_FALSE(acl->allows("billing", 'A', ""));
+  EXPECT_TRUE(acl->allows("billing", 'A', "billing/"));
+  // The identity is compared whole, in case, never as a prefix either way.
+  EXPECT_FALSE(acl->allows("billing2", 'A', "billing/1"));
+  EXPECT_FALSE(acl->allows("bill", 'A', "billing/1"));
+  EXPECT_FALSE(acl->allows("Billing", 'A', "billing/1"));
+  // Verbs are the rule's own: A grants no S, R, K (or W); S R K grant no A.
+  for (const char v : {'S', 'R', 'K', 'W', 'H'}) EXPECT_FALSE(acl->allows("billing", v, "billing/1")) << v;
+  EXPECT_FALSE(acl->allows("billing", 'A', "ledger/1"));
+  // Every rule is looked at, not only the first that names the identity.
+  EXPECT_TRUE(acl->allows("billing", 'R', "ledger/1"));
+  EXPECT_TRUE(acl->allows("billing", 'K', "ledger/1"));
+  // Admins: every entry, each compared whole.
+  EXPECT_TRUE(acl->is_admin("ops"));
+  EXPECT_TRUE(acl->is_admin("root"));
+  EXPECT_FALSE(acl->is_admin("op"));
+  EXPECT_FALSE(acl->is_admin("ops2"));
+  EXPECT_FALSE(acl->is_admin("roo"));
+  EXPECT_FALSE(acl->is_admin(""));
+  // An ACL without rules grants nothing.
+  auto empty = Acl::parse("admins = []\n", "acl.toml", error);
+  ASSERT_TRUE(empty) << error;
+  EXPECT_FALSE(empty->allows("billing", 'A', "billing/1"));
+  EXPECT_FALSE(empty->is_admin("ops"));
+}
+
+// valid_identity() at its edges: 1..128 bytes of 0x21..0x7E.
+TEST(CredentialsTest, IdentityEdges) {
+  EXPECT_TRUE(valid_identity(std::string(128, 'a')));
+  EXPECT_FALSE(valid_identity(std::string(129, 'a')));
+  EXPECT_FALSE(valid_identity(""));
+  EXPECT_TRUE(valid_identity("!~"));     // 0x21 and 0x7E
+  EXPECT_FALSE(valid_identity("a b"));   // 0x20
+  EXPECT_FALSE(valid_identity("a\x7f"));  // DEL
+  EXPECT_FALSE(valid_identity("a\x80"));
+}
+
+// The Authenticator defers to the ACL when there is one (and only then
+// grants everything).
+TEST(AuthenticatorTest, WithAnAclItsRulesDecide) {
+  const std::string dir = ::testing::TempDir();
+  const std::string acl = dir + "/authenticator-acl.toml";
+  {
+    std::FILE* f = std::fopen(acl.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("[[rule]]\nidentity = \"alice\"\nprefix = \"a/\"\nverbs = [\"A\"]\n", f);
+    std::fclose(f);
+  }
+  std::string error;
+  auto a = Authenticator::create(AuthMode::kToken, {"", acl}, error);
+  ASSERT_TRUE(a) << error;
+  EXPECT_TRUE(a->has_acl());
+  EXPECT_TRUE(a->allows("alice", 'A', "a/1"));
+  EXPECT_FALSE(a->allows("alice", 'A', "b/1"));
+  EXPECT_FALSE(a->allows("bob", 'A', "a/1"));
+  // With an ACL a token alone authorizes no R or K (§11): the rule must grant them.
+  EXPECT_FALSE(a->allows("alice", 'R', "a/1"));
+  EXPECT_FALSE(a->allows("alice", 'K', "a/1"));
+  std::remove(acl.c_str());
 }
 
 TEST(AclTest, BadFilesAreRefused) {

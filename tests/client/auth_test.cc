@@ -33,6 +33,8 @@ struct AuthFiles {
     std::ofstream(dir / "credentials.toml") << "[[credential]]\nidentity = \"billing\"\nhash = \""
                                             << auth::credential_hash(kCredential, auth::random_bytes(16))
                                             << "\"\n";
+    // lockd refuses a credentials file that group or others may read (§11a).
+    fs::permissions(dir / "credentials.toml", fs::perms::owner_read | fs::perms::owner_write);
     std::ofstream(dir / "acl.toml") << "[[rule]]\nidentity = \"billing\"\nprefix = \"billing/\"\n"
                                        "verbs = [\"A\", \"S\", \"R\", \"K\"]\n"
                                        "[[rule]]\nidentity = \"ops\"\nprefix = \"ops/\"\n"

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -165,6 +166,30 @@ TEST(ConfigTest, MemberChangeTimeoutIsBounded) {
     EXPECT_NE(e.err.find("--member-change-timeout-ms"), std::string::npos) << bad << ": " << e.err;
     EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY")) << bad;
   }
+}
+
+// The §11a connection bounds (v1.3): out-of-range values are one line and
+// exit 2; the config file takes them under their flag names.
+TEST(ConfigTest, ConnectionBoundsAreCheckedAndAreFileKeys) {
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"--auth-timeout-ms", "0"}, {"--auth-timeout-ms", "3600001"},
+      {"--max-unauthenticated", "0"}, {"--max-tls-handshakes", "0"},
+      {"--max-connections-per-ip", "-1"}};
+  for (const auto& [flag, value] : bad) {
+    const Exit e = run_to_exit({"--listen", "127.0.0.1:0", "--admin", "off", flag, value});
+    EXPECT_EQ(e.status, 2) << flag << " " << value;
+    EXPECT_NE(e.err.find(flag), std::string::npos) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+  TempDir dir;
+  const std::string path = dir.file("lockd.toml",
+                                    "auth-timeout-ms = 5000\nmax-unauthenticated = 10\n"
+                                    "max-connections-per-ip = 1\nmax-tls-handshakes = 8\n");
+  LockdProcess lockd({"--config", path});
+  LineClient first(lockd.port());
+  EXPECT_EQ(first.call("A o k 1000").substr(0, 2), "A ");
+  LineClient second(lockd.port());  // one more from 127.0.0.1: closed at once
+  EXPECT_TRUE(second.wait_closed(20s));
 }
 
 // A number flag given an empty or non-decimal value is a bad flag

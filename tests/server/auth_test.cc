@@ -45,11 +45,15 @@ verbs = ["A", "R", "K"]
     return n;
   }
   void write_credentials(const std::vector<std::pair<std::string, std::string>>& entries) {
-    std::ofstream out(dir / "credentials.toml");
-    for (const auto& [identity, credential] : entries) {
-      out << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
-          << auth::credential_hash(credential, auth::random_bytes(16)) << "\"\n";
+    {
+      std::ofstream out(dir / "credentials.toml");
+      for (const auto& [identity, credential] : entries) {
+        out << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
+            << auth::credential_hash(credential, auth::random_bytes(16)) << "\"\n";
+      }
     }
+    // lockd refuses a credentials file that group or others may read (§11a).
+    fs::permissions(dir / "credentials.toml", fs::perms::owner_read | fs::perms::owner_write);
   }
   void write_acl(const std::string& text) { std::ofstream(dir / "acl.toml") << text; }
   std::string credentials() const { return (dir / "credentials.toml").string(); }
@@ -188,7 +192,7 @@ TEST(AuthTest, SighupReloadsCredentialsAndAclAndKeepsOldOnesThatDoNotParse) {
   files.write_acl("[[rule]\n");
   { std::ofstream(files.credentials()) << "[[credential]]\nidentity = \"x\"\n"; }
   lockd.process().signal(SIGHUP);
-  ASSERT_TRUE(lockd.process().wait_for_line("keeping the old file", 20s));
+  ASSERT_TRUE(lockd.process().wait_for_line("keeping the old TLS files, credentials and ACL", 20s));
   EXPECT_EQ(billing.call("A b orders/9 60000"), "E forbidden b orders/9");
   LineClient c2(lockd.port());
   EXPECT_EQ(c2.call("H ops-token"), "H ops");

@@ -333,7 +333,9 @@ def secure_lockd_flags(credentials: Dict[str, str], rules: Dict[str, str]) -> Li
     pki = pki_dir()
     d = tempfile.mkdtemp(prefix="lockd-auth-", dir=pki)
     creds, acl = os.path.join(d, "credentials.toml"), os.path.join(d, "acl.toml")
-    with open(creds, "w") as f:
+    # lockd refuses a credentials file that group or others may read (§11a).
+    with open(os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        os.fchmod(f.fileno(), 0o600)
         for identity, credential in credentials.items():
             f.write(f'[[credential]]\nidentity = "{identity}"\nhash = "{credential_hash(credential)}"\n')
     with open(acl, "w") as f:

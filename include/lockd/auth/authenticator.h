@@ -1,8 +1,10 @@
 // Authenticator: who a client is and what it may do (protocol.md §11), for
 // the client port and the admin API alike.
 //
-// It holds the --auth mode and the current credentials and ACL; reload()
-// (SIGHUP) swaps in new files one by one, keeping any that does not load.
+// It holds the --auth mode and the current credentials and ACL; a reload
+// (SIGHUP) swaps in both files together, or neither when one does not load
+// (stage_reload(), then commit_reload(), so the daemon can apply the TLS
+// files in the same all-or-nothing step: protocol.md §11a).
 // Requests decided after a reload see the new files; a connection keeps
 // the identity it authenticated as (a removed credential does not log it
 // out, exactly like a certificate that is rotated away).
@@ -39,8 +41,13 @@ class Authenticator {
   // Loads the files. null with `error` (one line) when one does not load.
   static std::unique_ptr<Authenticator> create(AuthMode mode, AuthFiles files, std::string& error);
 
-  // Reads every file again; each that loads replaces the old one. False
-  // with `error` naming those that did not (they stay as they were).
+  // Reads every file again into a staged set, replacing nothing. False
+  // with `error` naming the first file that does not load (nothing staged).
+  bool stage_reload(std::string& error);
+  // Makes the staged files current (no-op when nothing is staged).
+  void commit_reload();
+  void drop_staged() { staged_.reset(); }
+  // stage_reload() then commit_reload(): both files or neither.
   bool reload(std::string& error);
 
   AuthMode mode() const { return mode_; }
@@ -66,6 +73,12 @@ class Authenticator {
   AuthFiles files_;
   std::optional<Credentials> credentials_;
   std::optional<Acl> acl_;
+  // What stage_reload() read: the files' new contents, not yet in force.
+  struct Staged {
+    std::optional<Credentials> credentials;
+    std::optional<Acl> acl;
+  };
+  std::optional<Staged> staged_;
 };
 
 }  // namespace lockd::auth

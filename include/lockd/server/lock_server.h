@@ -51,6 +51,19 @@ struct ServerConfig {
   // nothing, or half a ClientHello, would otherwise hold its descriptor
   // and a connection slot forever).
   TimeNs tls_handshake_timeout_ns = 10'000 * kNsPerMs;
+  // §11a bounds (v1.3; docs/security.md "Connections before authentication").
+  // With auth on: a connection not authenticated this long after its
+  // accept is closed (--auth-timeout-ms).
+  TimeNs auth_timeout_ns = 10'000 * kNsPerMs;
+  // With auth on: unauthenticated connections open at once; one more
+  // closes the oldest of them (--max-unauthenticated).
+  std::size_t max_unauthenticated = 256;
+  // Connections from one source address; one more is closed at once; 0 =
+  // no cap (--max-connections-per-ip).
+  std::size_t max_connections_per_ip = 1024;
+  // --client-tls: handshakes in progress; one more connection is closed at
+  // once (--max-tls-handshakes).
+  std::size_t max_tls_handshakes = 64;
   // First client id. Cluster mode puts the node id in the high bits so a
   // client id names its node in every replica's table.
   std::uint64_t first_client_id = 1;
@@ -98,6 +111,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   const ServerStats& stats() const { return stats_; }
   const ServerConfig& config() const { return config_; }
   std::size_t connection_count() const { return clients_.size(); }
+  // Open connections not (yet) authenticated, with auth on (a gauge).
+  std::size_t unauthenticated_count() const { return unauth_count_; }
   // The watch index (v1.3, §5c): counts for /v1/status and metrics.
   const WatchHub& watches() const { return watches_; }
   // Watchers closed for unsent output over the cap; `X` pushes sent.
@@ -127,7 +142,29 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
     std::unordered_set<locks::WaiterId> waiting;  // its queued acquires
     std::string identity;        // who it authenticated as (auth on)
     bool authenticated = false;  // by its certificate or `H`
+    bool handshaking = false;    // counted in tls_handshakes_ (TLS not yet established)
+    TimeNs accepted_ns = 0;      // for --auth-timeout-ms
+    std::string address;         // source address bytes, the per_address_ key
+    // Links of the unauthenticated list (auth on, not yet authenticated),
+    // oldest first; null at its ends and when not in it.
+    Client* unauth_prev = nullptr;
+    Client* unauth_next = nullptr;
+    bool in_unauth = false;
   };
+
+  // The unauthenticated connections in accept order: an intrusive list, so
+  // that adding, removing and finding the oldest are O(1). Accept order is
+  // also deadline order (one --auth-timeout-ms for all), so one timer armed
+  // for the front serves every deadline.
+  void unauth_push(Client& c);
+  void unauth_remove(Client& c);
+  // Auth on and `c` now authenticated: leaves the list for good.
+  void authenticated(Client& c);
+  // Closes `c` for one of the §11a bounds, counted and logged at debug.
+  void close_for(Client& c, CloseReason reason);
+  // Closes the connections not authenticated in time.
+  void on_auth_timer();
+  bool auth_required() const { return auth_ != nullptr && auth_->required(); }
 
   void accept(int fd);
   // Returns whether the request was answered at once (false: it waits).
@@ -169,6 +206,15 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   net::Timer sweep_timer_;     // starts a sweep pass every sweep interval
   net::Timer sweep_continue_;  // runs the next slice of a pass, next turn
   std::unordered_map<std::uint64_t, Client> clients_;  // by connection id
+  // Node-based map: a Client's address never changes while it is in it,
+  // which the unauthenticated list relies on.
+  Client* unauth_head_ = nullptr;  // oldest unauthenticated connection
+  Client* unauth_tail_ = nullptr;  // newest
+  std::size_t unauth_count_ = 0;
+  net::Timer auth_timer_;  // armed for the front of the unauthenticated list
+  std::size_t tls_handshakes_ = 0;  // connections whose TLS handshake is in progress
+  // Open connections per source address (--max-connections-per-ip).
+  std::unordered_map<std::string, std::size_t> per_address_;
   std::vector<net::Connection*> pending_writes_;  // flushed in after_turn()
   std::vector<std::uint64_t> closed_;             // reaped in after_turn()
   std::vector<locks::Delivery> deliveries_;       // reused scratch

@@ -32,6 +32,30 @@ enum class ReplyKind : std::uint8_t {
   kCount,        // number of kinds; not a reply
 };
 
+// Why the server closed a client connection to protect itself (protocol.md
+// §11a), as an index of ServerStats::closed; the metric's `reason` label.
+enum class CloseReason : std::uint8_t {
+  kAuthTimeout,            // not authenticated within --auth-timeout-ms
+  kUnauthenticatedCap,     // the oldest unauthenticated one, to make room (--max-unauthenticated)
+  kPerIp,                  // one more than --max-connections-per-ip from its address
+  kUnauthenticatedOutput,  // unauthenticated and not reading its refusals
+  kTlsHandshakes,          // one more than --max-tls-handshakes in progress
+  kCount,                  // number of reasons; not a reason
+};
+
+// The `reason` label of each CloseReason.
+inline const char* to_string(CloseReason r) {
+  switch (r) {
+    case CloseReason::kAuthTimeout: return "auth_timeout";
+    case CloseReason::kUnauthenticatedCap: return "max_unauthenticated";
+    case CloseReason::kPerIp: return "max_connections_per_ip";
+    case CloseReason::kUnauthenticatedOutput: return "unauthenticated_output";
+    case CloseReason::kTlsHandshakes: return "max_tls_handshakes";
+    case CloseReason::kCount: break;
+  }
+  return "?";
+}
+
 struct ServerStats {
   std::uint64_t requests_acquire = 0;  // well-formed `A` lines
   std::uint64_t requests_release = 0;  // well-formed `R` lines
@@ -50,6 +74,8 @@ struct ServerStats {
   std::uint64_t lines_too_long = 0;
   std::uint64_t tls_handshake_timeouts = 0;  // closed: no completed handshake in time
   std::uint64_t tls_failures = 0;          // TLS handshakes or records that failed (v1.2)
+  // Connections closed by the §11a bounds, by CloseReason (v1.3).
+  std::array<std::uint64_t, static_cast<std::size_t>(CloseReason::kCount)> closed{};
   // Server-side latency of requests answered at once, from before parsing
   // to the reply queued; a waiting acquire is not observed (its wait is the
   // client's choice).
@@ -57,6 +83,7 @@ struct ServerStats {
   RecentKeys recent_keys;  // keys of the latest well-formed requests
 
   void count(ReplyKind k) { ++replies[static_cast<std::size_t>(k)]; }
+  void count(CloseReason r) { ++closed[static_cast<std::size_t>(r)]; }
   // The reply kinds of an acquire's outcome, for `A` or `S`.
   static ReplyKind granted(bool shared) { return shared ? ReplyKind::kShared : ReplyKind::kAcquired; }
   static ReplyKind held(bool shared) { return shared ? ReplyKind::kSharedHeld : ReplyKind::kHeld; }

@@ -54,6 +54,14 @@ class TlsContext {
   // CA serve every session made from now on; on failure the old ones stay
   // and `error` says why.
   bool reload(std::string& error);
+  // reload() in two steps, so that several files can be applied together
+  // or not at all (SIGHUP, protocol.md §11a): stage_reload() reads the
+  // files into a new context kept aside (false with `error`: nothing
+  // staged); commit_reload() makes the staged one current; drop_staged()
+  // forgets it.
+  bool stage_reload(std::string& error);
+  void commit_reload();
+  void drop_staged();
 
   // The current SSL_CTX (owned; valid until the next successful reload()).
   ssl_ctx_st* native() const { return ctx_; }
@@ -66,6 +74,7 @@ class TlsContext {
 
   TlsOptions options_;
   ssl_ctx_st* ctx_ = nullptr;
+  ssl_ctx_st* staged_ = nullptr;  // read by stage_reload(), not yet current
   std::uint64_t reloads_ = 0;
 };
 
