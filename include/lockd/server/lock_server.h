@@ -102,7 +102,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   const WatchHub& watches() const { return watches_; }
   // Watchers closed for unsent output over the cap; `X` pushes sent.
   std::uint64_t watchers_dropped() const { return watchers_dropped_; }
-  std::uint64_t lost_notices() const { return lost_notices_; }
+  std::uint64_t lost_notices() const {
+    return lost_notices_ + (service_ != nullptr ? service_->lost_notices() : 0);
+  }
 
   // net::ConnectionHandler
   void on_bytes(net::Connection& conn, std::string_view bytes) override;
