@@ -196,6 +196,8 @@ TEST(KeepTest, SweepRespectsTheExtendedExpiry) {
   const auto t2 = token_of(c.call("A a k2 60000"));
   ASSERT_EQ(c.call("K " + std::to_string(t2) + " k2 50"), "K " + std::to_string(t2) + " k2");
   ASSERT_TRUE(eventually([&] { return http(lockd.admin_port(), "/v1/locks/k2").status == 404; }));
+  // The holder was told at the new end (v1.3 §5c `X`), once.
+  EXPECT_EQ(c.read_line(), "X " + std::to_string(t2) + " k2");
   EXPECT_EQ(c.call("R " + std::to_string(t2) + " k2"), "N " + std::to_string(t2) + " k2");
 }
 
