@@ -242,7 +242,8 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
               req.limit});
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
-        note_grant(client.conn->id(), r.token, req.key);
+        // The table set this expiry (grant: now + lease): no second lookup.
+        note_grant(client.conn->id(), r.token, req.key, now + ms_to_ns(req.lease_ms));
         stats_.count(ServerStats::granted(shared));
         if (shared) {
           proto::append_shared(out, r.token, req.owner, req.key);
@@ -398,9 +399,13 @@ void LockServer::push_queued(locks::ClientId client) { reply_queued(client); }
 void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key) {
   const locks::KeyState* s = table_.find(key);
   const locks::Holder* h = s != nullptr ? s->holder_with(token) : nullptr;
-  if (h == nullptr) return;
+  if (h != nullptr) note_grant(client, token, key, h->expires_at_ns);
+}
+
+void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key,
+                            TimeNs expires_at_ns) {
   granted_by_.emplace(token, client);
-  lost_heap_.push_back({h->expires_at_ns, token, std::string(key)});
+  lost_heap_.push_back({expires_at_ns, token, std::string(key)});
   std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   compact_lost_if_needed();
 }

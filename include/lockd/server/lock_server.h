@@ -151,6 +151,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // Single mode, `X` (§5c): remembers that `client` was granted `token`
   // on `key`, to tell it when that lease ends by expiry.
   void note_grant(locks::ClientId client, locks::Token token, std::string_view key);
+  void note_grant(locks::ClientId client, locks::Token token, std::string_view key,
+                  TimeNs expires_at_ns);
   // Sends `X` for every noted grant whose lease has ended at `now`.
   void run_lost_notices(TimeNs now);
   void compact_lost_if_needed();
