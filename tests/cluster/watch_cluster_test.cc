@@ -8,6 +8,7 @@
 #include <string>
 
 #include "eventually.h"
+#include "http_get.h"
 #include "lockd_cluster.h"
 
 namespace lockd::testing {
@@ -103,6 +104,45 @@ TEST(WatchCluster, EveryMemberServesWatchesWithTheLogIndexAsRev) {
   ASSERT_EQ(after.size(), 6u);
   EXPECT_EQ(after[5], g3[1]);
   EXPECT_GT(rev_of(after), rev_of(wa));
+}
+
+TEST(WatchCluster, AWatchOnAMemberThatAppliedNothingWaitsForItsFirstEntry) {
+  // Nodes 1-3 form the group; node 4 starts as a spare nobody added yet,
+  // so it applies nothing (rev would be 0).
+  LockdCluster c(4, {}, {}, 3);
+  ASSERT_NE(c.wait_leader(), 0);
+  c.set_peers(4, {1, 2, 3, 4});
+  c.set_node_flags(4, {"--initial-cluster-state", "existing"});
+  c.start(4);
+  LineClient w(c.client_port(4));
+  // One election timeout (150 ms in LockdCluster), then E no_leader.
+  const auto sent = std::chrono::steady_clock::now();
+  EXPECT_EQ(w.call("W k"), "E no_leader k");
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, milliseconds(140));
+  // Held again; added to the group meanwhile, it applies entries and
+  // answers the held W with the state and a rev above 0.
+  w.send("W k\n");
+  const std::string body = "{\"id\":4,\"client_addr\":\"" + c.client_addr(4) + "\",\"raft_addr\":\"" +
+                           c.raft_addr(4) + "\"}";
+  const int leader = c.wait_leader();
+  const HttpReply r = http_raw(
+      c.admin_port(leader),
+      "POST /v1/cluster/members HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  // Either the held W was answered in time (its state), or it timed out
+  // first and a retry gets it.
+  std::vector<std::string> f = fields(w.read_line().value_or(""));
+  if (f.size() == 3 && f[0] == "E") {
+    ASSERT_TRUE(eventually([&] {
+      f = fields(w.call("W k"));
+      return f.size() == 4;
+    }));
+  }
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f[0], "W");
+  EXPECT_EQ(f[3], "free");
+  EXPECT_GE(rev_of(f), 1u);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ struct ServerConfig {
   locks::Limits locks;
   std::size_t max_connections = 10'000;
   WatchLimits watches;  // --max-watches-per-connection, --max-watches (v1.3)
+  // Cluster: how long a `W` on a member that has applied no entry yet
+  // waits for one before `E no_leader <key>` (one election timeout).
+  TimeNs watch_apply_wait_ns = 300 * kNsPerMs;
   TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
   net::OutputLimits output;
   // --client-tls: a connection whose TLS handshake has not completed this
@@ -156,6 +159,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // Sends `X` for every noted grant whose lease has ended at `now`.
   void run_lost_notices(TimeNs now);
   void compact_lost_if_needed();
+  // Cluster: answers the `W`s held until this member applied an entry
+  // (or, past their deadline, `E no_leader <key>`).
+  void answer_held_watches(TimeNs now);
 
   event_base* base_;
   ServerConfig config_;
@@ -198,6 +204,13 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   };
   std::unordered_map<locks::Token, locks::ClientId> granted_by_;
   std::vector<LostDeadline> lost_heap_;
+  struct HeldWatch {
+    std::uint64_t client;
+    std::string key;
+    TimeNs deadline_ns;
+  };
+  std::vector<HeldWatch> held_watches_;  // oldest first
+  net::Timer held_watch_timer_;
   std::size_t lost_compact_at_ = 4'096;
   std::uint64_t watchers_dropped_ = 0;
   std::uint64_t lost_notices_ = 0;
