@@ -271,6 +271,9 @@ TEST(AdminApiTest, HandoffsByReleaseAndExpiryAreCounted) {
   const auto bob = w.read_line();  // handed to bob on release, for 80 ms
   ASSERT_TRUE(bob.has_value());
   EXPECT_EQ(fields(*bob)[2], "bob");
+  // bob's lease ends: its connection is told first (v1.3 §5c `X`), then
+  // the key is handed to carol.
+  EXPECT_EQ(w.read_line(10'000ms), "X " + fields(*bob)[1] + " h");
   const auto carol = w.read_line(10'000ms);  // handed to carol on bob's expiry
   ASSERT_TRUE(carol.has_value());
   EXPECT_EQ(fields(*carol)[2], "carol");
