@@ -85,7 +85,8 @@ TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
   // The file's default lease applies: 100 ms.
   auto r = fields(c.call("A o k3"));
   ASSERT_EQ(r.size(), 4u);
-  std::this_thread::sleep_for(200ms);
+  // Its holder is told when it ends (v1.3 §5c `X`), about 100 ms on.
+  EXPECT_EQ(c.read_line(), "X " + r[1] + " k3");
   EXPECT_EQ(c.call("A p k3").substr(0, 2), "A ");  // expired: taken over
 }
 
