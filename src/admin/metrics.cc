@@ -331,6 +331,9 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "S"}}, reply(ReplyKind::kShared));
   w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "T"}}, reply(ReplyKind::kSharedHeld));
   w.sample("lockd_requests_total", {{"verb", "S"}, {"result", "B"}}, reply(ReplyKind::kSharedBusy));
+  w.sample("lockd_requests_total", {{"verb", "W"}, {"result", "W"}}, reply(ReplyKind::kWatching));
+  w.sample("lockd_requests_total", {{"verb", "W"}, {"result", "B"}}, reply(ReplyKind::kWatchBusy));
+  w.sample("lockd_requests_total", {{"verb", "U"}, {"result", "U"}}, reply(ReplyKind::kUnwatched));
   w.sample("lockd_requests_total", {{"verb", "invalid"}, {"result", "E"}},
            reply(ReplyKind::kError));
 
@@ -421,6 +424,24 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_swept_keys_total", "counter",
            "Expired keys deleted by sweeps.",
            ls.swept_keys);
+  w.single("lockd_watches", "gauge",
+           "Keys watched (W), summed over connections.",
+           static_cast<std::uint64_t>(server.watches().watch_count()));
+  w.single("lockd_watchers", "gauge",
+           "Connections watching at least one key.",
+           static_cast<std::uint64_t>(server.watches().watcher_count()));
+  w.single("lockd_watch_pushes_total", "counter",
+           "V lines pushed to watchers (one per watcher and change).",
+           server.watches().stats().pushes);
+  w.single("lockd_watches_refused_total", "counter",
+           "W answered B: --max-watches-per-connection or --max-watches was full.",
+           server.watches().stats().refused);
+  w.single("lockd_watchers_dropped_total", "counter",
+           "Watching connections closed because their unsent output passed the cap.",
+           server.watchers_dropped());
+  w.single("lockd_lost_notices_total", "counter",
+           "X lines pushed: a holder told that its lease ended by expiry.",
+           server.lost_notices());
   w.single("lockd_output_overflows_total", "counter",
            "Connections closed because their unsent output passed the cap.",
            st.output_overflows);

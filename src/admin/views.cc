@@ -69,7 +69,8 @@ json replies_json(const server::ServerStats& st) {
               {"K", r(ReplyKind::kKept)},       {"E", r(ReplyKind::kError)},
               {"M", r(ReplyKind::kMoved)},      {"H", r(ReplyKind::kHello)},
               {"S", r(ReplyKind::kShared)},     {"T_to_S", r(ReplyKind::kSharedHeld)},
-              {"B_to_S", r(ReplyKind::kSharedBusy)}};
+              {"B_to_S", r(ReplyKind::kSharedBusy)}, {"W", r(ReplyKind::kWatching)},
+              {"B_to_W", r(ReplyKind::kWatchBusy)}, {"U", r(ReplyKind::kUnwatched)}};
 }
 
 // Keeps the `limit` smallest elements of `heap` (a max-heap under `less`).
@@ -168,6 +169,8 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
         {"holders", holders},
         {"waiters", table.waiter_count()},
         {"connections", server.connection_count()},
+        {"watches", server.watches().watch_count()},
+        {"watchers", server.watches().watcher_count()},
         {"commit_index", c.commit_index},
         {"applied_index", c.applied_index},
         {"uptime_ms", floor_div(now_ns - node.started_ns, kNsPerMs)},
@@ -191,6 +194,8 @@ json status_json(const server::LockServer& server, const NodeInfo& node, TimeNs 
       {"holders", holders},
       {"waiters", table.waiter_count()},
       {"connections", server.connection_count()},
+      {"watches", server.watches().watch_count()},
+      {"watchers", server.watches().watcher_count()},
       {"commit_index", 0},
       {"applied_index", 0},
       {"uptime_ms", floor_div(now_ns - node.started_ns, kNsPerMs)},

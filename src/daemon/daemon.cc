@@ -197,6 +197,8 @@ bool Daemon::start_cluster(std::string& error) {
   server::ServerConfig sc = config_.server;
   // Client ids name their node: the node id in the high 16 bits.
   sc.first_client_id = (*config_.node_id << 48) + 1;
+  // A `W` before this member applied anything waits this long (§5c).
+  sc.watch_apply_wait_ns = static_cast<TimeNs>(ms_to_ns(config_.election_timeout_ms));
   server_ = std::make_unique<server::LockServer>(base_, sc, 1, &cluster_->service());
   cluster_->set_before_sync([server = server_.get()] { server->flush_replies(); });
   server_->require_tls(client_tls_.get());

@@ -229,9 +229,10 @@ bool set_client_security(const ClientSecurity& security, std::string& error) {
 }
 
 bool is_protocol_reply(std::string_view line) {
-  // A, T, R, N, K, B, E, M, S (v1.2 shared), H (v1.2 auth), then a space
+  // A, T, R, N, K, B, E, M, S (v1.2 shared), H (v1.2 auth), W U V X (v1.3
+  // watch), then a space
   // or the end of the line.
-  return line.size() >= 1 && std::string_view("ATRNKBEMSH").find(line[0]) != std::string_view::npos &&
+  return line.size() >= 1 && std::string_view("ATRNKBEMSHWUVX").find(line[0]) != std::string_view::npos &&
          (line.size() == 1 || line[1] == ' ' || line[1] == '\r');
 }
 
@@ -377,6 +378,51 @@ std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_vi
     return std::nullopt;
   }
   return reply;
+}
+
+bool stream_lines(const net::Endpoint& ep, std::string_view lines, int connect_timeout_ms,
+                  const std::function<bool(std::string_view)>& on_line,
+                  const std::function<bool()>& stop, std::string& error, Failure& failure) {
+  failure = Failure::kUnreachable;
+  Conn conn(ep, connect_timeout_ms, error);
+  if (!conn.ok()) return false;
+  std::string req;
+  if (!g_security.credential.empty()) req.append("H ").append(g_security.credential).append("\n");
+  req.append(lines);
+  if (!conn.send(req, error)) return false;
+  failure = Failure::kNoAnswer;
+  std::string buf;
+  bool first = true;
+  const auto has_line = [](const std::string& s) { return s.find('\n') != std::string::npos; };
+  for (;;) {
+    if (stop()) return true;
+    std::string read_error;
+    if (!conn.read_until(buf, 200, has_line, read_error)) {
+      if (read_error.starts_with("timed out")) continue;  // nothing yet: look at stop()
+      error = read_error;
+      return false;
+    }
+    // read_until() returns without a whole line only at EOF.
+    const bool eof = !has_line(buf);
+    std::size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (first && !is_protocol_reply(line)) {
+        failure = Failure::kWrongPort;
+        error = "it answered '" + line.substr(0, 60) + "', which is not the lockd protocol";
+        return false;
+      }
+      first = false;
+      if (!on_line(line)) return true;
+    }
+    if (eof) {
+      error = "the server closed the connection";
+      failure = first ? Failure::kUnreachable : Failure::kNoAnswer;
+      return false;
+    }
+  }
 }
 
 }  // namespace lockd::lockctl

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -74,6 +75,17 @@ std::optional<HttpResponse> http_request(const net::Endpoint& ep, std::string_vi
 std::optional<std::string> exchange_line(const net::Endpoint& ep, std::string_view line,
                                          int connect_timeout_ms, int timeout_ms,
                                          std::string& error, Failure& failure);
+
+// A long-lived exchange (`lockctl watch`): connects, authenticates when a
+// credential is set (a refused `H` is passed to on_line like any line),
+// sends `lines` (each ending in `\n`), then hands every line read (without
+// `\n`) to on_line until it returns false, `stop()` turns true (checked at
+// least every 200 ms), or the server closes. Returns false with `error`
+// set when it could not connect or the connection failed (`failure` says
+// which); true otherwise.
+bool stream_lines(const net::Endpoint& ep, std::string_view lines, int connect_timeout_ms,
+                  const std::function<bool(std::string_view)>& on_line,
+                  const std::function<bool()>& stop, std::string& error, Failure& failure);
 
 // The first letter of every reply line of the lock protocol.
 bool is_protocol_reply(std::string_view line);

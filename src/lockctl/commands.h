@@ -56,6 +56,11 @@ int cmd_release(const Globals& g, const std::string& token, const std::string& k
 int cmd_keep(const Globals& g, const std::string& token, const std::string& key,
              std::uint64_t lease_ms);
 
+// `lockctl watch KEY... [--once]` (v1.3): one line per state; 0 when
+// interrupted (or after the states now with `once`), 1 for `B` or a
+// refusal, 3 when no --addr answers.
+int cmd_watch(const Globals& g, const std::vector<std::string>& keys, bool once);
+
 // `lockctl top`: the live view.
 struct TopOptions {
   std::uint64_t interval_ms = 1000;  // refresh period

@@ -59,6 +59,7 @@ const std::map<std::string, std::string> kUsage = {
     {"acquire", "lockctl acquire OWNER KEY [--shared [--limit N]] [--lease MS] [--wait MS]"},
     {"release", "lockctl release TOKEN KEY"},
     {"keep", "lockctl keep TOKEN KEY --lease MS"},
+    {"watch", "lockctl watch KEY... [--once]"},
     {"run", "lockctl run KEY [--owner O] [--shared [--limit N]] [--lease MS] [--wait MS] -- COMMAND [ARGS...]"},
     {"top", "lockctl top [--interval-ms MS] [--iterations N] [--rows N]"},
     {"member", "lockctl member list | add ID CLIENT_HOST:PORT/RAFT_HOST:PORT | promote ID | remove ID"},
@@ -152,6 +153,13 @@ int main(int argc, char** argv) {
   keep->add_option("TOKEN", token, "fencing token of the lease")->required();
   keep->add_option("KEY", key, "the key")->required();
   keep->add_option("--lease", keep_lease_ms, "new lease in ms, counted from now")->required();
+
+  auto* watch = app.add_subcommand(
+      "watch", "print a key's state now and at every change over the text protocol (v1.3)");
+  std::vector<std::string> watch_keys;
+  bool watch_once = false;
+  watch->add_option("KEY", watch_keys, "the keys")->required();
+  watch->add_flag("--once", watch_once, "print the states now only");
 
   auto* run = app.add_subcommand("run", "hold a lock while a command runs: run KEY -- CMD ARGS...");
   lockd::lockctl::RunOptions run_opt;
@@ -302,6 +310,7 @@ int main(int argc, char** argv) {
   }
   if (*release) return cmd_release(g, token, key);
   if (*keep) return cmd_keep(g, token, key, keep_lease_ms);
+  if (*watch) return cmd_watch(g, watch_keys, watch_once);
   if (*run) {
     if (has_dashes) run_opt.command.insert(run_opt.command.end(), after_dashes.begin(), after_dashes.end());
     if (run_opt.key.empty()) {

@@ -28,7 +28,8 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       sweep_continue_(base, [this] { run_sweep_slice(); }),
       auth_timer_(base, [this] { on_auth_timer(); }),
       next_conn_id_(config.first_client_id),
-      watches_(config.watches, service != nullptr) {
+      watches_(config.watches, service != nullptr),
+      held_watch_timer_(base, [this] { answer_held_watches(net::monotonic_now_ns()); }) {
   if (service_ != nullptr) {
     service_->attach(*this);
     service_->attach_watches(watches_, *this);
@@ -325,11 +326,13 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
   if (req.verb == proto::Verb::kWatch) {
     ++stats_.requests_watch;
     if (service_ != nullptr && watches_.rev() == 0) {
-      // Cluster: nothing of the group applied here yet, so no state to show
-      // (§5c: rev is never 0). The client retries, here or elsewhere.
-      stats_.count(ReplyKind::kError);
-      proto::append_error_echo(out, "no_leader", req);
-      return true;
+      // Cluster: nothing of the group applied here yet, so no state to
+      // show (§5c: rev is never 0). Held until an entry is applied, or
+      // answered `E no_leader <key>` after one election timeout.
+      held_watches_.push_back(
+          {client.conn->id(), std::string(req.key), now + config_.watch_apply_wait_ns});
+      if (!held_watch_timer_.armed()) held_watch_timer_.arm_after(config_.watch_apply_wait_ns);
+      return false;
     }
     const auto r = watches_.watch(client.conn->id(), req.key, table(), *this, out);
     stats_.count(r == WatchHub::WatchOutcome::kWatching ? ReplyKind::kWatching
@@ -363,7 +366,8 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
               req.limit});
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
-        note_grant(client.conn->id(), r.token, req.key);
+        // The table set this expiry (grant: now + lease): no second lookup.
+        note_grant(client.conn->id(), r.token, req.key, now + ms_to_ns(req.lease_ms));
         stats_.count(ServerStats::granted(shared));
         if (shared) {
           proto::append_shared(out, r.token, req.owner, req.key);
@@ -534,9 +538,13 @@ void LockServer::push_queued(locks::ClientId client) { reply_queued(client); }
 void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key) {
   const locks::KeyState* s = table_.find(key);
   const locks::Holder* h = s != nullptr ? s->holder_with(token) : nullptr;
-  if (h == nullptr) return;
+  if (h != nullptr) note_grant(client, token, key, h->expires_at_ns);
+}
+
+void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key,
+                            TimeNs expires_at_ns) {
   granted_by_.emplace(token, client);
-  lost_heap_.push_back({h->expires_at_ns, token, std::string(key)});
+  lost_heap_.push_back({expires_at_ns, token, std::string(key)});
   std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   compact_lost_if_needed();
 }
@@ -627,7 +635,38 @@ void LockServer::rearm_deadline_timer(TimeNs now) {
   }
 }
 
+void LockServer::answer_held_watches(TimeNs now) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < held_watches_.size(); ++i) {
+    HeldWatch& h = held_watches_[i];
+    auto it = clients_.find(h.client);
+    if (it == clients_.end() || it->second.conn->closed()) continue;
+    if (watches_.rev() == 0 && h.deadline_ns > now) {
+      if (kept != i) held_watches_[kept] = std::move(h);  // never a self-move
+      ++kept;
+      continue;
+    }
+    std::string& out = it->second.conn->out();
+    if (watches_.rev() == 0) {
+      stats_.count(ReplyKind::kError);
+      out.append("E no_leader ").append(h.key).push_back('\n');
+    } else {
+      const auto r = watches_.watch(h.client, h.key, table(), *this, out);
+      stats_.count(r == WatchHub::WatchOutcome::kWatching ? ReplyKind::kWatching
+                                                          : ReplyKind::kWatchBusy);
+    }
+    it->second.conn->reply_queued();
+  }
+  held_watches_.resize(kept);
+  if (held_watches_.empty()) {
+    held_watch_timer_.cancel();
+  } else {
+    held_watch_timer_.arm_after(std::max<TimeNs>(held_watches_.front().deadline_ns - now, 0));
+  }
+}
+
 void LockServer::flush_replies() {
+  if (!held_watches_.empty() && watches_.rev() != 0) answer_held_watches(net::monotonic_now_ns());
   watches_.flush(table(), *this);  // pushes go out with the turn's replies
   for (std::size_t i = 0; i < pending_writes_.size(); ++i) pending_writes_[i]->flush();
   pending_writes_.clear();
@@ -651,6 +690,7 @@ void LockServer::begin_shutdown() {
   auth_timer_.cancel();
   sweep_timer_.cancel();
   sweep_continue_.cancel();
+  held_watch_timer_.cancel();
   for (auto& [id, c] : clients_) c.conn->close_after_flush();
 }
 

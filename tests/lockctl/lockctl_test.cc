@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -29,6 +30,7 @@
 #include "http_get.h"
 #include "lockd_cluster.h"
 #include "lockd_process.h"
+#include "metric.h"
 #include "run_program.h"
 #include "temp_dir.h"
 
@@ -835,6 +837,70 @@ TEST(LockctlTopTest, CtrlCQuitsAndRestoresTheTerminal) {
   ASSERT_FALSE(stty.empty()) << "top did not exit on Ctrl-C";
   EXPECT_EQ(stty.find("-icanon"), std::string::npos) << stty;
   EXPECT_EQ(stty.find("-echo "), std::string::npos) << stty;
+}
+
+}  // namespace
+}  // namespace lockd::testing
+
+namespace lockd::testing {
+namespace {
+
+TEST(LockctlWatchTest, OnceThenEveryChangeUntilInterrupted) {
+  Fixture f;
+  // --once: the state now of each key, exit 0.
+  LineClient a(f.lockd.port());
+  const auto g = fields(a.call("A alice held 60000"));
+  ASSERT_EQ(g.size(), 4u);
+  Outcome once = f.ctl({"watch", "free", "held", "--once"});
+  EXPECT_EQ(once.status, 0) << once.err;
+  EXPECT_TRUE(std::regex_match(once.out, std::regex("free [0-9]+ free\nheld [0-9]+ held alice " +
+                                                    g[1] + "\n")))
+      << once.out;
+  Outcome js = f.ctl({"--json", "watch", "held", "--once"});
+  EXPECT_EQ(js.status, 0) << js.err;
+  const json j = json::parse(js.out);
+  EXPECT_EQ(j["key"], "held");
+  EXPECT_EQ(j["state"], "held");
+  EXPECT_EQ(j["owner"], "alice");
+  EXPECT_EQ(std::to_string(j["token"].get<std::uint64_t>()), g[1]);
+
+  // Streaming: the state now, then each change, until SIGTERM (exit 0).
+  ChildProcess w;
+  ASSERT_TRUE(w.start({lockctl_binary(), "--addr", "127.0.0.1:" + std::to_string(f.lockd.port()),
+                       "watch", "k"},
+                      ChildProcess::Capture::kStdoutToo));
+  const auto watchers = [&] {
+    return json::parse(http(f.lockd.admin_port(), "/v1/status").body)["watchers"].get<int>();
+  };
+  ASSERT_TRUE(eventually([&] { return watchers() == 1; }));
+  const auto t = fields(a.call("A bob k 60000"));
+  ASSERT_EQ(t.size(), 4u);
+  ASSERT_EQ(a.call("R " + t[1] + " k"), "R " + t[1] + " k");
+  ASSERT_TRUE(eventually([&] {
+    return metric(http(f.lockd.admin_port(), "/metrics").body, "lockd_watch_pushes_total") >= 2;
+  }));
+  w.signal(SIGTERM);
+  EXPECT_EQ(w.wait_exit(10s), 0);
+  const std::string out = w.stdout_text();
+  EXPECT_TRUE(std::regex_match(out, std::regex("k [0-9]+ free\nk [0-9]+ held bob " + t[1] +
+                                                "\nk [0-9]+ free\n")))
+      << out;
+
+  // A watch cap refuses: exit 1; no server: exit 3; no key: usage, 2.
+  Outcome none = f.ctl({"watch"});
+  EXPECT_EQ(none.status, 2);
+  Outcome dead = run({lockctl_binary(), "--addr", dead_addr(), "watch", "k", "--once"});
+  EXPECT_EQ(dead.status, 3) << dead.err;
+}
+
+TEST(LockctlWatchTest, ARefusedWatchExitsOne) {
+  LockdProcess lockd({"--max-watches", "1"});
+  LineClient c(lockd.port());
+  ASSERT_EQ(fields(c.call("W taken")).size(), 4u);
+  Outcome busy = run({lockctl_binary(), "--addr", "127.0.0.1:" + std::to_string(lockd.port()),
+                      "watch", "k", "--once"});
+  EXPECT_EQ(busy.status, 1);
+  EXPECT_NE(busy.err.find("B k"), std::string::npos) << busy.err;
 }
 
 }  // namespace

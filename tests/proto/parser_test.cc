@@ -329,3 +329,29 @@ TEST(ParserTest, HelloTakesExactlyOneCredential) {
 
 }  // namespace
 }  // namespace lockd::proto
+
+namespace lockd::proto {
+namespace {
+
+TEST(ParserTest, WatchAndUnwatchTakeExactlyOneKey) {
+  Request w = request_of("W  elections/db \r");
+  EXPECT_EQ(w.verb, Verb::kWatch);
+  EXPECT_EQ(w.key, "elections/db");
+  EXPECT_TRUE(w.echoes_key_only());
+  Request u = request_of("U k");
+  EXPECT_EQ(u.verb, Verb::kUnwatch);
+  EXPECT_EQ(u.key, "k");
+  EXPECT_EQ(error_of("W"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("W a b"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("U"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("U a 1"), ParseError::kBadArity);
+  EXPECT_EQ(error_of("W " + std::string(251, 'k')), ParseError::kBadKey);
+  EXPECT_EQ(request_of("W " + std::string(250, 'k')).key.size(), 250u);
+  EXPECT_EQ(error_of("W k\x7f"), ParseError::kBadKey);
+  EXPECT_EQ(error_of("V k 1 free"), ParseError::kUnknownCommand);  // pushes are not requests
+  EXPECT_EQ(error_of("X 1 k"), ParseError::kUnknownCommand);
+  EXPECT_EQ(error_of("w k"), ParseError::kUnknownCommand);
+}
+
+}  // namespace
+}  // namespace lockd::proto

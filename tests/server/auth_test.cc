@@ -157,6 +157,41 @@ TEST(AuthTest, AclRows) {
   EXPECT_EQ(fields(ops.call("A o orders/2 60000 0"))[0], "A");
 }
 
+TEST(AuthTest, WatchNeedsAuthenticationAndItsOwnVerb) {
+  SecurityFiles files;
+  files.write_acl(R"(admins = ["ops"]
+[[rule]]
+identity = "billing"
+prefix = "billing/"
+verbs = ["A", "R"]
+[[rule]]
+identity = "alice"
+prefix = "billing/"
+verbs = ["W"]
+)");
+  LockdProcess lockd({"--auth", "token", "--credentials", files.credentials(), "--acl", files.acl()});
+  LineClient anon(lockd.port()), billing(lockd.port()), alice(lockd.port());
+  // Not authenticated: refused with the key as the echo.
+  EXPECT_EQ(anon.call("W billing/x"), "E unauthenticated billing/x");
+  EXPECT_EQ(anon.call("U billing/x"), "E unauthenticated billing/x");
+  EXPECT_EQ(billing.call("H billing-token"), "H billing");
+  EXPECT_EQ(alice.call("H alice-token"), "H alice");
+  // A does not imply W.
+  EXPECT_EQ(billing.call("W billing/x"), "E forbidden billing/x");
+  // W on its prefix only; the push shows the holder's owner and token.
+  EXPECT_EQ(alice.call("W other/x"), "E forbidden other/x");
+  const auto w = fields(alice.call("W billing/x"));
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[3], "free");
+  const std::string bt = token_of(billing.call("A b billing/x 60000"));
+  const auto v = fields(*alice.read_line());
+  ASSERT_EQ(v.size(), 6u);
+  EXPECT_EQ(v[0], "V");
+  EXPECT_EQ(v[4], "b");
+  EXPECT_EQ(v[5], bt);
+  EXPECT_EQ(alice.call("U billing/x"), "U billing/x");
+}
+
 TEST(AuthTest, CertificateOrTokenWithAuthAny) {
   SecurityFiles files;
   LockdProcess lockd({"--client-tls", "--tls-cert", pki("server.pem"), "--tls-key", pki("server.key"),

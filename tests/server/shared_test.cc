@@ -130,7 +130,9 @@ TEST(SharedTest, SemaphoreHandsAPermitOnEachExpiryAndKeepActsPerHolder) {
   ASSERT_TRUE(got.has_value());
   EXPECT_GE(duration_cast<milliseconds>(steady_clock::now() - kept).count(), 600);
   const std::string tw = token_of(*got);
-  // a's lease ended and was replaced by w: no R, no K for it.
+  // a's lease ended and was replaced by w: a was told (v1.3 §5c `X`);
+  // no R, no K for it.
+  EXPECT_EQ(a.read_line(), "X " + ta + " pool");
   EXPECT_EQ(a.call("K " + ta + " pool 600"), "N " + ta + " pool");
   EXPECT_EQ(b.call("R " + tb + " pool"), "R " + tb + " pool");
   EXPECT_EQ(w.call("R " + tw + " pool"), "R " + tw + " pool");

@@ -84,7 +84,7 @@ class ReplicatedLockService final : public server::LockService {
   void attach(server::ClientReplies& replies) override { replies_ = &replies; }
   void attach_watches(server::WatchHub& hub, server::PushOutput& push) override;
   // `X` notices sent (v1.3, §5c).
-  std::uint64_t lost_notices() const { return lost_notices_; }
+  std::uint64_t lost_notices() const override { return lost_notices_; }
   bool handle(locks::ClientId client, const proto::Request& req, TimeNs now_ns, std::string& out,
               server::ServerStats& stats) override;
   void client_closed(locks::ClientId client) override;

@@ -44,6 +44,9 @@ struct ServerConfig {
   locks::Limits locks;
   std::size_t max_connections = 10'000;
   WatchLimits watches;  // --max-watches-per-connection, --max-watches (v1.3)
+  // Cluster: how long a `W` on a member that has applied no entry yet
+  // waits for one before `E no_leader <key>` (one election timeout).
+  TimeNs watch_apply_wait_ns = 300 * kNsPerMs;
   TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
   net::OutputLimits output;
   // --client-tls: a connection whose TLS handshake has not completed this
@@ -117,7 +120,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   const WatchHub& watches() const { return watches_; }
   // Watchers closed for unsent output over the cap; `X` pushes sent.
   std::uint64_t watchers_dropped() const { return watchers_dropped_; }
-  std::uint64_t lost_notices() const { return lost_notices_; }
+  std::uint64_t lost_notices() const {
+    return lost_notices_ + (service_ != nullptr ? service_->lost_notices() : 0);
+  }
 
   // net::ConnectionHandler
   void on_bytes(net::Connection& conn, std::string_view bytes) override;
@@ -186,9 +191,14 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // Single mode, `X` (§5c): remembers that `client` was granted `token`
   // on `key`, to tell it when that lease ends by expiry.
   void note_grant(locks::ClientId client, locks::Token token, std::string_view key);
+  void note_grant(locks::ClientId client, locks::Token token, std::string_view key,
+                  TimeNs expires_at_ns);
   // Sends `X` for every noted grant whose lease has ended at `now`.
   void run_lost_notices(TimeNs now);
   void compact_lost_if_needed();
+  // Cluster: answers the `W`s held until this member applied an entry
+  // (or, past their deadline, `E no_leader <key>`).
+  void answer_held_watches(TimeNs now);
 
   event_base* base_;
   ServerConfig config_;
@@ -240,6 +250,13 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   };
   std::unordered_map<locks::Token, locks::ClientId> granted_by_;
   std::vector<LostDeadline> lost_heap_;
+  struct HeldWatch {
+    std::uint64_t client;
+    std::string key;
+    TimeNs deadline_ns;
+  };
+  std::vector<HeldWatch> held_watches_;  // oldest first
+  net::Timer held_watch_timer_;
   std::size_t lost_compact_at_ = 4'096;
   std::uint64_t watchers_dropped_ = 0;
   std::uint64_t lost_notices_ = 0;

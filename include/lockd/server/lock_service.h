@@ -45,6 +45,8 @@ class LockService {
   // changed key and the rev of each applied entry. Not owned.
   // `push` carries `X` notices to clients.
   virtual void attach_watches(WatchHub& /*hub*/, PushOutput& /*push*/) {}
+  // `X` notices this service pushed (v1.3).
+  virtual std::uint64_t lost_notices() const { return 0; }
   // One well-formed request from `client`, read at `now_ns`. Appends an
   // immediate reply to `out` (counted in `stats`) and returns true, or
   // returns false: the answer comes later through ClientReplies.
