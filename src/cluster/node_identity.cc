@@ -86,6 +86,66 @@ std::string write_identity(const std::string& dir, const NodeIdentity& me, bool 
   return err.empty() ? "" : "data dir " + dir + ": " + err;
 }
 
+std::string write_heard(const std::string& dir, const std::set<raft::NodeId>& ids, bool sync) {
+  std::string text = "lockd heard";
+  bool first = true;
+  for (raft::NodeId id : ids) {
+    text += (first ? " " : ",") + std::to_string(id);
+    first = false;
+  }
+  text += "\n";
+  const std::string err = write_durably(dir, kHeardFile, text, sync);
+  return err.empty() ? "" : "data dir " + dir + ": " + err;
+}
+
+std::optional<std::set<raft::NodeId>> read_heard(const std::string& dir, std::string& error) {
+  error.clear();
+  const std::string file = dir + "/" + kHeardFile;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) error = "data dir " + dir + ": cannot read " + kHeardFile + ": " + errno_text(errno);
+    return std::nullopt;
+  }
+  std::string text(kMaxIdentityBytes * 4, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  const std::string bad = "data dir " + dir + ": " + kHeardFile + " is not a lockd heard line";
+  constexpr std::string_view kHeard = "lockd heard";
+  std::string_view t(text);
+  if (!t.starts_with(kHeard) || !t.ends_with('\n')) {
+    error = bad;
+    return std::nullopt;
+  }
+  t.remove_prefix(kHeard.size());
+  t.remove_suffix(1);
+  std::set<raft::NodeId> ids;
+  if (t.empty()) return ids;
+  if (t.front() != ' ') {
+    error = bad;
+    return std::nullopt;
+  }
+  t.remove_prefix(1);
+  while (true) {
+    const std::size_t comma = t.find(',');
+    const auto id = parse_id(t.substr(0, comma));
+    if (!id) {
+      error = bad;
+      return std::nullopt;
+    }
+    ids.insert(*id);
+    if (comma == std::string_view::npos) break;
+    t.remove_prefix(comma + 1);
+  }
+  return ids;
+}
+
 std::optional<NodeIdentity> parse_identity(std::string_view text) {
   if (!text.starts_with(kPrefix) || !text.ends_with('\n')) return std::nullopt;
   text.remove_prefix(kPrefix.size());
