@@ -259,11 +259,20 @@ int LockdCluster::wait_leader(milliseconds timeout, int except) {
 HttpReply LockdCluster::init_group(int id, milliseconds timeout) {
   const auto deadline = steady_clock::now() + timeout;
   HttpReply r;
+  bool timed_out = false;  // an earlier try answered 504: that init may have formed the group since
   while (true) {
     r = http_raw(admin_port(id),
                  "POST /v1/cluster/init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                  "application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
-    if ((r.status != 0 && r.status != 504 && r.status != 503) || steady_clock::now() >= deadline) return r;
+    if (r.status == 409 && timed_out &&
+        r.body.find("node " + std::to_string(id) + " belongs to a formed group") != std::string::npos) {
+      const HttpReply v = http(admin_port(id), "/v1/cluster");
+      if (v.status == 200 && v.body.find("\"leader_id\":null") == std::string::npos) return v;
+    } else if ((r.status != 0 && r.status != 504 && r.status != 503) || steady_clock::now() >= deadline) {
+      return r;
+    }
+    timed_out = timed_out || r.status == 504;
+    if (steady_clock::now() >= deadline) return r;
     std::this_thread::sleep_for(milliseconds(50));
   }
 }
