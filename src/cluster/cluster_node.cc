@@ -97,6 +97,7 @@ bool ClusterNode::open(std::string& error) {
       return false;
     }
   }
+  versions_ = read_versions(config_.data_dir);
   // The start gate, from the data dir alone (start_gate.h): vote with the
   // data, wait to be let in, or refuse.
   {
@@ -286,6 +287,15 @@ bool ClusterNode::open(std::string& error) {
                    p.entry_versions.max);
     }
     p = PeerHello{h.entry_versions, h.admin_addr, h.client_addr, h.data_state, h.cluster_id};
+    // Remembered durably: a member down later still counts with what it
+    // said (protocol.md §10 "Entry versions").
+    const std::pair<std::uint16_t, std::uint16_t> range{h.entry_versions.min, h.entry_versions.max};
+    if (h.entry_versions.known() && versions_[h.sender] != range) {
+      versions_[h.sender] = range;
+      if (const std::string err = write_versions(config_.data_dir, versions_, kSyncWal); !err.empty()) {
+        fail_storage(err);
+      }
+    }
     on_peer_handshake(h);
   });
   {
@@ -711,21 +721,23 @@ const PeerTransportStats& ClusterNode::transport_stats() const { return transpor
 bool ClusterNode::cluster_supports(std::uint16_t v) const {
   if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
   // Every member of the configuration in force, learners included: each
-  // applies every entry. Asked for every proposal, so by id only (not
-  // current_members(), which copies the configuration and parses its
-  // addresses).
-  const auto applies = [&](raft::NodeId id) {
+  // applies every entry. What each said in a handshake, at any time (kept
+  // in VERSIONS): a voter that never said blocks the version; a learner
+  // never heard from (added, not started yet) does not, and one that
+  // said an older range does. Asked for every proposal, so by id only.
+  const auto applies = [&](raft::NodeId id, bool voter) {
     if (id == config_.self) return true;
-    const PeerHello* p = peer_hello(id);
-    return p != nullptr && p->entry_versions.contains(v);
+    const auto it = versions_.find(id);
+    if (it == versions_.end()) return !voter;
+    return it->second.first <= v && v <= it->second.second;
   };
   if (raft_ == nullptr || raft_->conf().empty()) {
     return std::all_of(config_.members.begin(), config_.members.end(),
-                       [&](const Member& m) { return applies(m.id); });
+                       [&](const Member& m) { return applies(m.id, true); });
   }
   const std::vector<raft::Member>& members = raft_->conf().members;
   return std::all_of(members.begin(), members.end(),
-                     [&](const raft::Member& m) { return applies(m.id); });
+                     [&](const raft::Member& m) { return applies(m.id, m.voter); });
 }
 
 const PeerHello* ClusterNode::peer_hello(raft::NodeId id) const {

@@ -286,8 +286,9 @@ class ClusterNode final : private raft::ReadyHandler {
   const ReplicatedServiceStats& service_stats() const { return service_->stats(); }
   std::vector<PeerStats> peer_stats() const;
   const LatencyHistogram& commit_latency() const { return commit_latency_.histogram(); }
-  // Does this binary and every member (as its last handshake said) apply
-  // log entry encoding `v`? A member never heard from counts as no.
+  // Does this binary and every member (as its last handshake said, at any
+  // time: VERSIONS) apply log entry encoding `v`? A voter never heard from
+  // counts as no, a learner never heard from does not count.
   bool cluster_supports(std::uint16_t v) const;
   // What member `id` said in its last handshake; nullptr if none yet.
   const PeerHello* peer_hello(raft::NodeId id) const;
@@ -426,6 +427,8 @@ class ClusterNode final : private raft::ReadyHandler {
   std::map<raft::NodeId, TimeNs> refreshed_at_;    // kWaiting: last new handshake per member
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
   bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
+  // VERSIONS: the entry encodings each member last said it applies.
+  std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> versions_;
   raft::Membership conf_noted_;     // the configuration the transport was last given
   raft::NodeId leader_noted_ = raft::kNoNode;  // the leader the transport was last given
   // Every member's addresses as last seen in a configuration: a removed

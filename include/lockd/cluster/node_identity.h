@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <utility>
 #include <set>
 #include <string>
 #include <string_view>
@@ -66,6 +68,17 @@ std::string write_heard(const std::string& dir, const std::set<raft::NodeId>& id
 // nullopt when absent (`error` empty) or unreadable / not a HEARD line
 // (`error` set).
 std::optional<std::set<raft::NodeId>> read_heard(const std::string& dir, std::string& error);
+
+// VERSIONS (v1.3, protocol.md §10 "Entry versions"): the log entry
+// encodings each member said, in its latest handshake, that it applies,
+// "lockd entry versions 1=2-4 3=2-4\n", rewritten durably when one
+// changes; an entry version is used once every voter said so, at any time.
+inline constexpr const char* kVersionsFile = "VERSIONS";
+std::string write_versions(const std::string& dir,
+                           const std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>>& v,
+                           bool sync = true);
+// Empty when absent or not a VERSIONS line (then nothing is known).
+std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> read_versions(const std::string& dir);
 
 // Rewrites `dir`'s IDENTITY as `me` (the cluster id learned); "" or what failed.
 std::string write_identity(const std::string& dir, const NodeIdentity& me, bool sync = true);
