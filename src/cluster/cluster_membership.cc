@@ -223,6 +223,14 @@ void ClusterNode::open_gate(const StartDecision& d) {
   PeerLocal local = transport_->local();
   local.data_state = DataState::kHasData;
   transport_->set_local(std::move(local));
+  if (d.verdict == StartVerdict::kJoinVoter) {
+    // The node that was asked to form the group campaigns again each
+    // election timeout: a founder let in meanwhile leaves it the first
+    // election (interfaces.md: it becomes the first leader), voting but
+    // not campaigning for a few timeouts, unless a leader shows up first.
+    founder_hold_until_ns_ =
+        net::monotonic_now_ns() + 4 * static_cast<TimeNs>(config_.election_ticks) * config_.heartbeat_ns;
+  }
   spdlog::info("{}", d.reason);
 }
 

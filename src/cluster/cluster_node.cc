@@ -360,7 +360,11 @@ bool ClusterNode::listen(std::string& error) {
 void ClusterNode::on_tick() {
   // Before the start gate lets it in the node neither campaigns nor times out.
   if (gate_ == Gate::kWaiting) refresh_answers(net::monotonic_now_ns());
-  if (gate_ == Gate::kOpen) raft_->tick();
+  if (gate_ == Gate::kOpen && (founder_hold_until_ns_ == 0 || heard_leader_ ||
+                               net::monotonic_now_ns() >= founder_hold_until_ns_)) {
+    founder_hold_until_ns_ = 0;
+    raft_->tick();
+  }
   watch_peers(net::monotonic_now_ns());
   if (gate_ == Gate::kOpen) check_own_removal(net::monotonic_now_ns());
 }

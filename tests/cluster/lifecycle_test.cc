@@ -137,5 +137,30 @@ TEST(Lifecycle, PartlyDeletedDataDirIsRefused) {
   EXPECT_NE(err.find("partly deleted"), std::string::npos) << err;
 }
 
+// Entry versions (protocol.md §10): decided from what the voters said at
+// any time (VERSIONS), not from who was heard since the leader started.
+// Every node restarts with node 3 kept down: the new leader never heard
+// from it since it started, and `S` (a newer entry version) still works.
+TEST(Lifecycle, SharedLocksWorkWhileAVoterIsUnheardSinceTheLeaderStarted) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  ASSERT_EQ(call_leader(c, "S a sem 2 60000").rfind("S ", 0), 0u);
+  // Every node has had its handshakes with every other.
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      std::ifstream in(c.data_dir(i) + "/VERSIONS");
+      const std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      int members = 0;
+      for (char ch : line) members += ch == '=' ? 1 : 0;
+      return members == 2;
+    })) << i;
+  }
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  c.start(1);
+  c.start(2);
+  const std::string reply = call_leader(c, "S b sem 2 60000");
+  EXPECT_EQ(reply.rfind("S ", 0), 0u) << "a down voter switched S off: " << reply;
+}
+
 }  // namespace
 }  // namespace lockd::testing

@@ -426,6 +426,7 @@ class ClusterNode final : private raft::ReadyHandler {
   std::map<raft::NodeId, TimeNs> refresh_wanted_;  // kWaiting: members to handshake again (when asked)
   std::map<raft::NodeId, TimeNs> refreshed_at_;    // kWaiting: last new handshake per member
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
+  TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)
   bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
   // VERSIONS: the entry encodings each member last said it applies.
   std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> versions_;
