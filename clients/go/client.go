@@ -99,6 +99,8 @@ type Client struct {
 	addrs   []string
 	current int // the node requests go to (the leader, once known)
 	conn    *conn
+	old     []*conn // retired connections, closed once their requests are answered
+	keepers map[*Lock]bool
 	rng     *rand.Rand
 	closed  bool
 	// identity is what the server named in its latest H reply.
@@ -156,17 +158,44 @@ func sanitizeOwner(s string) string {
 	return string(b)
 }
 
-// Close closes the connection. Locks still held end with their leases
+// Close stops every keeper (their locks' Lost closes, Err wrapping
+// ErrClosed; OnLost is not called) and closes the connections; nothing is
+// sent or reconnected afterwards. Locks still held end with their leases
 // (call Release first to free them at once).
 func (c *Client) Close() error {
 	c.mu.Lock()
-	conn := c.conn
-	c.conn, c.closed = nil, true
+	conns := append(c.old, c.conn)
+	keepers := c.keepers
+	c.conn, c.old, c.keepers, c.closed = nil, nil, nil, true
 	c.mu.Unlock()
-	if conn != nil {
-		conn.close()
+	for l := range keepers {
+		l.stopKeeper()
+		l.declareLost(fail(ErrClosed, "the client was closed"))
+	}
+	for _, cn := range conns {
+		if cn != nil {
+			cn.close()
+		}
 	}
 	return nil
+}
+
+// track registers a running keeper (false if the client is closed).
+func (c *Client) track(l *Lock, on bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on && c.closed {
+		return false
+	}
+	if on {
+		if c.keepers == nil {
+			c.keepers = map[*Lock]bool{}
+		}
+		c.keepers[l] = true
+	} else {
+		delete(c.keepers, l)
+	}
+	return true
 }
 
 func (c *Client) connTo(ctx context.Context, target int) (*conn, error) {
@@ -176,7 +205,7 @@ func (c *Client) connTo(ctx context.Context, target int) (*conn, error) {
 		return nil, ErrClosed
 	}
 	addr := c.addrs[target]
-	if c.conn != nil && !c.conn.isBroken() && c.conn.addr == addr {
+	if c.conn != nil && c.conn.usable() && c.conn.addr == addr {
 		return c.conn, nil
 	}
 	// Dialing under the lock: the other goroutines want the same connection.
@@ -188,7 +217,16 @@ func (c *Client) connTo(ctx context.Context, target int) (*conn, error) {
 		c.identity = identity
 	}
 	if c.conn != nil {
-		c.conn.close()
+		// Other callers may have requests in flight on it (a wait queued
+		// at a healthy leader): it closes once they are answered.
+		c.conn.retire()
+		live := c.old[:0]
+		for _, o := range c.old {
+			if !o.isDead() {
+				live = append(live, o)
+			}
+		}
+		c.old = append(live, c.conn)
 	}
 	c.conn, c.current = nc, target
 	return nc, nil
@@ -249,8 +287,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // *RejectedError (errors.Is ErrUnauthenticated or ErrForbidden for those
 // codes), ErrInvalidArgument, ErrProtocol, ErrClosed.
 func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
+	if r.Verb.isWatch() {
+		return Reply{}, &invalidError{"W and U are sent by Watch"}
+	}
+	reply, _, err := c.do(ctx, r)
+	return reply, err
+}
+
+// do is Do, also naming the connection that answered.
+func (c *Client) do(ctx context.Context, r Request) (Reply, *conn, error) {
 	if err := r.Validate(); err != nil {
-		return Reply{}, err
+		return Reply{}, nil, err
 	}
 	budgetEnd := time.Now().Add(c.opts.NoLeaderBudget)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(budgetEnd) {
@@ -277,12 +324,12 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 	redirected := false // target is the leader named by the last M
 	for {
 		if err := ctx.Err(); err != nil {
-			return Reply{}, err // nothing sent
+			return Reply{}, nil, err // nothing sent
 		}
 		cn, err := c.connTo(ctx, target)
 		if err != nil {
 			if errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrProtocol) {
-				return Reply{}, err // another node would not change it
+				return Reply{}, nil, err // another node would not change it
 			}
 			target = c.next(target)
 			if redirected {
@@ -291,7 +338,7 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 				// no leader for now: back off, ask another node.
 				redirected, redirects = false, 0
 				if e := backOff(failCause(ErrNoLeader, "the leader named by M cannot be reached", err)); e != nil {
-					return Reply{}, e
+					return Reply{}, nil, e
 				}
 				continue
 			}
@@ -299,7 +346,7 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 			n := len(c.addrs)
 			c.mu.Unlock()
 			if unreachable++; unreachable >= n {
-				return Reply{}, err
+				return Reply{}, nil, err
 			}
 			continue
 		}
@@ -309,12 +356,12 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 			// The connection broke while idle (a restarted node): not sent,
 			// go over a new one. Bounded (a node closing every connection).
 			if stale++; stale > 3 {
-				return Reply{}, fail(ErrUnreachable, "connections to "+cn.addr+" keep closing")
+				return Reply{}, nil, fail(ErrUnreachable, "connections to "+cn.addr+" keep closing")
 			}
 			continue
 		}
 		if err != nil {
-			return Reply{}, err
+			return Reply{}, nil, err
 		}
 		by := time.Now().Add(wait + c.opts.ReplyTimeout)
 		reply, err := cn.wait(ctx, id, ch, by)
@@ -329,33 +376,33 @@ func (c *Client) Do(ctx context.Context, r Request) (Reply, error) {
 				}
 				c.mu.Unlock()
 			}
-			return Reply{}, err
+			return Reply{}, nil, err
 		}
 		unreachable, redirected = 0, false
 		switch {
 		case reply.Kind == 'M':
 			if !validAddress(reply.Leader) {
-				return Reply{}, fail(ErrProtocol, "M names a bad leader address: "+reply.Leader)
+				return Reply{}, nil, fail(ErrProtocol, "M names a bad leader address: "+reply.Leader)
 			}
 			if redirects++; redirects > c.opts.MaxRedirects {
-				return Reply{}, fail(ErrNoLeader, fmt.Sprintf("more than %d redirects (last to %s)", c.opts.MaxRedirects, reply.Leader))
+				return Reply{}, nil, fail(ErrNoLeader, fmt.Sprintf("more than %d redirects (last to %s)", c.opts.MaxRedirects, reply.Leader))
 			}
 			target, redirected = c.indexOf(reply.Leader), true
 			continue
 		case reply.Kind == 'E' && reply.Code == "no_leader":
 			if e := backOff(fail(ErrNoLeader, "no leader known within the retry budget")); e != nil {
-				return Reply{}, e
+				return Reply{}, nil, e
 			}
 			target, redirects = c.next(target), 0 // another node may know one
 			continue
 		case reply.Kind == 'E' && reply.Code == "indeterminate":
-			return Reply{}, fail(ErrIndeterminate, "the leader lost leadership before the request committed")
+			return Reply{}, nil, fail(ErrIndeterminate, "the leader lost leadership before the request committed")
 		case reply.Kind == 'E' && reply.Code == "limit_mismatch":
-			return Reply{}, fail(ErrLimitMismatch, "the key is shared with another limit")
+			return Reply{}, nil, fail(ErrLimitMismatch, "the key is shared with another limit")
 		case reply.Kind == 'E':
-			return Reply{}, &RejectedError{Code: reply.Code}
+			return Reply{}, nil, &RejectedError{Code: reply.Code}
 		}
-		return reply, nil
+		return reply, cn, nil
 	}
 }
 
@@ -393,14 +440,15 @@ func (c *Client) grant(ctx context.Context, verb Verb, key string, limit uint32,
 	}
 	r := Request{Verb: verb, Owner: owner, Key: key, LeaseMS: millis(o.Lease), WaitMS: millis(wait), Limit: limit}
 	sentAt := time.Now()
-	reply, err := c.Do(ctx, r)
+	reply, cn, err := c.do(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case reply.Kind == byte(verb):
-		return &Lock{client: c, Token: reply.Token, Key: key, Owner: owner, Lease: o.Lease, SentAt: sentAt,
-			Shared: verb == VerbShared, Limit: limit, lost: make(chan struct{})}, nil
+		return &Lock{client: c, conn: cn, Token: reply.Token, Key: key, Owner: owner, Lease: o.Lease, SentAt: sentAt,
+			GrantedAt: reply.arrived, waited: r.WaitMS > 0, Shared: verb == VerbShared, Limit: limit,
+			lost: make(chan struct{})}, nil
 	case reply.Kind == 'T':
 		return nil, fail(ErrTimedOut, "not granted (held, full, or someone queued first)")
 	case reply.Kind == 'B':

@@ -42,7 +42,26 @@ type conn struct {
 	nextID    uint64
 	broken    error
 	changed   chan struct{} // closed (and replaced) whenever a reply is dispatched
+	dead      chan struct{} // closed once the connection broke or was closed
+	// retired: no new caller is given this connection (the client moved to
+	// another node); it stays
+	// open for the requests already in flight and closes once they are
+	// answered, so moving on never fails another caller's request.
+	retired  bool
+	watchers map[string][]*watchSub // key -> the watches of this connection
+	onX      map[uint64]func()      // token -> the keeper told of an X
+	xSeen    map[uint64]bool        // X pushes no keeper had claimed yet (bounded)
+	xOrder   []uint64
 }
+
+// watchSub is one Watch's interest in a key on one connection.
+type watchSub struct {
+	key  string
+	push func(KeyState)
+}
+
+// maxXSeen bounds the X pushes remembered before their keeper registers.
+const maxXSeen = 256
 
 // dial connects to addr (over TLS when tlsConfig is set); with a
 // credential, the connection is authenticated (H, protocol.md §11) before
@@ -70,7 +89,8 @@ func dial(ctx context.Context, addr string, timeout time.Duration, tlsConfig *tl
 		}
 	}
 	c = &conn{addr: addr, nc: nc, m: newMatcher(), waiters: map[uint64]chan result{},
-		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{})}
+		abandoned: map[uint64]bool{}, nextID: 1, changed: make(chan struct{}), dead: make(chan struct{}),
+		watchers: map[string][]*watchSub{}, onX: map[uint64]func(){}, xSeen: map[uint64]bool{}}
 	go c.readLoop(br)
 	return c, identity, nil
 }
@@ -127,13 +147,57 @@ func authenticate(ctx context.Context, nc net.Conn, br *bufio.Reader, addr strin
 	}
 }
 
-func (c *conn) isBroken() bool {
+// usable is true if new callers may send on this connection.
+func (c *conn) usable() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.broken != nil
+	return c.broken == nil && !c.retired
 }
 
-func (c *conn) close() { _ = c.nc.Close() }
+func (c *conn) close() { c.fail(errors.New("connection closed by the client")) }
+
+func (c *conn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// retire gives the connection no new callers and closes it once nothing
+// is in flight on it (at once if nothing is).
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	c.closeIfIdleLocked()
+	c.mu.Unlock()
+}
+
+func (c *conn) closeIfIdleLocked() {
+	if c.retired && c.broken == nil && c.m.inFlight() == 0 {
+		c.failLocked(errors.New("connection retired"))
+	}
+}
+
+// listenX calls fn (on the reader goroutine, once) when X arrives for token.
+func (c *conn) listenX(token uint64, fn func()) {
+	c.mu.Lock()
+	seen := c.xSeen[token]
+	if !seen {
+		c.onX[token] = fn
+	}
+	c.mu.Unlock()
+	if seen {
+		fn()
+	}
+}
+
+func (c *conn) unlistenX(token uint64) {
+	c.mu.Lock()
+	delete(c.onX, token)
+	c.mu.Unlock()
+}
 
 // peerClosed is true when the peer closed the connection (EOF with nothing
 // before it) and the reader has not noticed yet: a node killed or restarted
@@ -166,11 +230,20 @@ func (c *conn) peerClosed() bool {
 // release that ends the first one's wait, say) goes out meanwhile.
 // errNotSent if the connection had broken.
 func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64, chan result, error) {
+	return c.submitHook(ctx, r, queueBy, nil)
+}
+
+// submitHook is submit; hook, when set, runs under the connection's locks
+// just before r is recorded and written (wire order with r), and says
+// whether r is to be sent at all.
+func (c *conn) submitHook(ctx context.Context, r Request, queueBy time.Time, hook func() bool) (uint64, chan result, error) {
+	queued := false
 	for {
 		c.mu.Lock()
 		changed, busy := c.changed, c.broken == nil && c.m.busy(r)
 		c.mu.Unlock()
 		if busy {
+			queued = true
 			t := time.NewTimer(time.Until(queueBy))
 			select {
 			case <-changed:
@@ -189,6 +262,16 @@ func (c *conn) submit(ctx context.Context, r Request, queueBy time.Time) (uint64
 			c.mu.Unlock()
 			c.wmu.Unlock()
 			continue
+		}
+		if queued && r.WaitMS > 0 {
+			// The wait counts from the call, not from the end of the
+			// queueing: send what is left of it (0: one try, no wait).
+			r.WaitMS = millis(time.Until(queueBy))
+		}
+		if hook != nil && c.broken == nil && !hook() {
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			return 0, nil, nil
 		}
 		id, ch, err := c.addLocked(r)
 		c.mu.Unlock()
@@ -274,6 +357,11 @@ func (c *conn) failLocked(why error) {
 	c.abandoned = map[uint64]bool{}
 	close(c.changed)
 	c.changed = make(chan struct{})
+	select {
+	case <-c.dead:
+	default:
+		close(c.dead)
+	}
 }
 
 func (c *conn) readLoop(br *bufio.Reader) {
@@ -293,11 +381,16 @@ func (c *conn) readLoop(br *bufio.Reader) {
 
 func (c *conn) dispatch(text string) {
 	reply, perr := ParseReply(text)
+	reply.arrived = time.Now()
+	if perr == nil && reply.isPush() {
+		c.push(reply)
+		return
+	}
 	c.mu.Lock()
-	var id uint64
+	var out []delivery
 	ok := false
 	if perr == nil {
-		id, ok = c.m.match(reply)
+		out, ok = c.m.match(reply)
 	}
 	if !ok {
 		// Nothing we sent can have drawn this line: no reply on this
@@ -306,28 +399,121 @@ func (c *conn) dispatch(text string) {
 		c.mu.Unlock()
 		return
 	}
-	ch := c.waiters[id]
-	delete(c.waiters, id)
-	undo := c.abandoned[id] && reply.isGrant()
-	delete(c.abandoned, id)
-	if ch != nil {
-		ch <- result{reply: reply}
+	var undo []Reply
+	for _, d := range out {
+		ch := c.waiters[d.id]
+		delete(c.waiters, d.id)
+		if c.abandoned[d.id] && d.reply.isGrant() {
+			undo = append(undo, d.reply)
+		}
+		delete(c.abandoned, d.id)
+		if ch != nil {
+			ch <- result{reply: d.reply}
+		}
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})
+	if len(undo) == 0 {
+		c.closeIfIdleLocked()
+	}
 	c.mu.Unlock()
-	if undo {
+	for _, g := range undo {
 		// A grant nobody waits for any more: release it, so a timed-out
 		// acquire never leaves a lock held by nobody until its lease ends.
-		go func() {
-			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: reply.Token, Key: reply.Key}, time.Now())
-			if err == nil {
-				c.mu.Lock()
+		// Sent from another goroutine: the reader must go on reading.
+		go func(g Reply) {
+			rid, _, err := c.submit(context.Background(), Request{Verb: VerbRelease, Token: g.Token, Key: g.Key}, time.Now())
+			c.mu.Lock()
+			if err == nil && rid != 0 {
 				if _, inFlight := c.waiters[rid]; inFlight {
 					c.abandoned[rid] = true
 				}
-				c.mu.Unlock()
 			}
-		}()
+			c.closeIfIdleLocked()
+			c.mu.Unlock()
+		}(g)
 	}
+}
+
+// push routes a V to this connection's watches of its key and an X to the
+// keeper of its token (protocol.md §5c); never to the matcher.
+func (c *conn) push(p Reply) {
+	c.mu.Lock()
+	if p.Kind == 'X' {
+		fn := c.onX[p.Token]
+		delete(c.onX, p.Token)
+		if fn == nil && !c.xSeen[p.Token] {
+			c.xSeen[p.Token] = true
+			c.xOrder = append(c.xOrder, p.Token)
+			if len(c.xOrder) > maxXSeen {
+				delete(c.xSeen, c.xOrder[0])
+				c.xOrder = c.xOrder[1:]
+			}
+		}
+		c.mu.Unlock()
+		if fn != nil {
+			fn()
+		}
+		return
+	}
+	subs := append([]*watchSub(nil), c.watchers[p.Key]...)
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.push(p.State)
+	}
+}
+
+// watch registers sub and sends W for its key (in wire order with the
+// registration, so no U of another watch of the key can overtake it), and
+// returns W's reply (or B, E). A refused W unregisters sub.
+func (c *conn) watch(ctx context.Context, sub *watchSub, timeout time.Duration) (Reply, error) {
+	id, ch, err := c.submitHook(ctx, Request{Verb: VerbWatch, Key: sub.key}, time.Now(), func() bool {
+		c.watchers[sub.key] = append(c.watchers[sub.key], sub)
+		return true
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	reply, err := c.wait(ctx, id, ch, time.Now().Add(timeout))
+	if err != nil || reply.Kind != 'W' {
+		c.mu.Lock()
+		c.dropSubLocked(sub)
+		c.mu.Unlock()
+	}
+	return reply, err
+}
+
+func (c *conn) dropSubLocked(sub *watchSub) bool {
+	subs := c.watchers[sub.key]
+	for i, s := range subs {
+		if s == sub {
+			subs = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(c.watchers, sub.key)
+		return true
+	}
+	c.watchers[sub.key] = subs
+	return false
+}
+
+// unwatch unregisters sub and, if it was the key's last watch here, sends
+// U (its reply is read and dropped).
+func (c *conn) unwatch(sub *watchSub) {
+	id, _, err := c.submitHook(context.Background(), Request{Verb: VerbUnwatch, Key: sub.key}, time.Now(), func() bool {
+		return c.dropSubLocked(sub)
+	})
+	c.mu.Lock()
+	if err == nil && id != 0 {
+		if _, inFlight := c.waiters[id]; inFlight {
+			c.abandoned[id] = true
+			delete(c.waiters, id)
+		}
+	}
+	if err != nil { // broken: nothing to tell the server
+		c.dropSubLocked(sub)
+	}
+	c.mu.Unlock()
 }

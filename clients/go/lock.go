@@ -22,18 +22,34 @@ type Lock struct {
 	Key    string
 	Owner  string
 	Lease  time.Duration // as requested; 0 = the server's default
-	SentAt time.Time     // when the acquire was sent: the lease started no earlier
-	Shared bool          // held with S: a reader, or a semaphore permit
-	Limit  uint32        // shared only: 0 for a read lock, N for a semaphore
+	SentAt time.Time     // when the acquire was sent
+	// GrantedAt is when the grant arrived. The keeper dates the lease from
+	// it when the acquire may have waited at the server (Wait > 0: the
+	// lease started at the hand-off, later than SentAt), else from SentAt.
+	GrantedAt time.Time
+	Shared    bool   // held with S: a reader, or a semaphore permit
+	Limit     uint32 // shared only: 0 for a read lock, N for a semaphore
+	waited    bool   // the acquire carried a wait
 
 	client   *Client
+	conn     *conn         // the connection the grant came on (its X comes there)
 	lost     chan struct{} // closed once the keeper finds the lock lost
 	lostOnce sync.Once
 	lostErr  atomic.Value // error
 	kept     atomic.Uint64
 	stop     chan struct{} // closed to stop the keeper; nil without one
-	done     chan struct{} // closed when the keeper has stopped
-	released atomic.Bool
+	stopOnce sync.Once
+	done     chan struct{} // closed when the keeper sends no more K
+	doneOnce sync.Once
+	xed      chan struct{} // closed when the server pushed X for the token
+	xOnce    sync.Once
+	relMu    sync.Mutex // one Release at a time
+	released bool       // the server confirmed the release (R, or N: not held)
+	safeEnd  atomic.Int64
+
+	// For tests: the keeper's clock and its K (nil: the real ones).
+	clk    clock
+	keepFn func(ctx context.Context) error
 }
 
 // Lost is closed once the keeper found the lock lost: stop relying on it
@@ -52,23 +68,52 @@ func (l *Lock) Err() error {
 // KeptCount is the number of lease extensions the server confirmed.
 func (l *Lock) KeptCount() uint64 { return l.kept.Load() }
 
+// SafeEnd is the keeper's lower bound of the lease's end: the lease
+// surely lasts until then (zero without a keeper).
+func (l *Lock) SafeEnd() time.Time {
+	if n := l.safeEnd.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // Keep extends the lease now (K). ErrNotHeld once it has ended.
 func (l *Lock) Keep(ctx context.Context, lease time.Duration) error {
 	return l.client.Keep(ctx, l.Token, l.Key, lease)
 }
 
-// Release stops the keeper and sends R (for a shared hold: this holder
-// only). ErrNotHeld if the lease had already ended. A second call does
-// nothing and returns nil.
+// Release stops the keeper (for good) and sends R (for a shared hold: this
+// holder only). The lock counts as released only once the server answered:
+// R, or N (ErrNotHeld: its lease had already ended; nothing more to do).
+// Any other error (ErrIndeterminate, ErrNoLeader, ErrUnreachable ...)
+// leaves it unreleased, and calling Release again sends R again. Once
+// released, Release does nothing and returns nil. Safe to call from
+// OnLost and from several goroutines.
 func (l *Lock) Release(ctx context.Context) error {
-	if !l.released.CompareAndSwap(false, true) {
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if l.released {
 		return nil
 	}
-	if l.stop != nil {
-		close(l.stop)
-		<-l.done // no K may race the R
+	l.stopKeeper()
+	err := l.client.Release(ctx, l.Token, l.Key)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		l.released = true
+		if l.conn != nil {
+			l.conn.unlistenX(l.Token)
+		}
 	}
-	return l.client.Release(ctx, l.Token, l.Key)
+	return err
+}
+
+// stopKeeper stops the keeper and waits until it sends no more K (at once
+// when called from OnLost: the keeper is done sending by then).
+func (l *Lock) stopKeeper() {
+	if l.stop == nil {
+		return
+	}
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done // no K may race the R
 }
 
 func (l *Lock) declareLost(why error) {
@@ -78,72 +123,146 @@ func (l *Lock) declareLost(why error) {
 	})
 }
 
-// keep sends K every third of the lease. The lease surely lasts until
-// safeEnd (the acquire's or the last confirmed K's send time + lease); a
-// transient failure is retried every 100 ms until then; N, or safeEnd
-// passing without a confirmed K, is a loss (reported once, never kept again).
-func (l *Lock) keep(onLost func(*Lock, error)) {
-	defer close(l.done)
-	interval := l.Lease / 3
+// clock is the keeper's view of time (a fake one in unit tests).
+type clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// keepPlan is the keeper's schedule, as pure rules (docs/clients.md rule
+// 5): the lease surely lasts until safeEnd, dated from the grant (see
+// Lock.GrantedAt) and then from when each confirmed K was *sent* (the
+// server extended it no earlier than that); the next K goes a third of
+// the lease after that; a transient failure is retried every 100 ms
+// until the safe end, which passing unconfirmed is a loss.
+type keepPlan struct {
+	lease, interval time.Duration
+	safeEnd, next   time.Time
+}
+
+func newKeepPlan(leaseFrom time.Time, lease time.Duration) keepPlan {
+	interval := lease / 3
 	if interval < time.Millisecond {
 		interval = time.Millisecond
 	}
-	safeEnd := l.SentAt.Add(l.Lease)
-	next := l.SentAt.Add(interval)
+	return keepPlan{lease: lease, interval: interval, safeEnd: leaseFrom.Add(lease), next: leaseFrom.Add(interval)}
+}
+
+// leaseFrom: the start of the lease the keeper may count on.
+func leaseFrom(sentAt, grantedAt time.Time, waited bool) time.Time {
+	if waited {
+		return grantedAt
+	}
+	return sentAt
+}
+
+// expired: at now (a K about to be sent) the lease may already have ended.
+func (p *keepPlan) expired(now time.Time) bool { return !now.Before(p.safeEnd) }
+
+// confirmed: a K sent at sentAt was answered K.
+func (p *keepPlan) confirmed(sentAt time.Time) {
+	p.safeEnd, p.next = sentAt.Add(p.lease), sentAt.Add(p.interval)
+}
+
+// failed: a K failed for a transient reason at now.
+func (p *keepPlan) failed(now time.Time) {
+	pause := keepRetryPause
+	if pause > p.interval {
+		pause = p.interval
+	}
+	if p.next = now.Add(pause); p.next.After(p.safeEnd) {
+		p.next = p.safeEnd
+	}
+}
+
+// final: err from K means the server said no, and asking again will not
+// change it.
+func final(err error) bool {
+	var rejected *RejectedError
+	return errors.Is(err, ErrNotHeld) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthenticated) || errors.As(err, &rejected)
+}
+
+// keep runs the keepPlan: K every third of the lease until stopped, the
+// lock lost (N, a final refusal, the safe end passing unconfirmed) or the
+// server's X. A loss is reported once: Lost closes, the keeper stops
+// sending (so Release from OnLost returns at once), then OnLost runs.
+func (l *Lock) keep(onLost func(*Lock, error)) {
+	defer l.doneOnce.Do(func() { close(l.done) })
+	defer l.client.track(l, false)
+	if l.conn != nil {
+		defer l.conn.unlistenX(l.Token)
+	}
+	clk := l.clk
+	if clk == nil {
+		clk = realClock{}
+	}
+	plan := newKeepPlan(leaseFrom(l.SentAt, l.GrantedAt, l.waited), l.Lease)
+	l.safeEnd.Store(plan.safeEnd.UnixNano())
 	lose := func(why error) {
 		l.declareLost(why)
+		l.doneOnce.Do(func() { close(l.done) })
 		if onLost != nil {
 			onLost(l, l.Err())
 		}
 	}
+	xLost := func() error { return fail(ErrNotHeld, "the server pushed X: the lease ended") }
 	for {
-		t := time.NewTimer(time.Until(next))
 		select {
 		case <-l.stop:
-			t.Stop()
 			return
-		case <-t.C:
+		case <-l.xed:
+			lose(xLost())
+			return
+		case <-clk.After(plan.next.Sub(clk.Now())):
 		}
-		sent := time.Now()
-		if !sent.Before(safeEnd) {
+		sent := clk.Now()
+		if plan.expired(sent) {
 			lose(fail(ErrNotHeld, "the lease ended before an extension was confirmed"))
 			return
 		}
 		// No point in retrying or waiting for a reply past the safe end;
-		// a Release stops the K at once.
-		ctx, cancel := context.WithDeadline(context.Background(), safeEnd)
+		// a Release or an X stops the K at once.
+		ctx, cancel := context.WithDeadline(context.Background(), plan.safeEnd)
 		go func() {
 			select {
 			case <-l.stop:
-				cancel()
+			case <-l.xed:
 			case <-ctx.Done():
 			}
+			cancel()
 		}()
-		err := l.client.Keep(ctx, l.Token, l.Key, l.Lease)
+		var err error
+		if l.keepFn != nil {
+			err = l.keepFn(ctx)
+		} else {
+			err = l.client.Keep(ctx, l.Token, l.Key, l.Lease)
+		}
 		cancel()
 		select {
 		case <-l.stop:
+			return
+		case <-l.xed:
+			lose(xLost())
 			return
 		default:
 		}
 		if err == nil {
 			l.kept.Add(1)
-			safeEnd, next = sent.Add(l.Lease), sent.Add(interval)
+			plan.confirmed(sent)
+			l.safeEnd.Store(plan.safeEnd.UnixNano())
 			continue
 		}
-		var rejected *RejectedError
-		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalidArgument) ||
-			errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthenticated) || errors.As(err, &rejected) {
-			lose(err) // the server says no, and asking again will not change it
+		if final(err) {
+			lose(err)
 			return
 		}
-		pause := keepRetryPause
-		if pause > interval {
-			pause = interval
-		}
-		if next = time.Now().Add(pause); next.After(safeEnd) {
-			next = safeEnd
-		}
+		plan.failed(clk.Now())
 	}
 }
 
@@ -167,10 +286,22 @@ func (c *Client) hold(ctx context.Context, verb Verb, key string, limit uint32, 
 		return nil, err
 	}
 	if !o.NoKeep {
-		l.stop, l.done = make(chan struct{}), make(chan struct{})
-		go l.keep(o.OnLost)
+		l.startKeeper(o.OnLost)
 	}
 	return l, nil
+}
+
+func (l *Lock) startKeeper(onLost func(*Lock, error)) {
+	l.stop, l.done, l.xed = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	if !l.client.track(l, true) { // closed meanwhile: never kept
+		l.doneOnce.Do(func() { close(l.done) })
+		l.declareLost(fail(ErrClosed, "the client was closed"))
+		return
+	}
+	if l.conn != nil {
+		l.conn.listenX(l.Token, func() { l.xOnce.Do(func() { close(l.xed) }) })
+	}
+	go l.keep(onLost)
 }
 
 // Lock acquires key exclusively (the write side, if others read it with

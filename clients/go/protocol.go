@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Field limits of protocol.md §2, checked before a request is sent so a
@@ -32,7 +33,12 @@ const (
 	VerbRelease Verb = 'R' // R token key
 	VerbKeep    Verb = 'K' // K token key lease_ms (v1.1)
 	VerbShared  Verb = 'S' // S owner key limit [lease_ms [wait_ms]] (v1.2)
+	VerbWatch   Verb = 'W' // W key (v1.3): the key's state now, then V pushes
+	VerbUnwatch Verb = 'U' // U key (v1.3): stop the pushes
 )
+
+// isWatch is true for W and U: their replies echo only the key.
+func (v Verb) isWatch() bool { return v == VerbWatch || v == VerbUnwatch }
 
 // isAcquire is true for the verbs that ask for a grant: they carry an
 // owner, may wait, and are answered by A/S/T/B echoing "owner key".
@@ -67,8 +73,13 @@ func (r Request) Validate() error {
 	bad := func(msg string) error { return &invalidError{msg} }
 	switch r.Verb {
 	case VerbAcquire, VerbShared, VerbRelease, VerbKeep:
+	case VerbWatch, VerbUnwatch:
+		if !visible(r.Key, MaxKeyBytes) {
+			return bad("key must be 1..250 visible ASCII bytes without spaces")
+		}
+		return nil
 	default:
-		return bad("verb must be A, S, R or K")
+		return bad("verb must be A, S, R, K, W or U")
 	}
 	if r.Verb.isAcquire() && !visible(r.Owner, MaxOwnerBytes) {
 		return bad("owner must be 1..64 visible ASCII bytes without spaces")
@@ -96,7 +107,9 @@ func (r Request) Line() string {
 	var b strings.Builder
 	b.WriteByte(byte(r.Verb))
 	b.WriteByte(' ')
-	if r.Verb.isAcquire() {
+	if r.Verb.isWatch() {
+		b.WriteString(r.Key)
+	} else if r.Verb.isAcquire() {
 		b.WriteString(r.Owner)
 		b.WriteByte(' ')
 		b.WriteString(r.Key)
@@ -128,24 +141,78 @@ func (r Request) Line() string {
 // echo is the echo the request's replies carry, tagged by kind. A and S
 // share one ("A owner key"): their T and B replies look the same.
 func (r Request) echo() string {
+	if r.Verb.isWatch() {
+		return "W " + r.Key
+	}
 	if r.Verb.isAcquire() {
 		return "A " + r.Owner + " " + r.Key
 	}
 	return "T " + strconv.FormatUint(r.Token, 10) + " " + r.Key
 }
 
-// Reply is one parsed reply line. Which fields are set depends on Kind;
-// M and E keep their echo raw (EchoFirst, Key): it is "owner key" for an
-// acquire and "token key" for a release or keep.
+// Reply is one parsed line from the server. Which fields are set depends
+// on Kind; M and E keep their echo raw (EchoFirst, Key): it is "owner key"
+// for an acquire, "token key" for a release or keep, and "key" alone (EchoFirst
+// "") for a W or U, as is a B to a W. V and X are pushes (protocol.md §5c),
+// never replies.
 type Reply struct {
-	Kind      byte   // A S T B R N K M E
-	Token     uint64 // A, S, R, N, K
-	Owner     string // A, S, T, B
-	Key       string // every kind with an echo
-	EchoFirst string // M, E: the first echo field, "" if none
-	Leader    string // M: the leader's client host:port
-	Code      string // E: no_leader, indeterminate, bad_lease ...
-	Identity  string // H: the identity the connection is authenticated as
+	Kind      byte     // A S T B R N K M E H W U, and the pushes V X
+	Token     uint64   // A, S, R, N, K, X
+	Owner     string   // A, S, T, B (B to a W: "")
+	Key       string   // every kind with an echo
+	EchoFirst string   // M, E: the first echo field, "" if none or the echo is a key alone
+	Leader    string   // M: the leader's client host:port
+	Code      string   // E: no_leader, indeterminate, bad_lease ...
+	Identity  string   // H: the identity the connection is authenticated as
+	State     KeyState // W, V: the key's state
+
+	arrived time.Time // when the connection read it
+}
+
+// KeyState is who holds a key (protocol.md §5c), as a W reply or a V push
+// tells it. Rev grows with every change; a state with a Rev not above one
+// already seen is older and is dropped.
+type KeyState struct {
+	Key   string
+	Rev   uint64
+	Kind  string // "free", "held" or "shared"
+	Owner string // held: the holder's owner label
+	Token uint64 // held: the holder's fencing token
+	Limit uint32 // shared: the key's limit
+	Count uint32 // shared: how many hold it
+}
+
+// isPush is true for V and X: lines the server sends on its own.
+func (r Reply) isPush() bool { return r.Kind == 'V' || r.Kind == 'X' }
+
+// parseState parses "<key> <rev> <state...>" of a W reply or a V push.
+func parseState(f []string) (KeyState, bool) {
+	if len(f) < 3 {
+		return KeyState{}, false
+	}
+	st := KeyState{Key: f[0], Kind: f[2]}
+	var ok bool
+	if st.Rev, ok = ParseToken(f[1]); !ok {
+		return KeyState{}, false
+	}
+	switch {
+	case st.Kind == "free" && len(f) == 3:
+	case st.Kind == "held" && len(f) == 5:
+		st.Owner = f[3]
+		if st.Token, ok = ParseToken(f[4]); !ok {
+			return KeyState{}, false
+		}
+	case st.Kind == "shared" && len(f) == 5:
+		l, err1 := strconv.ParseUint(f[3], 10, 16)
+		n, err2 := strconv.ParseUint(f[4], 10, 32)
+		if err1 != nil || err2 != nil || n == 0 {
+			return KeyState{}, false
+		}
+		st.Limit, st.Count = uint32(l), uint32(n)
+	default:
+		return KeyState{}, false
+	}
+	return st, true
 }
 
 // isGrant is true for A and S: the server granted the key (and a token).
@@ -180,11 +247,25 @@ func ParseReply(line string) (Reply, error) {
 		}
 		r.Owner, r.Key = f[2], f[3]
 	case 'T', 'B':
-		if len(f) != 3 {
+		switch {
+		case len(f) == 3:
+			r.Owner, r.Key = f[1], f[2]
+		case len(f) == 2 && r.Kind == 'B': // B <key>: a W past a watch limit
+			r.Key = f[1]
+		default:
 			return Reply{}, errBadReply
 		}
-		r.Owner, r.Key = f[1], f[2]
-	case 'R', 'N', 'K':
+	case 'W', 'V':
+		if r.State, ok = parseState(f[1:]); !ok {
+			return Reply{}, errBadReply
+		}
+		r.Key = r.State.Key
+	case 'U':
+		if len(f) != 2 {
+			return Reply{}, errBadReply
+		}
+		r.Key = f[1]
+	case 'R', 'N', 'K', 'X':
 		if len(f) != 3 {
 			return Reply{}, errBadReply
 		}
@@ -203,12 +284,14 @@ func ParseReply(line string) (Reply, error) {
 		}
 		r.Leader, r.EchoFirst, r.Key = f[1], f[2], f[3]
 	case 'E':
-		if len(f) != 2 && len(f) != 4 {
+		if len(f) < 2 || len(f) > 4 {
 			return Reply{}, errBadReply
 		}
 		r.Code = f[1]
 		if len(f) == 4 {
 			r.EchoFirst, r.Key = f[2], f[3]
+		} else if len(f) == 3 { // the echo of a W or U: the key alone
+			r.Key = f[2]
 		}
 	default:
 		return Reply{}, errBadReply

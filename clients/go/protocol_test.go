@@ -59,7 +59,16 @@ func TestParseReply(t *testing.T) {
 	if r, _ := ParseReply("E bad_lease"); r.Code != "bad_lease" || r.Key != "" {
 		t.Errorf("%+v", r)
 	}
-	for _, bad := range []string{"", "X 1 k", "A 0 o k", "A +1 o k", "A 1 o", "R 1", "E", "AA 1 o k",
+	if r, _ := ParseReply("V k 7 held o 42"); !r.isPush() || r.State != (KeyState{Key: "k", Rev: 7, Kind: "held", Owner: "o", Token: 42}) {
+		t.Errorf("%+v", r)
+	}
+	if r, _ := ParseReply("W k 3 shared 2 1"); r.Kind != 'W' || r.State.Limit != 2 || r.State.Count != 1 || r.Key != "k" {
+		t.Errorf("%+v", r)
+	}
+	if r, _ := ParseReply("E forbidden k"); r.Key != "k" || r.EchoFirst != "" {
+		t.Errorf("%+v", r)
+	}
+	for _, bad := range []string{"", "Z 1 k", "X 0 k", "V k 0 free", "V k 1 held o", "W k 1 shared 0 0", "U", "A 0 o k", "A +1 o k", "A 1 o", "R 1", "E", "AA 1 o k",
 		"A 18446744073709551616 o k", "S 1 o"} {
 		if _, err := ParseReply(bad); err == nil {
 			t.Errorf("%q parsed", bad)
@@ -88,22 +97,22 @@ func TestMatcherPairsRepliesByEcho(t *testing.T) {
 		line string
 		id   uint64
 	}{{"A 11 b k2", 2}, {"R 9 k", 4}, {"N 9 k", 3}, {"S 12 a k", 1}} {
-		if id, ok := m.match(reply(t, c.line)); !ok || id != c.id {
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
 			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}
 	if _, ok := m.match(reply(t, "A 13 a k")); ok {
 		t.Error("matched with nothing in flight")
 	}
-	// E without echo: the oldest that could have drawn it and is not waiting.
+	// E without echo: the one request that could have drawn it.
 	m.add(5, Request{Verb: VerbShared, Owner: "c", Key: "k", Limit: 2, LeaseMS: 100, WaitMS: 50})
 	m.add(6, Request{Verb: VerbRelease, Token: 5, Key: "x"})
-	m.add(7, Request{Verb: VerbShared, Owner: "d", Key: "k", Limit: 2, LeaseMS: 100})
+	m.add(7, Request{Verb: VerbAcquire, Owner: "d", Key: "k", LeaseMS: 5000})
 	for _, c := range []struct {
 		line string
 		id   uint64
-	}{{"E bad_limit", 7}, {"E bad_wait", 5}, {"E limit_mismatch 5 x", 6}} {
-		if id, ok := m.match(reply(t, c.line)); !ok || id != c.id {
+	}{{"E bad_limit", 5}, {"E limit_mismatch 5 x", 6}, {"E bad_lease", 7}} {
+		if id, ok := matchOne(m, reply(t, c.line)); !ok || id != c.id {
 			t.Errorf("%q: got %d %v, want %d", c.line, id, ok, c.id)
 		}
 	}

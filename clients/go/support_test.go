@@ -255,7 +255,8 @@ func (c *cluster) addrs() []string { return []string{c.addr(1), c.addr(2), c.add
 
 func (c *cluster) start(i int) {
 	args := []string{"--mode", "cluster", "--node-id", fmt.Sprint(i), "--data-dir", filepath.Join(c.dir, fmt.Sprint("node", i)),
-		"--admin", fmt.Sprintf("127.0.0.1:%d", c.ports[i][2]), "--election-timeout-ms", "150", "--heartbeat-ms", "30"}
+		"--admin", fmt.Sprintf("127.0.0.1:%d", c.ports[i][2]), "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+		"--insecure-peers"} // loopback test nodes: no peer authentication
 	for j := 1; j <= 3; j++ {
 		args = append(args, "--peer", fmt.Sprintf("%d=127.0.0.1:%d/127.0.0.1:%d", j, c.ports[j][0], c.ports[j][1]))
 	}
@@ -378,3 +379,30 @@ func newClient(t *testing.T, addrs ...string) *Client {
 }
 
 func bg() context.Context { return context.Background() }
+
+// stop closes the listener and every connection: the node is gone.
+func (f *fakeNode) stop() {
+	f.l.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// connCount is how many connections the node accepted.
+func (f *fakeNode) connCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
+func (f *fakeNode) count(prefix string) int {
+	n := 0
+	for _, l := range f.lines() {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}

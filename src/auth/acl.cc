@@ -88,8 +88,8 @@ std::optional<Acl> Acl::from_table(const toml::table& table, const std::string& 
       }
       for (const toml::node& v : *verbs) {
         const auto verb = v.value<std::string>();
-        if (!verb || verb->size() != 1 || std::string_view("ASRK").find((*verb)[0]) == std::string_view::npos) {
-          error = toml_where(path, v.source()) + "verbs: each must be one of \"A\", \"S\", \"R\", \"K\"";
+        if (!verb || verb->size() != 1 || std::string_view("ASRKW").find((*verb)[0]) == std::string_view::npos) {
+          error = toml_where(path, v.source()) + "verbs: each must be one of \"A\", \"S\", \"R\", \"K\", \"W\"";
           return std::nullopt;
         }
         r.verbs.push_back((*verb)[0]);

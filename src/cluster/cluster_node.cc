@@ -712,8 +712,9 @@ std::optional<BackupMeta> ClusterNode::backup_meta(std::uint64_t taken_unix_ms) 
   m.index = sm.applied();
   const std::optional<raft::Term> term = raft_->term_at(m.index);
   m.term = term ? *term : raft_->snapshot_meta().term;
-  // Entry i grants token base + i at most: nothing applied holds more.
-  m.token_floor = sm.token_base() == 0 ? 0 : sm.token_base() + m.index;
+  // Not base + index: one entry may grant several tokens (a hand-off to a
+  // run of readers, §5b), so the floor is the largest token granted.
+  m.token_floor = sm.largest_token_granted();
   m.taken_unix_ms = taken_unix_ms;
   return m;
 }

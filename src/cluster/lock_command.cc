@@ -28,6 +28,9 @@ bool fields_valid(const LockCommand& c) {
       return key_ok && c.lease_ms >= 1 && c.lease_ms <= kMaxLockCommandMs;
     case LockCommandType::kCancelWaiter:
       return true;
+    case LockCommandType::kCancelWaiters:
+      return c.owner.empty() && c.key.empty() && !c.waiters.empty() &&
+             c.waiters.size() <= kMaxCancelWaiters;
     case LockCommandType::kLeaderStart:
       // A base far below any wall clock since 2001 cannot be a real one;
       // one near 2^64 would leave no room for the indexes added to it.
@@ -74,6 +77,11 @@ std::string encode_lock_command(const LockCommand& c, std::uint16_t version) {
   }
   // Only kAcquireShared carries the limit: every other kind keeps its bytes.
   if (c.type == LockCommandType::kAcquireShared) w.u32(c.limit);
+  if (c.type == LockCommandType::kCancelWaiters) {
+    LOCKD_CHECK(c.waiters.size() <= kMaxCancelWaiters);
+    w.u32(static_cast<std::uint32_t>(c.waiters.size()));
+    for (const locks::WaiterId id : c.waiters) w.u64(id);
+  }
   return out;
 }
 
@@ -106,6 +114,14 @@ LockCommandError decode_lock_command(std::string_view bytes, LockCommand& out) {
     const std::uint32_t limit = r.u32();
     if (limit > proto::kMaxLimit) return LockCommandError::kBadField;
     c.limit = static_cast<std::uint16_t>(limit);
+  }
+  if (c.type == LockCommandType::kCancelWaiters) {
+    const std::uint32_t n = r.u32();
+    if (r.error() != LockCommandError::kOk) return r.error();
+    if (n == 0 || n > kMaxCancelWaiters) return LockCommandError::kBadField;
+    if (r.remaining() < std::size_t{n} * 8) return LockCommandError::kTruncated;
+    c.waiters.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) c.waiters.push_back(r.u64());
   }
   if (r.error() != LockCommandError::kOk) return r.error();
   if (r.remaining() != 0) return LockCommandError::kTrailing;

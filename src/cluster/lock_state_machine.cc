@@ -301,6 +301,11 @@ const EntryResult& LockStateMachine::apply(const raft::Entry& e) {
       // The front leaving may hand the key on (§5b).
       result_.changed = table_->cancel_waiter(now, c.waiter, result_.deliveries);
       break;
+    case LockCommandType::kCancelWaiters:
+      // All of them leave before any front is settled: none is handed the
+      // key another one of them gave up (as single mode cancels them).
+      result_.changed = table_->cancel_waiters(now, c.waiters, result_.deliveries) != 0;
+      break;
     case LockCommandType::kLeaderStart:
     case LockCommandType::kClock:
     case LockCommandType::kConfig:

@@ -956,7 +956,17 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       encode_handshake_v1(kPeerProtocolVersion, HandshakeKind::kReply, self_,
                           s.input.handshake().sender, reply);
     } else if (!s.input.handshaken()) {
-      encode_handshake(own_handshake(HandshakeKind::kReply, s.input.handshake().sender), reply);
+      const Handshake& hello = s.input.handshake();
+      Handshake refusal = own_handshake(HandshakeKind::kReply, hello.sender);
+      if (!security_.secret.empty() && hello.nonce) {
+        // Proved like any reply, so that the dialer believes what it says
+        // of it (tag 11: "removed"); without the proof a member removed
+        // from an authenticated group never learnt it and ran on.
+        refusal.nonce = s.nonce;
+        refusal.proof = reply_proof(security_.secret, *hello.nonce, s.nonce, self_, hello.sender,
+                                    refusal.cluster_id);
+      }
+      encode_handshake(refusal, reply);
     }
     if (!reply.empty()) {
       if (s.tls) {

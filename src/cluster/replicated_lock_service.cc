@@ -206,7 +206,16 @@ void ReplicatedLockService::reply_indeterminate(locks::ClientId client,
   replies_->reply_queued(client);
 }
 
+void ReplicatedLockService::attach_watches(server::WatchHub& hub, server::PushOutput& push) {
+  watches_ = &hub;
+  push_ = &push;
+  sm_.set_observer(&hub);
+  hub.set_rev(sm_.applied());
+}
+
 void ReplicatedLockService::apply(const raft::Entry& e) {
+  // The changes this entry makes carry its index as their rev (§5c).
+  if (watches_ != nullptr) watches_->set_rev(e.index);
   const EntryResult& r = sm_.apply(e);
   // Not applied: the node stops (cluster_node.h) before anything else.
   if (r.undecodable) return;
@@ -227,6 +236,13 @@ void ReplicatedLockService::apply(const raft::Entry& e) {
   }
   if (!r.command) return;
   for (const locks::Delivery& d : r.deliveries) deliver(d);
+  if (!granted_by_.empty() && r.changed) {
+    if (r.cmd.type == LockCommandType::kRelease) {
+      granted_by_.erase(r.cmd.token);  // no `X` for a release
+    } else if (r.cmd.type == LockCommandType::kExpire) {
+      send_lost_notice(r.cmd.token, r.cmd.key);
+    }
+  }
   if (r.cmd.type == LockCommandType::kLeaderStart) {
     if (r.rebased) {
       spdlog::info("restored group's first leader applied: new tokens start above {} (its wall clock), "
@@ -262,6 +278,13 @@ bool ReplicatedLockService::install(const raft::Snapshot& snapshot, std::string&
   } else if (!sm_.restore(snapshot.data, snapshot.meta.index, error)) {
     return false;
   }
+  if (watches_ != nullptr) {
+    // A new table: every watched key may have changed, as of its index.
+    sm_.set_observer(watches_);
+    watches_->set_rev(snapshot.meta.index);
+    watches_->all_changed();
+  }
+  granted_by_.clear();
   // Only a follower installs a leader's snapshot; anything it had pending
   // as a former leader was answered when it lost leadership.
   for (auto& [index, p] : pending_) {
@@ -327,6 +350,7 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
       if (out == nullptr) return;
       switch (r.acquire) {
         case locks::AcquireOutcome::kGranted:
+          granted_by_.emplace(r.granted, p.client);
           if (p.shared) {
             proto::append_shared(*out, r.granted, p.owner, p.key);
           } else {
@@ -395,6 +419,9 @@ void ReplicatedLockService::answer_pending(const Pending& p, const EntryResult& 
     }
     case PendingKind::kInternal:
       if (r.command && r.cmd.type == LockCommandType::kCancelWaiter) waiters_.erase(r.cmd.waiter);
+      if (r.command && r.cmd.type == LockCommandType::kCancelWaiters) {
+        for (const locks::WaiterId w : r.cmd.waiters) waiters_.erase(w);
+      }
       return;
   }
 }
@@ -416,6 +443,7 @@ void ReplicatedLockService::deliver(const locks::Delivery& d) {
   std::string* out = replies_->reply_buffer(
       w.client, granted ? server::ServerStats::granted(d.shared) : server::ServerStats::held(d.shared));
   if (out == nullptr) return;
+  if (granted) granted_by_.emplace(d.token, w.client);
   if (granted && d.shared) {
     proto::append_shared(*out, d.token, d.owner, d.key);
   } else if (granted) {
@@ -424,6 +452,19 @@ void ReplicatedLockService::deliver(const locks::Delivery& d) {
     proto::append_held(*out, d.owner, d.key);
   }
   replies_->reply_queued(w.client);
+}
+
+void ReplicatedLockService::send_lost_notice(locks::Token token, std::string_view key) {
+  auto g = granted_by_.find(token);
+  if (g == granted_by_.end()) return;
+  const locks::ClientId client = g->second;
+  granted_by_.erase(g);
+  if (push_ == nullptr) return;
+  std::string* out = push_->push_buffer(client);
+  if (out == nullptr) return;  // the granting connection closed: nobody to tell
+  proto::append_lost(*out, token, key);
+  ++lost_notices_;
+  push_->push_queued(client);
 }
 
 void ReplicatedLockService::release_orphan(locks::Token token, std::string_view key) {
@@ -479,6 +520,8 @@ void ReplicatedLockService::compact_heaps() {
 }
 
 void ReplicatedLockService::lose_leadership() {
+  // No `X` after a leader change for grants this node answered (§5c).
+  granted_by_.clear();
   // A request whose entry is already committed in our log, at the term we
   // proposed it, is decided: the apply that follows (this node applies its
   // committed log as any member does) answers it with what it did. Every
@@ -579,22 +622,10 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     last_proposal_ns_ = now_ns;
   }
   // Waiters whose client left: take them out of the queue, no reply.
-  std::size_t done = 0;
-  for (; done < to_cancel_.size(); ++done) {
-    const locks::WaiterId w = to_cancel_[done];
-    auto wit = waiters_.find(w);
-    if (wit != waiters_.end() && wit->second.cancel_proposed) continue;
-    LockCommand c;
-    c.type = LockCommandType::kCancelWaiter;
-    c.now_ns = now_ns;
-    c.waiter = w;
-    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;
-    if (wit != waiters_.end()) wit->second.cancel_proposed = true;
-  }
-  to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
+  propose_cancels(now_ns);
   // Grants nobody heard of: release them (the token check makes a late or
   // repeated release harmless).
-  done = 0;
+  std::size_t done = 0;
   for (; done < to_release_.size(); ++done) {
     LockCommand c;
     c.type = LockCommandType::kRelease;
@@ -606,6 +637,49 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
   to_release_.erase(to_release_.begin(), to_release_.begin() + static_cast<std::ptrdiff_t>(done));
   maybe_propose_config(now_ns);
   compact_heaps();
+}
+
+void ReplicatedLockService::propose_cancels(TimeNs now_ns) {
+  // Every waiter of a departing client in one kCancelWaiters entry (as
+  // single mode cancels them together): cancelled one entry at a time, the
+  // first cancel could hand the key to the departed client's next waiter,
+  // which then holds it until the leader releases it (or for a whole
+  // lease across a leader change). A member that does not apply entry
+  // version 5 yet: one kCancelWaiter each, as lockd 1.2 does.
+  const bool together = cluster_supports(kEntryVersionCancelWaiters);
+  std::size_t done = 0;
+  std::vector<locks::WaiterId> ids;
+  while (done < to_cancel_.size()) {
+    ids.clear();
+    std::size_t end = done;
+    for (; end < to_cancel_.size() && ids.size() < (together ? kMaxCancelWaiters : 1); ++end) {
+      const locks::WaiterId w = to_cancel_[end];
+      auto wit = waiters_.find(w);
+      if (wit != waiters_.end() && wit->second.cancel_proposed) continue;
+      if (std::find(ids.begin(), ids.end(), w) != ids.end()) continue;
+      ids.push_back(w);
+    }
+    if (ids.empty()) {
+      done = end;
+      continue;
+    }
+    LockCommand c;
+    c.now_ns = now_ns;
+    if (ids.size() == 1) {
+      c.type = LockCommandType::kCancelWaiter;
+      c.waiter = ids.front();
+    } else {
+      c.type = LockCommandType::kCancelWaiters;
+      c.waiters = ids;
+    }
+    if (propose(std::move(c), Pending{}).error != raft::ProposeError::kOk) break;  // retried next turn
+    for (const locks::WaiterId w : ids) {
+      auto wit = waiters_.find(w);
+      if (wit != waiters_.end()) wit->second.cancel_proposed = true;
+    }
+    done = end;
+  }
+  to_cancel_.erase(to_cancel_.begin(), to_cancel_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 void ReplicatedLockService::on_time(TimeNs now_ns) {

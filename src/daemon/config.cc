@@ -168,6 +168,14 @@ std::string validate(Config& c, const std::string& listen, const std::string& ad
     if (c.heartbeat_ms == 0 || c.election_timeout_ms <= c.heartbeat_ms) {
       return "--election-timeout-ms must be larger than --heartbeat-ms (and that at least 1)";
     }
+    // §11a: a cluster is authenticated by default. Without peer
+    // authentication anyone who reaches the raft port can take part in
+    // votes and replication, so running that way is said in so many words.
+    const auto& sec = c.security;
+    if (!sec.peer_tls && sec.peer_secret_file.empty() && !sec.insecure_peers) {
+      return "--mode cluster needs peer authentication: --peer-tls or --peer-secret-file FILE, "
+             "or --insecure-peers to accept unauthenticated peers (docs/security.md)";
+    }
   }
   return {};
 }
@@ -244,6 +252,10 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "waiters on one key; past it: B");
   app.add_option("--max-waiters", c.server.locks.max_waiters, "waiters over all keys");
   app.add_option("--max-connections", c.server.max_connections, "client connections");
+  app.add_option("--max-watches-per-connection", c.server.watches.max_per_connection,
+                 "keys one connection watches (W); past it: B");
+  app.add_option("--max-watches", c.server.watches.max_total,
+                 "watches over all connections; past it: B");
   app.add_option("--max-output-bytes", c.server.output.max_bytes,
                  "unsent reply bytes after which a client is disconnected");
   app.add_option("--sweep-interval-ms", sweep_ms, "sweep of expired keys without waiters")
@@ -295,6 +307,10 @@ ParseOutcome parse_config(int argc, char** argv) {
                "cluster: mutual TLS on the raft port (members' certificates name lockd-node-<ID>)");
   app.add_option("--peer-secret-file", sec.peer_secret_file,
                  "cluster: shared secret (>= 32 bytes) that members prove they know");
+  app.add_flag("--insecure-peers", sec.insecure_peers,
+               "cluster: run without peer authentication (anyone who reaches the raft port "
+               "can vote and replicate); without it cluster mode needs --peer-tls or "
+               "--peer-secret-file");
   app.add_option("--tls-handshake-timeout-ms", tls_handshake_timeout_ms,
                  "--client-tls: a client that has not finished its TLS handshake this long "
                  "after connecting is disconnected");

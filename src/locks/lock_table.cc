@@ -143,6 +143,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     const Token token = req.shared
                             ? grant_shared(it->second, req.owner, req.lease_ms, req.limit, now)
                             : grant_exclusive(it->second, req.owner, req.lease_ms, now);
+    changed(req.key);
     return {AcquireOutcome::kGranted, token};
   }
   KeyState& state = it->second;
@@ -157,8 +158,9 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     if (state.waiter_count() == 0 && !has_live_exclusive(state, now) &&
         (req.limit == 0 || live_shared(state, now) < req.limit)) {
       if (drop_expired_holders(state, now) > 0 && state.holder_count() == 0) ++stats_.takeovers;
-      return {AcquireOutcome::kGranted,
-              grant_shared(state, req.owner, req.lease_ms, req.limit, now)};
+      const Token token = grant_shared(state, req.owner, req.lease_ms, req.limit, now);
+      changed(req.key);
+      return {AcquireOutcome::kGranted, token};
     }
   } else if (!has_live_holder(state, now)) {
     // Lazy takeover: the newcomer goes ahead of any queue (spec §9).
@@ -169,6 +171,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
       push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
     }
     drop_extra_if_unused(state);
+    changed(req.key);
     return {AcquireOutcome::kGranted, token};
   }
   if (req.wait_ms == 0) return {AcquireOutcome::kHeld};
@@ -203,6 +206,7 @@ ReleaseOutcome LockTable::release(TimeNs now, Token token, std::string_view key,
   auto it = keys_.find(key);
   if (it == keys_.end() || !remove_holder(it->second, token)) return ReleaseOutcome::kNotReleased;
   settle(it, now, HandoffCause::kRelease, out);
+  changed(key);
   return ReleaseOutcome::kReleased;
 }
 
@@ -245,6 +249,7 @@ bool LockTable::expire(TimeNs now, std::string_view key, Token token,
   remove_holder(it->second, token);
   ++stats_.expirations;
   settle(it, now, HandoffCause::kExpiry, out);
+  changed(key);
   return true;
 }
 
@@ -339,6 +344,7 @@ std::size_t LockTable::cancel_waiters(TimeNs now, std::span<const WaiterId> ids,
     auto it = keys_.find(key);
     if (it != keys_.end() && it->second.waiter_count() > 0) {
       settle(it, now, HandoffCause::kQueue, out);
+      changed(key);
     }
   }
   return cancelled;
@@ -418,6 +424,7 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
         remove_holder(it->second, d.id);
         ++stats_.expirations;
         settle(it, now, HandoffCause::kExpiry, out);
+        changed(d.key);
         break;
       }
       case Deadline::Kind::kWait: {
@@ -431,7 +438,11 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
                                std::string(entry->first.view()), w.shared});
         // The front left: whoever is behind it may be grantable now.
         if (was_front && entry->second.waiter_count() > 0) {
-          settle(keys_.find(entry->first.view()), now, HandoffCause::kQueue, out);
+          // The key outlives settle() (a waiter remains or a holder does),
+          // but its name is copied first all the same.
+          const std::string key(entry->first.view());
+          settle(keys_.find(key), now, HandoffCause::kQueue, out);
+          changed(key);
         }
         break;
       }
@@ -469,7 +480,11 @@ bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& fre
   std::size_t erased = 0;
   for (const std::string_view key : sweep_scratch_) {
     auto it = keys_.find(key);
-    drop_expired_holders(it->second, now);  // per holder: a shared key may keep some
+    const bool dropped = drop_expired_holders(it->second, now) > 0;  // per holder: a shared key may keep some
+    if (observer_ != nullptr && dropped) {
+      // Told before the erase frees the node `key` points into.
+      observer_->key_changed(key);
+    }
     if (it->second.holder_count() == 0) {
       erase_key(it);
       ++erased;

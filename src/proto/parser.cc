@@ -145,6 +145,14 @@ ParseResult parse_line(std::string_view line, const ParseLimits& limits) {
     }
     return req;
   }
+  if (f[0] == "W" || f[0] == "U") {
+    // Exactly one field, the key (§5c, §7).
+    if (n != 2) return ParseError::kBadArity;
+    if (!visible_ascii(f[1], kMaxKeyBytes)) return ParseError::kBadKey;
+    req.verb = f[0] == "W" ? Verb::kWatch : Verb::kUnwatch;
+    req.key = f[1];
+    return req;
+  }
   return ParseError::kUnknownCommand;
 }
 

@@ -12,8 +12,12 @@ void append_u64(std::string& out, std::uint64_t v) {
   out.append(buf, static_cast<std::size_t>(end - buf));
 }
 
-// `<owner> <key>` for A and S, `<token> <key>` for R and K.
+// `<owner> <key>` for A and S, `<token> <key>` for R and K, `<key>` for W and U.
 void append_echo(std::string& out, const Request& req) {
+  if (req.echoes_key_only()) {
+    out.append(req.key);
+    return;
+  }
   if (req.echoes_owner()) {
     out.append(req.owner);
   } else {
@@ -105,6 +109,50 @@ void append_moved(std::string& out, std::string_view leader_addr, const Request&
   out.push_back(' ');
   append_echo(out, req);
   out.push_back('\n');
+}
+
+void append_watch_state(std::string& out, char verb, std::string_view key, std::uint64_t rev,
+                        const WatchState& state) {
+  out.push_back(verb);
+  out.push_back(' ');
+  out.append(key);
+  out.push_back(' ');
+  append_u64(out, rev);
+  switch (state.kind) {
+    case WatchState::Kind::kFree:
+      out.append(" free\n");
+      return;
+    case WatchState::Kind::kHeld:
+      out.append(" held ");
+      out.append(state.owner);
+      out.push_back(' ');
+      append_u64(out, state.token);
+      out.push_back('\n');
+      return;
+    case WatchState::Kind::kShared:
+      out.append(" shared ");
+      append_u64(out, state.limit);
+      out.push_back(' ');
+      append_u64(out, state.count);
+      out.push_back('\n');
+      return;
+  }
+}
+
+void append_unwatched(std::string& out, std::string_view key) {
+  out.append("U ");
+  out.append(key);
+  out.push_back('\n');
+}
+
+void append_watch_busy(std::string& out, std::string_view key) {
+  out.append("B ");
+  out.append(key);
+  out.push_back('\n');
+}
+
+void append_lost(std::string& out, std::uint64_t token, std::string_view key) {
+  append_token_key(out, 'X', token, key);
 }
 
 }  // namespace lockd::proto

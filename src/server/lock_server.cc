@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <variant>
 
 #include "lockd/common/check.h"
@@ -22,11 +23,14 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       handshake_timer_(base, [this] { on_handshake_timer(); }),
       sweep_timer_(base, [this] { on_sweep_timer(); }),
       sweep_continue_(base, [this] { run_sweep_slice(); }),
-      next_conn_id_(config.first_client_id) {
+      next_conn_id_(config.first_client_id),
+      watches_(config.watches, service != nullptr) {
   if (service_ != nullptr) {
     service_->attach(*this);
+    service_->attach_watches(watches_, *this);
     return;  // the service owns every deadline; there is nothing to sweep here
   }
+  table_.set_observer(&watches_);
   sweep_timer_.arm_every(config_.sweep_interval_ns);
 }
 
@@ -81,6 +85,9 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
   // Latency is measured per request from the end of the previous one (or
   // the read), so each request costs one clock read, not two.
   TimeNs start_ns = now;
+  // A lease that ended since the last timer: its `X` goes before anything
+  // this read can do to the key (a takeover would remove the holder first).
+  if (!lost_heap_.empty() && lost_heap_.front().at_ns <= now) run_lost_notices(now);
   client.framer.feed(bytes);
   std::string_view line;
   for (;;) {
@@ -139,6 +146,8 @@ char acl_verb(proto::Verb v) {
     case proto::Verb::kKeep: return 'K';
     case proto::Verb::kShared: return 'S';
     case proto::Verb::kHello: return 'H';  // never checked against the ACL
+    case proto::Verb::kWatch:
+    case proto::Verb::kUnwatch: return 'W';  // v1.3: watching, and stopping it
   }
   return '?';
 }
@@ -192,13 +201,35 @@ bool LockServer::admitted(Client& client, const proto::Request& req) {
 
 bool LockServer::handle_request(Client& client, const proto::Request& req, TimeNs now) {
   std::string& out = client.conn->out();
+  if (req.verb == proto::Verb::kWatch) {
+    ++stats_.requests_watch;
+    if (service_ != nullptr && watches_.rev() == 0) {
+      // Cluster: nothing of the group applied here yet, so no state to show
+      // (§5c: rev is never 0). The client retries, here or elsewhere.
+      stats_.count(ReplyKind::kError);
+      proto::append_error_echo(out, "no_leader", req);
+      return true;
+    }
+    const auto r = watches_.watch(client.conn->id(), req.key, table(), *this, out);
+    stats_.count(r == WatchHub::WatchOutcome::kWatching ? ReplyKind::kWatching
+                                                        : ReplyKind::kWatchBusy);
+    return true;
+  }
+  if (req.verb == proto::Verb::kUnwatch) {
+    ++stats_.requests_unwatch;
+    stats_.count(ReplyKind::kUnwatched);
+    watches_.unwatch(client.conn->id(), req.key, out);
+    return true;
+  }
   if (service_ != nullptr) {
     switch (req.verb) {
       case proto::Verb::kAcquire: ++stats_.requests_acquire; break;
       case proto::Verb::kShared: ++stats_.requests_shared; break;
       case proto::Verb::kKeep: ++stats_.requests_keep; break;
       case proto::Verb::kRelease: ++stats_.requests_release; break;
-      case proto::Verb::kHello: break;  // answered before it gets here
+      case proto::Verb::kHello:
+      case proto::Verb::kWatch:
+      case proto::Verb::kUnwatch: break;  // answered before it gets here
     }
     return service_->handle(client.conn->id(), req, now, out, stats_);
   }
@@ -211,6 +242,7 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
               req.limit});
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
+        note_grant(client.conn->id(), r.token, req.key);
         stats_.count(ServerStats::granted(shared));
         if (shared) {
           proto::append_shared(out, r.token, req.owner, req.key);
@@ -241,6 +273,12 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     // Moving an expiry hands nothing off (the new one is at least 1 ms
     // away); the deadline timer is re-armed after the turn as usual.
     if (table_.keep(now, req.token, req.key, req.lease_ms) == locks::KeepOutcome::kKept) {
+      if (granted_by_.contains(req.token)) {
+        // The lease may now end earlier than the entry armed for it.
+        const locks::Holder* h = table_.find(req.key)->holder_with(req.token);
+        lost_heap_.push_back({h->expires_at_ns, req.token, std::string(req.key)});
+        std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
+      }
       stats_.count(ReplyKind::kKept);
       proto::append_kept(out, req.token, req.key);
     } else {
@@ -253,6 +291,7 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
   deliveries_.clear();
   const auto outcome = table_.release(now, req.token, req.key, deliveries_);
   if (outcome == locks::ReleaseOutcome::kReleased) {
+    granted_by_.erase(req.token);  // no `X` for a release
     stats_.count(ReplyKind::kReleased);
     proto::append_released(out, req.token, req.key);
   } else {
@@ -274,6 +313,7 @@ void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {
     Client& c = it->second;
     c.waiting.erase(d.waiter);
     if (d.kind == locks::DeliveryKind::kGranted) {
+      if (service_ == nullptr) note_grant(d.client, d.token, d.key);
       stats_.count(ServerStats::granted(d.shared));
       if (d.shared) {
         proto::append_shared(c.conn->out(), d.token, d.owner, d.key);
@@ -297,6 +337,10 @@ void LockServer::on_closed(net::Connection& conn) {
     ++stats_.output_overflows;
     spdlog::warn("closing connection {}: unsent output over {} bytes", conn.id(),
                  config_.output.max_bytes);
+  }
+  if (watches_.watches(conn.id())) {
+    if (conn.overflowed()) ++watchers_dropped_;
+    watches_.client_closed(conn.id());  // its watches end with it (§5c)
   }
   // A waiter belongs to its connection (§9): cancel without a reply.
   if (service_ != nullptr) service_->client_closed(conn.id());
@@ -343,9 +387,71 @@ void LockServer::reply_queued(locks::ClientId client) {
   if (it != clients_.end() && !it->second.conn->closed()) it->second.conn->reply_queued();
 }
 
+std::string* LockServer::push_buffer(locks::ClientId client) {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.conn->closed()) return nullptr;
+  return &it->second.conn->out();
+}
+
+void LockServer::push_queued(locks::ClientId client) { reply_queued(client); }
+
+void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key) {
+  const locks::KeyState* s = table_.find(key);
+  const locks::Holder* h = s != nullptr ? s->holder_with(token) : nullptr;
+  if (h == nullptr) return;
+  granted_by_.emplace(token, client);
+  lost_heap_.push_back({h->expires_at_ns, token, std::string(key)});
+  std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
+  compact_lost_if_needed();
+}
+
+void LockServer::compact_lost_if_needed() {
+  // Entries of released tokens stay until they come up; when they are
+  // most of the heap, drop them in one pass (amortized O(1) a grant).
+  if (lost_heap_.size() < lost_compact_at_) return;
+  std::erase_if(lost_heap_, [this](const LostDeadline& d) {
+    if (!granted_by_.contains(d.token)) return true;
+    const locks::KeyState* s = table_.find(d.key);
+    const locks::Holder* h = s != nullptr ? s->holder_with(d.token) : nullptr;
+    return h == nullptr || h->expires_at_ns != d.at_ns;
+  });
+  std::make_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
+  lost_compact_at_ = std::max<std::size_t>(4'096, 2 * lost_heap_.size());
+}
+
+void LockServer::run_lost_notices(TimeNs now) {
+  while (!lost_heap_.empty() && lost_heap_.front().at_ns <= now) {
+    std::pop_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
+    LostDeadline d = std::move(lost_heap_.back());
+    lost_heap_.pop_back();
+    auto g = granted_by_.find(d.token);
+    if (g == granted_by_.end()) continue;  // released, or already told
+    const locks::KeyState* s = table_.find(d.key);
+    const locks::Holder* h = s != nullptr ? s->holder_with(d.token) : nullptr;
+    if (h == nullptr) {
+      granted_by_.erase(g);  // gone some other way: nobody to tell
+      continue;
+    }
+    // A `K` moved the lease on: the entry it armed comes up then.
+    if (h->expires_at_ns > now) continue;
+    const locks::ClientId client = g->second;
+    granted_by_.erase(g);
+    // The lease has ended: that is decided (a `K` now answers `N`). The
+    // holder stays registered until the sweep, a takeover or a hand-off
+    // removes it (§8), which is when watchers see the key change.
+    if (std::string* out = push_buffer(client)) {
+      proto::append_lost(*out, d.token, d.key);
+      ++lost_notices_;
+      push_queued(client);
+    }
+  }
+}
+
 void LockServer::on_deadline_timer() {
   armed_deadline_ns_.reset();
   const TimeNs now = net::monotonic_now_ns();
+  // `X` first: a hand-off at lease end below removes the holder.
+  run_lost_notices(now);
   deliveries_.clear();
   table_.advance(now, deliveries_);
   deliver(deliveries_);
@@ -362,6 +468,7 @@ void LockServer::run_sweep_slice() {
   // Buckets visited per loop turn: about a millisecond of cache misses, so
   // a sweep never adds more than that to any request's latency.
   constexpr std::size_t kSweepBucketsPerTurn = 4096;
+  run_lost_notices(net::monotonic_now_ns());  // before the sweep removes a holder
   if (!table_.sweep_step(net::monotonic_now_ns(), kSweepBucketsPerTurn, swept_in_pass_)) {
     sweep_continue_.arm_after(0);
     return;
@@ -371,7 +478,10 @@ void LockServer::run_sweep_slice() {
 }
 
 void LockServer::rearm_deadline_timer(TimeNs now) {
-  const std::optional<TimeNs> next = table_.next_deadline();
+  std::optional<TimeNs> next = table_.next_deadline();
+  if (!lost_heap_.empty() && (!next || lost_heap_.front().at_ns < *next)) {
+    next = lost_heap_.front().at_ns;
+  }
   if (next == armed_deadline_ns_) return;
   armed_deadline_ns_ = next;
   if (next) {
@@ -382,6 +492,7 @@ void LockServer::rearm_deadline_timer(TimeNs now) {
 }
 
 void LockServer::flush_replies() {
+  watches_.flush(table(), *this);  // pushes go out with the turn's replies
   for (std::size_t i = 0; i < pending_writes_.size(); ++i) pending_writes_[i]->flush();
   pending_writes_.clear();
 }

@@ -36,6 +36,8 @@ def parse():
     ap.add_argument("--log-level")
     ap.add_argument("--election-timeout-ms")
     ap.add_argument("--heartbeat-ms")
+    ap.add_argument("--peer-secret-file")
+    ap.add_argument("--insecure-peers", action="store_true")
     ap.add_argument("--bug", default=None)
     return ap.parse_args()
 

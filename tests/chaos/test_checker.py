@@ -305,6 +305,25 @@ class LivenessTest(unittest.TestCase):
         self.assertEqual(len(v), 1)
         self.assertIn("c2", v[0].message)
 
+    def test_cancelled_acquire_owes_no_answer(self):
+        # The client closed its connection while waiting: no answer is owed
+        # (an unknown acquire that was not cancelled still is, above).
+        h = H(recovery_bound_ms=1000)
+        h.h.heal_ns = 0
+        h.grant("k", 1500, 1501, 10)
+        op = h.op("A", "k", 2000, None, unknown=True, wait=3000)
+        op.cancelled = True
+        h.grant("k", 2600, 2601, 11)
+        self.assertEqual(checks(h, "liveness"), [])
+        op.cancelled = None
+        self.assertEqual(len(checks(h, "liveness")), 1)
+
+    def test_cancelled_round_trips_through_the_history_file(self):
+        op = Op(id=1, client="c1", f="A", key="k", invoke_ns=5, unknown=True, cancelled=True)
+        back = Op.from_json(op.to_json())
+        self.assertTrue(back.cancelled)
+        self.assertTrue(back.unknown)
+
     def test_without_heal_not_checked(self):
         h = H()
         h.op("A", "k", 0, None, unknown=True)

@@ -12,6 +12,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "chaos"))
 
 from lockd_chaos import schedule  # noqa: E402
+from lockd_chaos.nemesis import wipe_data_dir  # noqa: E402
 from lockd_chaos.client import Client  # noqa: E402
 from lockd_chaos.history import History, HistoryWriter  # noqa: E402
 from lockd_chaos.resource import FencedCounter  # noqa: E402
@@ -53,6 +54,34 @@ class ScheduleTest(unittest.TestCase):
         faults = schedule.make_schedule(2, 10, ("member",), 3)
         self.assertEqual([(f.target, f.detail) for f in faults],
                          [("leader", "replace"), ("follower", "learner")])
+
+
+class WipeTest(unittest.TestCase):
+    """The wipe nemesis loses exactly what its shape names."""
+
+    def data_dir(self):
+        d = tempfile.mkdtemp(prefix="lockd-wipe-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        for name in ("IDENTITY", "LOCK", "wal-0000000000000001.log", "wal-0000000000000002.log",
+                     "snap-0000000000000400.snap"):
+            with open(os.path.join(d, name), "w") as f:
+                f.write("x")
+        return d
+
+    def test_shapes(self):
+        for shape, left in (("all", []),
+                            ("wal", ["IDENTITY", "LOCK", "snap-0000000000000400.snap"]),
+                            ("all-but-identity", ["IDENTITY"])):
+            d = self.data_dir()
+            lost = wipe_data_dir(d, shape)
+            self.assertEqual(sorted(os.listdir(d)), left, shape)
+            self.assertEqual(lost, 5 - len(left), shape)
+
+    def test_wipe_is_opt_in_and_drawn_when_asked(self):
+        self.assertNotIn("wipe", schedule.KINDS)  # existing seeds keep their schedules
+        faults = schedule.make_schedule(3, 60, ("wipe",), 3)
+        self.assertTrue(faults)
+        self.assertTrue(all(f.detail in schedule.WIPE_SHAPES for f in faults))
 
 
 class ResourceTest(unittest.TestCase):
@@ -103,6 +132,8 @@ class FakeServer:
             while True:
                 data = conn.recv(4096)
                 if not data:
+                    if getattr(self, "on_close", None):
+                        self.on_close()
                     return
                 buf += data
                 while b"\n" in buf:
@@ -163,6 +194,54 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(op.token, 7)
         self.assertIsNone(op.enq_ns)     # granted before the probe: never queued
         self.assertEqual(c.call("R", "k", token=7).code, "N")  # the stream stays in step
+        srv.close()
+
+    def test_give_up_closes_the_connection_and_records_cancelled(self):
+        closed = threading.Event()
+
+        def script(line):
+            f = line.split()
+            if f[0] == "R" and f[2].startswith("probe/"):
+                return [(0, "N 1 %s" % f[2])]   # queued; the A is never answered
+            return []
+        srv = FakeServer(script)
+        srv.on_close = closed.set
+        c = self.client("c1", [srv.addr], self.w, op_timeout_ms=1000)
+        op = c.call("A", "k", owner="c1", lease_ms=1000, wait_ms=3000, give_up_ms=100)
+        self.assertTrue(op.cancelled)
+        self.assertTrue(op.unknown)
+        self.assertIsNotNone(op.enq_ns)
+        self.assertLess(op.error.find("cancelled"), 5)
+        self.assertTrue(closed.wait(5), "the client kept its connection open")
+        self.assertEqual(c.target, srv.addr)   # not a node failure: same node next
+        srv.close()
+
+    def test_answer_before_give_up_is_kept(self):
+        def script(line):
+            f = line.split()
+            if f[0] == "A":
+                return [(0, "A 9 c1 k")]
+            return [(0, "N 1 %s" % f[2])]
+        srv = FakeServer(script)
+        c = self.client("c1", [srv.addr], self.w, op_timeout_ms=1000)
+        op = c.call("A", "k", owner="c1", lease_ms=1000, wait_ms=3000, give_up_ms=500)
+        self.assertEqual((op.code, op.token), ("A", 9))
+        self.assertFalse(op.cancelled)
+        srv.close()
+
+    def test_push_lines_are_not_replies(self):
+        # v1.3 §5c: an `X` (lost notice) or `V` push may come before any
+        # reply; taking it as the reply would pin every later reply on the
+        # wrong request.
+        def script(line):
+            f = line.split()
+            if f[0] == "K":
+                return [(0, "X 5 k"), (0, "V 12 k free"), (0, "N 5 k")]
+            return [(0, "R 6 k")]
+        srv = FakeServer(script)
+        c = self.client("c1", [srv.addr], self.w, op_timeout_ms=1000)
+        self.assertEqual(c.call("K", "k", token=5, lease_ms=1000).code, "N")
+        self.assertEqual(c.call("R", "k", token=6).reply, "R 6 k")
         srv.close()
 
     def test_timeout_is_unknown(self):

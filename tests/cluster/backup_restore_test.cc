@@ -126,7 +126,7 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   std::ofstream(damaged, std::ios::binary) << bytes;
   const std::string dir = tmp.sub("damaged-dir");
   std::filesystem::create_directories(dir);
-  const Outcome bad = run({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", dir, "--admin",
+  const Outcome bad = run({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", dir, "--admin",
                            "off", "--peer", "1=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
                            std::to_string(free_port()), "--restore-from", damaged});
   EXPECT_EQ(bad.status, 2);
@@ -251,6 +251,68 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
   EXPECT_EQ(lock_view(c.admin_port(leader), "kept").value("token", std::uint64_t{0}), held);
 }
 
+// issue 36 item 8: a writer's release hands the key to three queued
+// readers in one entry (three tokens from one index). A backup taken right
+// after it must cover all three (its floor is the largest token granted,
+// not base + index), `lockctl snapshot save` must write it, the file served
+// by /v1/snapshot must pass `lockctl snapshot verify`, and a group restored
+// from it keeps the readers and grants above all of them.
+TEST(BackupRestore, BackupRightAfterAReaderHandOffRestores) {
+  const TempDir tmp("lockd-backup");  // the snapshot files; removed at the end
+  const std::string file = tmp.sub("handoff.snap");
+  const std::string fetched = tmp.sub("fetched.snap");
+  std::vector<std::uint64_t> readers;
+  {
+    LockdCluster c(1);
+    ASSERT_NE(c.wait_leader(), 0);
+    const std::uint16_t port = c.client_port(1);
+    LineClient writer(port);
+    const std::uint64_t tw = token_of(writer.call("A w books 600000"));
+    ASSERT_NE(tw, 0u);
+    LineClient q1(port), q2(port), q3(port);
+    LineClient* q[3] = {&q1, &q2, &q3};
+    for (int i = 0; i < 3; ++i) {
+      q[i]->send("S r" + std::to_string(i) + " books 0 600000 60000\n");
+      ASSERT_TRUE(eventually([&] {
+        return c.status_json(1).find("\"waiters\":" + std::to_string(i + 1) + ",") != std::string::npos;
+      })) << c.status_json(1);
+    }
+    ASSERT_EQ(writer.call("R " + std::to_string(tw) + " books"), "R " + std::to_string(tw) + " books");
+    for (int i = 0; i < 3; ++i) {
+      const auto f = fields(q[i]->read_line().value_or(""));
+      ASSERT_EQ(f.size(), 4u);
+      ASSERT_EQ(f[0], "S");
+      readers.push_back(std::stoull(f[1]));
+    }
+    ASSERT_GT(readers[2], readers[1]);
+    ASSERT_GT(readers[1], readers[0]);
+    // Right after the hand-off: the last applied entry granted three tokens.
+    const Outcome saved = run(lockctl(c.admin_port(1), {"snapshot", "save", file}));
+    ASSERT_EQ(saved.status, 0) << saved.err;
+    EXPECT_NE(saved.out.find("checksum ok"), std::string::npos) << saved.out;
+    const Outcome verified = run(lockctl(c.admin_port(1), {"--json", "snapshot", "verify", file}));
+    ASSERT_EQ(verified.status, 0) << verified.err;
+    const json v = json::parse(verified.out, nullptr, false);
+    EXPECT_GE(v.value("token_floor", std::uint64_t{0}), readers[2]) << verified.out;
+    // The same state straight from /v1/snapshot, as a script would fetch it.
+    const HttpReply raw = http(c.admin_port(1), "/v1/snapshot");
+    ASSERT_EQ(raw.status, 200) << raw.body;
+    std::ofstream(fetched, std::ios::binary) << raw.body;
+    const Outcome raw_ok = run(lockctl(c.admin_port(1), {"snapshot", "verify", fetched}));
+    EXPECT_EQ(raw_ok.status, 0) << raw_ok.err;
+  }
+  for (const std::string& f : {file, fetched}) {
+    LockdCluster fresh(1, {"--restore-from", f});
+    ASSERT_NE(fresh.wait_leader(), 0) << fresh.process(1).stderr_text();
+    const json j = lock_view(fresh.admin_port(1), "books");
+    ASSERT_EQ(j.value("mode", ""), "shared") << j.dump();
+    ASSERT_EQ(j["holders"].size(), 3u) << j.dump();
+    const std::uint64_t next = token_of(call_once(fresh.client_port(1), "A newcomer other 1000"));
+    EXPECT_GT(next, readers[2]) << f;
+    EXPECT_EQ(call_once(fresh.client_port(1), "A w books"), "T w books") << f;
+  }
+}
+
 // A single-mode lockd's backup seeds a cluster: its locks held with their
 // tokens, new tokens above them.
 TEST(BackupRestore, SingleModeBackupSeedsACluster) {
@@ -284,7 +346,7 @@ TEST(BackupRestore, SingleModeBackupSeedsACluster) {
   }
   {
     ChildProcess stale;
-    ASSERT_TRUE(stale.start({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", c.data_dir(1),
+    ASSERT_TRUE(stale.start({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", c.data_dir(1),
                              "--admin", "off", "--peer",
                              "1=" + c.client_addr(1) + "/127.0.0.1:" + std::to_string(c.raft_port(1)),
                              "--restore-from", other}));

@@ -37,10 +37,12 @@ std::string peer_of(LockdCluster& c, int id) {
 }
 
 // A lockd command line for a node started by hand (not by LockdCluster).
-std::vector<std::string> node_argv(int id, const std::string& data_dir,
+// It shares the peer secret of the cluster `c` it joins.
+std::vector<std::string> node_argv(const LockdCluster& c, int id, const std::string& data_dir,
                                    const std::vector<std::string>& peers) {
   std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id",
-                                std::to_string(id), "--data-dir", data_dir, "--admin", "off"};
+                                std::to_string(id), "--data-dir", data_dir, "--admin", "off",
+                                "--peer-secret-file", c.peer_secret_file()};
   for (const std::string& p : peers) {
     argv.push_back("--peer");
     argv.push_back(p);
@@ -466,7 +468,7 @@ TEST(Cluster, DataDirInUseIsRefusedWithExit2) {
     peers.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(free_port()) +
                     "/127.0.0.1:" + std::to_string(free_port()));
   }
-  ASSERT_TRUE(second.start(node_argv(1, c.data_dir(1), peers)));
+  ASSERT_TRUE(second.start(node_argv(c, 1, c.data_dir(1), peers)));
   EXPECT_EQ(second.wait_exit(milliseconds(10000)), 2);
   EXPECT_NE(second.stderr_text().find("lockd: data dir " + c.data_dir(1) +
                                       ": locked by another process (LOCK)"),
@@ -485,7 +487,7 @@ TEST(Cluster, NodeOnAnotherNodesDataDirIsRefused) {
   ASSERT_NE(t1, 0u);
   c.kill9(1);
   ChildProcess wrong;
-  ASSERT_TRUE(wrong.start(node_argv(2, c.data_dir(1), {peer_of(c, 1), peer_of(c, 2), peer_of(c, 3)})));
+  ASSERT_TRUE(wrong.start(node_argv(c, 2, c.data_dir(1), {peer_of(c, 1), peer_of(c, 2), peer_of(c, 3)})));
   EXPECT_EQ(wrong.wait_exit(milliseconds(10000)), 2);
   EXPECT_NE(wrong.stderr_text().find("belongs to node 1, not node 2"), std::string::npos)
       << wrong.stderr_text();
@@ -511,7 +513,7 @@ TEST(Cluster, PeerFromAnotherClusterIsRefused) {
   ChildProcess stranger;
   const std::string self = "2=127.0.0.1:" + std::to_string(free_port()) + "/127.0.0.1:" +
                            std::to_string(free_port());
-  std::vector<std::string> argv = node_argv(2, dir.path(), {self, peer_of(c, 1), peer_of(c, 3)});
+  std::vector<std::string> argv = node_argv(c, 2, dir.path(), {self, peer_of(c, 1), peer_of(c, 3)});
   for (const char* f : {"--election-timeout-ms", "150", "--heartbeat-ms", "30"}) argv.push_back(f);
   ASSERT_TRUE(stranger.start(argv));
   const int victim = leader == 1 ? 1 : (leader == 3 ? 3 : 1);

@@ -153,7 +153,7 @@ raft::Message snapshot_message(raft::Term term, raft::Index index, std::string d
 // it was decoded: the node exited, and exited again on every restart), a
 // snapshot whose waiter ids are beyond its index (an assertion later).
 TEST(HostilePeer, ForgedTermsAndSnapshotsAreRefusedAndTheNodeRestarts) {
-  LockdCluster c(3);
+  LockdCluster c(3, {"--insecure-peers"});
   ASSERT_NE(c.wait_leader(), 0);
   // Some state to keep: a lock taken through the log.
   int leader = c.wait_leader();
@@ -210,7 +210,7 @@ TEST(HostilePeer, ForgedTermsAndSnapshotsAreRefusedAndTheNodeRestarts) {
 // redialing found it full) do not keep a member out: connections from a
 // member's host wait in a pool of their own.
 TEST(HostilePeer, StrangersHoldingTheRaftPortDoNotLockMembersOut) {
-  LockdCluster c(3);
+  LockdCluster c(3, {"--insecure-peers"});
   ASSERT_NE(c.wait_leader(), 0);
   c.kill9(2);
   std::vector<std::unique_ptr<ForgedPeer>> strangers;

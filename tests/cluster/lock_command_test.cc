@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 namespace lockd::cluster {
 namespace {
 
@@ -75,6 +78,35 @@ TEST(LockCommandKeep, RejectsWhatTheLockTableWouldRefuse) {
   EXPECT_EQ(decode_lock_command(bytes, back), LockCommandError::kBadType);
 }
 
+// kCancelWaiters (entry version 5): a departing client's waiter ids, in
+// order; refused under an older version, empty, over the cap, or cut short.
+TEST(LockCommandCancelWaiters, RoundTripsAndIsRefusedWhereInvalid) {
+  LockCommand c;
+  c.type = LockCommandType::kCancelWaiters;
+  c.now_ns = 5;
+  c.waiters = {12, 7, 40};
+  const std::string bytes = encode_lock_command(c, kEntryVersionCancelWaiters);
+  LockCommand back;
+  ASSERT_EQ(decode_lock_command(bytes, back), LockCommandError::kOk);
+  EXPECT_EQ(back, c);
+  // Version 4 does not know kind 10.
+  std::string old = bytes;
+  old[0] = static_cast<char>(kEntryVersionShared);
+  EXPECT_EQ(decode_lock_command(old, back), LockCommandError::kBadType);
+  EXPECT_EQ(decode_lock_command(bytes.substr(0, bytes.size() - 1), back), LockCommandError::kTruncated);
+  EXPECT_EQ(decode_lock_command(bytes + "x", back), LockCommandError::kTrailing);
+  // The count word sits right before the ids: 0 and a huge count are refused.
+  std::string none = bytes.substr(0, bytes.size() - 3 * 8 - 4) + std::string(4, '\0');
+  EXPECT_EQ(decode_lock_command(none, back), LockCommandError::kBadField);
+  std::string huge = bytes;
+  huge[huge.size() - 3 * 8 - 1] = static_cast<char>(0x7f);
+  EXPECT_EQ(decode_lock_command(huge, back), LockCommandError::kBadField);
+  // Other kinds carry no ids: their bytes are unchanged.
+  LockCommand plain = acquire(5, "k", 1000);
+  EXPECT_EQ(encode_lock_command(plain, kEntryVersionCancelWaiters).substr(1),
+            encode_lock_command(plain, kEntryVersionShared).substr(1));
+}
+
 // The daemon's apply path: entries through a LockStateMachine whose first
 // entry is a LeaderStart at leader time t0, so table time = leader time - t0.
 struct Machine {
@@ -91,6 +123,48 @@ struct Machine {
     return sm.apply(raft::Entry{term, ++index, raft::EntryType::kCommand, encode_lock_command(c)});
   }
 };
+
+// issue 36 item 8: one entry (a writer's release) hands the key to three
+// queued readers: three tokens from one index. The largest token granted
+// (a backup's floor) covers all three, and the first token after a
+// leader change (a new LeaderStart, then an acquire) is above them.
+TEST(LockStateMachineTokens, AHandOffToReadersAndALeaderChangeKeepTokensGrowing) {
+  const TimeNs t0 = 1'000 * kNsPerMs;
+  Machine m(t0);
+  const auto apply = [&](const LockCommand& c, raft::Term term = 1) -> const EntryResult& {
+    return m.sm.apply(raft::Entry{term, ++m.index, raft::EntryType::kCommand,
+                                  encode_lock_command(c, kEntryVersionShared)});
+  };
+  const locks::Token writer = apply(acquire(t0, "k", 60000)).granted;
+  ASSERT_NE(writer, 0u);
+  for (int i = 0; i < 3; ++i) {
+    LockCommand r = acquire(t0, "k", 60000, 30000, m.index + 1);
+    r.type = LockCommandType::kAcquireShared;
+    r.owner = "reader" + std::to_string(i);
+    EXPECT_EQ(apply(r).acquire, locks::AcquireOutcome::kQueued);
+  }
+  LockCommand rel;
+  rel.type = LockCommandType::kRelease;
+  rel.now_ns = t0;
+  rel.key = "k";
+  rel.token = writer;
+  const EntryResult& handed = apply(rel);
+  ASSERT_EQ(handed.deliveries.size(), 3u);
+  locks::Token last = 0;
+  for (const locks::Delivery& d : handed.deliveries) last = std::max(last, d.token);
+  EXPECT_EQ(last, kMinTokenBase + m.index + 2);  // base + index, + 1, + 2
+  EXPECT_EQ(m.sm.largest_token_granted(), last);
+  EXPECT_GT(m.sm.largest_token_granted(), m.sm.token_base() + m.sm.applied());
+  // A new leader: its LeaderStart, then its first grant.
+  LockCommand start;
+  start.type = LockCommandType::kLeaderStart;
+  start.token_base = kMinTokenBase + 999;  // ignored: the base is set
+  start.now_ns = t0;
+  apply(start, 2);
+  EXPECT_EQ(m.sm.largest_token_granted(), last);
+  EXPECT_GT(apply(acquire(t0, "other", 1000), 2).granted, last);
+  m.sm.table().check_invariants();
+}
 
 TEST(LockCommandKeep, AppliesPerSection6a) {
   const TimeNs t0 = 1'000 * kNsPerMs;

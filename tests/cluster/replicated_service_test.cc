@@ -811,5 +811,65 @@ TEST(ReplicatedLockService, SharedIsProposedOnlyOnceEveryMemberAppliesVersionFou
   EXPECT_EQ(lock_command_version(n.storage_.entries().back().data), kEntryVersionShared);
 }
 
+// issue 36 item 7: a departing client's waiters leave in one entry. Here a
+// reader holds k, the client's writer waits at the front and its reader
+// behind it. One cancel at a time would take the writer out first and hand
+// k to the departed client's reader (granted, then released as an orphan);
+// together, nobody is granted anything and both are simply gone.
+TEST(ReplicatedLockService, DepartingClientsWaitersAreCancelledInOneEntry) {
+  Node n;
+  n.request(7, "S alice k 0 60000");
+  n.settle();
+  EXPECT_EQ(n.replies_.take(7).substr(0, 2), "S ");
+  EXPECT_EQ(n.request(8, "A bob-w k 60000 30000"), "");
+  EXPECT_EQ(n.request(8, "S bob-r k 0 60000 30000"), "");
+  EXPECT_EQ(n.request(8, "A bob-x other 60000 30000"), "");  // other is free: granted
+  n.settle();
+  ASSERT_EQ(n.svc_.table().waiter_count(), 2u);
+  const raft::Index before = n.raft_.last_index();
+  n.replies_.gone.insert(8);
+  n.svc_.client_closed(8);
+  n.settle();
+  EXPECT_EQ(n.raft_.last_index(), before + 1) << "one entry for both waiters";
+  LockCommand c;
+  ASSERT_EQ(decode_lock_command(n.storage_.entries().back().data, c), LockCommandError::kOk);
+  EXPECT_EQ(c.type, LockCommandType::kCancelWaiters);
+  EXPECT_EQ(c.waiters.size(), 2u);
+  EXPECT_EQ(lock_command_version(n.storage_.entries().back().data), kEntryVersionCancelWaiters);
+  EXPECT_EQ(n.svc_.table().waiter_count(), 0u);
+  EXPECT_EQ(n.svc_.stats().orphans_released, 0u) << "the departed client's reader was granted k";
+  EXPECT_EQ(n.svc_.table().stats().waiters_cancelled, 2u);
+  EXPECT_EQ(n.replies_.to_gone[8], 0);
+}
+
+// With a member that applies only version 4 (a rolling upgrade from 1.2),
+// the leader falls back to one kCancelWaiter entry per waiter.
+TEST(ReplicatedLockService, DepartingClientsWaitersOneEntryEachBeforeVersionFive) {
+  ReplicatedServiceOptions o = Node::options();
+  o.cluster_supports = [](std::uint16_t v) { return v <= kEntryVersionShared; };
+  Node n(std::move(o));
+  n.request(7, "A alice k1 60000");
+  n.request(7, "A alice k2 60000");
+  n.settle();
+  n.replies_.take(7);
+  EXPECT_EQ(n.request(8, "A bob k1 60000 30000"), "");
+  EXPECT_EQ(n.request(8, "A bob k2 60000 30000"), "");
+  n.settle();
+  ASSERT_EQ(n.svc_.table().waiter_count(), 2u);
+  const raft::Index before = n.raft_.last_index();
+  n.replies_.gone.insert(8);
+  n.svc_.client_closed(8);
+  n.settle();
+  EXPECT_EQ(n.raft_.last_index(), before + 2);
+  for (std::size_t i = 1; i <= 2; ++i) {
+    const auto& e = n.storage_.entries()[n.storage_.entries().size() - i];
+    LockCommand c;
+    ASSERT_EQ(decode_lock_command(e.data, c), LockCommandError::kOk);
+    EXPECT_EQ(c.type, LockCommandType::kCancelWaiter);
+    EXPECT_LE(lock_command_version(e.data), kEntryVersionShared);
+  }
+  EXPECT_EQ(n.svc_.table().waiter_count(), 0u);
+}
+
 }  // namespace
 }  // namespace lockd::cluster

@@ -102,7 +102,7 @@ TEST(ConfigTest, CommandLinePeersReplaceTheFilesList) {
   const std::string c1 = loopback(free_port()), r1 = loopback(free_port());
   const std::string path = dir.file(
       "lockd.toml", "mode = \"cluster\"\nnode-id = 1\ndata-dir = \"" + dir.path() +
-                        "\"\nadmin = \"off\"\npeer = [\"1=" + c1 + "/" + r1 + "\", \"2=" + c1 +
+                        "\"\nadmin = \"off\"\ninsecure-peers = true\npeer = [\"1=" + c1 + "/" + r1 + "\", \"2=" + c1 +
                         "/127.0.0.1:9\"]\n");
   EXPECT_EQ(run_to_exit({"--config", path}).status, 2);
   ChildProcess node;
@@ -217,6 +217,32 @@ TEST(ConfigTest, ClashingAddressesAreRefused) {
       << e.err;
 }
 
+// §11a: cluster mode is authenticated by default. Without --peer-tls or
+// --peer-secret-file it refuses to start (one line, exit 2, nothing
+// written) unless --insecure-peers says the operator accepts strangers;
+// single mode is unchanged.
+TEST(ConfigTest, ClusterModeNeedsPeerAuthenticationOrInsecurePeers) {
+  TempDir dir;
+  const std::vector<std::string> node{"--mode", "cluster", "--node-id", "1", "--data-dir", dir.path(),
+                                      "--admin", "off", "--peer",
+                                      "1=" + loopback(free_port()) + "/" + loopback(free_port())};
+  const Exit refused = run_to_exit(node);
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--mode cluster needs peer authentication: --peer-tls or "
+                             "--peer-secret-file FILE, or --insecure-peers"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDENTITY"));
+
+  ChildProcess insecure;
+  std::vector<std::string> argv{lockd_binary()};
+  argv.insert(argv.end(), node.begin(), node.end());
+  argv.push_back("--insecure-peers");
+  ASSERT_TRUE(insecure.start(argv));
+  EXPECT_TRUE(insecure.wait_for_line("listening on", 20s)) << insecure.stderr_text();
+}
+
 // The issue's trap: a cluster start that failed on a busy address had
 // already written IDENTITY with the mistyped member list, so the corrected
 // config was refused.
@@ -228,6 +254,7 @@ TEST(ConfigTest, FailedClusterStartLeavesNoIdentity) {
   auto node1 = [&](std::uint16_t client, const char* third_id) {
     return std::vector<std::string>{
         "--mode",    "cluster",  "--node-id", "1", "--data-dir", dir.path(), "--admin", "off",
+        "--insecure-peers",
         "--peer",    "1=" + loopback(client) + "/" + loopback(raft1),
         "--peer",    "2=" + loopback(c2) + "/" + loopback(r2),
         "--peer",    std::string(third_id) + "=" + loopback(c3) + "/" + loopback(r3)};

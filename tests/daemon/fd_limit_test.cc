@@ -110,7 +110,7 @@ TEST(FdLimit, ClusterPeersCountTowardTheNeed) {
   const std::string dir = tmp.sub("data");
   const std::uint16_t admin = free_port();
   std::vector<std::string> argv{"/bin/sh", "-c", "ulimit -n 100 && exec \"$0\" \"$@\"", lockd_binary(),
-                                "--mode", "cluster", "--node-id", "1", "--data-dir", dir,
+                                "--mode", "cluster", "--node-id", "1", "--data-dir", dir, "--insecure-peers",
                                 "--admin", "127.0.0.1:" + std::to_string(admin), "--max-connections", "34"};
   for (int id = 1; id <= 3; ++id) {
     argv.push_back("--peer");

@@ -112,5 +112,16 @@ TEST(ProcessTest, SigintAlsoStopsCleanly) {
   EXPECT_EQ(lockd.process().wait_exit(20s), 0);
 }
 
+// --token-floor N: single mode's first token is above N, never N itself
+// (N is the largest token the old deployment may have granted). A floor
+// far above the clock, so the clock cannot hide a start at max(clock, N).
+TEST(ProcessTest, FirstTokenIsAboveTheTokenFloor) {
+  constexpr std::uint64_t kFloor = 4'000'000'000'000'000'000ull;  // year 2096 in ns
+  LockdProcess lockd({"--token-floor", std::to_string(kFloor)});
+  LineClient cl(lockd.port());
+  EXPECT_EQ(cl.call("A a first 1000"), "A " + std::to_string(kFloor + 1) + " a first");
+  EXPECT_EQ(cl.call("S b second 0 1000"), "S " + std::to_string(kFloor + 2) + " b second");
+}
+
 }  // namespace
 }  // namespace lockd::testing

@@ -65,7 +65,8 @@ def main():
             os.makedirs(d)
             procs.append(subprocess.Popen(
                 [lockd, "--mode", "cluster", "--node-id", str(i + 1), *peers, "--data-dir", d,
-                 "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30"],
+                 "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                 "--insecure-peers"],
                 stderr=open(d + ".log", "wb")))
         init_cluster(f"127.0.0.1:{admin[0]}")  # v1.3: formed once, explicitly
         leader = None

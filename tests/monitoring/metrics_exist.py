@@ -91,7 +91,7 @@ def main():
             procs.append(subprocess.Popen(
                 [lockd, "--mode", "cluster", "--node-id", str(i + 1), "--data-dir", f"{root}/n{i + 1}",
                  "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150",
-                 "--heartbeat-ms", "30"] + peers, stderr=subprocess.DEVNULL))
+                 "--heartbeat-ms", "30", "--insecure-peers"] + peers, stderr=subprocess.DEVNULL))
         init_cluster(f"127.0.0.1:{admin[0]}")  # v1.3: formed once, explicitly
         have = set()
         deadline = time.monotonic() + DEADLINE_S

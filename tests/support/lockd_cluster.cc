@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <set>
@@ -142,6 +143,16 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
     nd.data_dir = root_dir_.sub("node" + std::to_string(i));
     std::filesystem::create_directories(nd.data_dir);
   }
+  // §11a: cluster mode needs peer authentication. Unless the test chose
+  // (--peer-tls, its own --peer-secret-file, or --insecure-peers), the
+  // nodes share a secret made here, readable by its owner only.
+  peer_secret_ = root_dir_.sub("peer-secret");
+  {
+    std::ofstream out(peer_secret_);
+    out << "lockd-test-peer-secret-0123456789abcdefghijklmnopqrstuvwxyz\n";
+  }
+  std::filesystem::permissions(peer_secret_, std::filesystem::perms::owner_read |
+                                                 std::filesystem::perms::owner_write);
   if (formed > 0) {
     std::vector<int> group;
     for (int i = 1; i <= formed; ++i) group.push_back(i);
@@ -199,6 +210,16 @@ void LockdCluster::start(int id) {
     argv.push_back("--peer");
     argv.push_back(std::to_string(i) + "=127.0.0.1:" + std::to_string(node(i).client_port) +
                    "/127.0.0.1:" + std::to_string(node(i).raft_port));
+  }
+  const auto chose_peer_auth = [&](const std::vector<std::string>& flags) {
+    return std::any_of(flags.begin(), flags.end(), [](const std::string& f) {
+      return f == "--peer-tls" || f == "--peer-secret-file" || f == "--insecure-peers" ||
+             f.starts_with("--peer-secret-file=");
+    });
+  };
+  if (!chose_peer_auth(extra_flags_) && !chose_peer_auth(nd.flags)) {
+    argv.push_back("--peer-secret-file");
+    argv.push_back(peer_secret_);
   }
   for (std::string flag : extra_flags_) {
     // "{ID}" names the node: per-node files such as --tls-cert node-{ID}.pem.

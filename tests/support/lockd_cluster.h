@@ -50,6 +50,9 @@ class LockdCluster {
   // The ids node `id` names with --peer from its next start (itself included).
   void set_peers(int id, std::vector<int> ids) { node(id).peers = std::move(ids); }
   const std::string& data_dir(int id) const { return node(id).data_dir; }
+  // The peer secret every node gets unless the test chose its own peer
+  // authentication (or --insecure-peers) in its flags.
+  const std::string& peer_secret_file() const { return peer_secret_; }
   bool running(int id) const { return node(id).proc != nullptr; }
   ChildProcess& process(int id) { return *node(id).proc; }
 
@@ -93,6 +96,7 @@ class LockdCluster {
 
   TempDir root_dir_{"lockd-cluster"};  // every node's data dir; first made, last removed
   std::vector<Node> nodes_;
+  std::string peer_secret_;
   std::vector<std::string> extra_flags_;
   std::vector<std::string> env_prefix_;
 };

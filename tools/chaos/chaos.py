@@ -31,7 +31,9 @@ def add_run_options(p):
     p.add_argument("--faults", default=None,
                    help="comma list of %s (default: all that apply to the mode); "
                         "'none' for a fault-free run; clock-restart (single mode) restarts "
-                        "the node with its wall clock set back" % ",".join(schedule.KINDS))
+                        "the node with its wall clock set back; wipe (cluster mode) loses part "
+                        "or all of a member's data dir and restarts it: it must be refused "
+                        "(exit 2), then it is replaced" % ",".join(schedule.KINDS))
     p.add_argument("--election-timeout-ms", type=int, default=300)
     p.add_argument("--heartbeat-ms", type=int, default=50)
 
@@ -48,6 +50,12 @@ def main(argv=None):
     r.add_argument("--shared-prob", type=float, default=0.25,
                    help="share of cycles that take the key with S (read lock, or one of 2 permits "
                         "on the second key) and only read (default 0.25; 0: A only)")
+    r.add_argument("--long-wait-prob", type=float, default=0.1,
+                   help="share of A cycles that wait up to 3 leases and, granted after the lease, "
+                        "keep it with K at once before working (default 0.1; needs K)")
+    r.add_argument("--cancel-prob", type=float, default=0.05,
+                   help="share of cycles whose waiting A the client abandons, closing its "
+                        "connection after a random part of a lease (default 0.05)")
     r.add_argument("--pause-prob", type=float, default=0.02,
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
@@ -112,6 +120,7 @@ def main(argv=None):
         opt.use_keep = not args.no_keep
         opt.shared_prob = args.shared_prob
         opt.pause_prob = args.pause_prob
+        opt.long_wait_prob, opt.cancel_prob = args.long_wait_prob, args.cancel_prob
         opt.election_timeout_ms, opt.heartbeat_ms = args.election_timeout_ms, args.heartbeat_ms
         opt.lockd, opt.faultfs, opt.out = args.lockd, args.faultfs, args.out
         opt.lockd_args = tuple(args.lockd_arg)

@@ -179,6 +179,28 @@ std::string LockModel::apply(const cluster::LockCommand& c, std::uint64_t index,
       }
       return "not-waiting";
     }
+    case cluster::LockCommandType::kCancelWaiters: {
+      // A departing client's waiters (entry version 5): every one leaves
+      // first, then each key whose front left may hand off (§5b, §9).
+      std::vector<std::string> fronts;
+      bool any = false;
+      for (const locks::WaiterId id : c.waiters) {
+        for (auto& [key, k] : keys_) {
+          auto w = std::find_if(k.queue.begin(), k.queue.end(), [&](const Waiter& x) { return x.id == id; });
+          if (w == k.queue.end()) continue;
+          if (w == k.queue.begin()) fronts.emplace_back(key);
+          k.queue.erase(w);
+          any = true;
+          break;
+        }
+      }
+      std::string out = any ? "cancelled" : "not-waiting";
+      for (const std::string& key : fronts) {
+        auto k = keys_.find(key);
+        if (k != keys_.end() && !k->second.queue.empty()) hand_off(key, now, out);
+      }
+      return out;
+    }
   }
   return "unknown-command";
 }

@@ -514,7 +514,8 @@ class Simulation {
         case T::kRelease: canonical = r.changed ? "released" : "not-released"; break;
         case T::kExpire: canonical = r.changed ? "expired" : "not-expired"; break;
         case T::kKeep: canonical = r.changed ? "kept" : "not-kept"; break;
-        case T::kCancelWaiter: canonical = r.changed ? "cancelled" : "not-waiting"; break;
+        case T::kCancelWaiter:
+        case T::kCancelWaiters: canonical = r.changed ? "cancelled" : "not-waiting"; break;
         case T::kLeaderStart:
         case T::kClock:
         case T::kConfig: break;

@@ -5,6 +5,8 @@
         use(lock.token)
     with Client().read_lock("config") as reader: ...          # many readers at once
     with Client().semaphore("workers", 8).acquire() as permit: ...  # at most 8 at once
+    lead = Client().campaign("election/x", "node-a")                   # leader election
+    for state in Client().watch("orders/42"): ...                       # every state (v1.3)
 
 See docs/clients.md in the lockd tree for the rules it implements. It logs
 redirects, retries, failovers and lost locks to the ``lockd_client`` logger.
@@ -12,8 +14,9 @@ redirects, retries, failovers and lost locks to the ``lockd_client`` logger.
 
 import logging
 
-from .aio import AsyncClient, AsyncLock, AsyncSemaphore
-from .client import Client, Lock, Semaphore
+from ._core import KeyState, Leader
+from .aio import AsyncClient, AsyncLeadership, AsyncLock, AsyncObserve, AsyncSemaphore, AsyncWatch
+from .client import Client, Leadership, Lock, Observe, Semaphore, Watch
 from .errors import (
     Indeterminate,
     LimitMismatch,
@@ -39,11 +42,19 @@ logging.getLogger("lockd_client").addHandler(logging.NullHandler())
 
 __all__ = [
     "AsyncClient",
+    "AsyncLeadership",
     "AsyncLock",
+    "AsyncObserve",
     "AsyncSemaphore",
+    "AsyncWatch",
     "Client",
+    "KeyState",
+    "Leader",
+    "Leadership",
     "Lock",
+    "Observe",
     "Semaphore",
+    "Watch",
     "Indeterminate",
     "LimitMismatch",
     "LockBusy",

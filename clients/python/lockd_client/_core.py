@@ -47,7 +47,7 @@ from .errors import (
     Unauthenticated,
     Unreachable,
 )
-from .protocol import MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
+from .protocol import MAX_OWNER_BYTES, MAX_REPLY_LINE_BYTES, Matcher, Reply, Request, parse_address, parse_reply
 
 Address = Tuple[str, int]
 
@@ -109,13 +109,18 @@ class Nodes:
 
 @dataclasses.dataclass
 class Delivery:
-    """A reply paired with the request it answers."""
+    """A reply paired with the request it answers, or a push (``rid`` 0)."""
 
     rid: int
     reply: Reply
     #: Nobody waits for it any more (the caller gave up): drop it, and if it
     #: is a grant, release it (``undo``) so no lock is held by nobody.
     abandoned: bool
+
+    @property
+    def push(self) -> bool:
+        """A ``V`` or ``X`` push (§5c): for the watchers and keepers, never a reply."""
+        return self.rid == 0
 
     @property
     def undo(self) -> Optional[Request]:
@@ -126,7 +131,11 @@ class Delivery:
 
 class Wire:
     """One connection's protocol state, without the socket: ids for requests
-    in wire order, the Matcher, and the requests whose callers gave up."""
+    in wire order, the Matcher, and the requests whose callers gave up.
+
+    A connection the client stopped sending on (it moved to another node) is
+    *retired*: it stays open while a request whose caller still waits is in
+    flight on it, and closes once none is (:meth:`idle`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -134,6 +143,7 @@ class Wire:
         self._abandoned: set = set()
         self._next_id = 1
         self._buf = b""
+        self.retired = False
 
     def __len__(self) -> int:
         """Requests in flight."""
@@ -154,28 +164,49 @@ class Wire:
 
     def abandon(self, rid: int) -> None:
         """The caller of ``rid`` stopped waiting (rule 4)."""
-        self._abandoned.add(rid)
+        if self._matcher.request(rid) is not None:
+            self._abandoned.add(rid)
+
+    def idle(self) -> bool:
+        """True if no request in flight has a caller still waiting for it: a
+        retired connection can close (a late grant to a caller that gave up
+        is then never delivered, but the server drops a closed connection's
+        waiters, §9)."""
+        return len(self._abandoned) >= len(self._matcher)
+
+    def _deliver(self, rid: int, reply: Reply, out: List[Delivery]) -> None:
+        abandoned = rid in self._abandoned
+        self._abandoned.discard(rid)
+        delivery = Delivery(rid, reply, abandoned)
+        if delivery.undo is not None:
+            log.info("%s granted %s to a caller that gave up: releasing token %d", self.name, reply.key,
+                     reply.token)
+        out.append(delivery)
 
     def receive(self, data: bytes) -> Tuple[List[Delivery], Optional[str]]:
-        """Feeds bytes read; returns the replies they complete, in order, and
-        why the connection is broken if it now is: a line nothing we sent can
-        have drawn (or one too long) means no later reply can be trusted."""
+        """Feeds bytes read; returns the replies and pushes they complete, in
+        order, and why the connection is broken if it now is: a line nothing
+        we sent can have drawn (or one too long) means no later reply can be
+        trusted. Pushes (``V``, ``X``) are routed before matching (§5c)."""
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
-        out = []
+        out: List[Delivery] = []
         for raw in lines:
             text = raw.decode("ascii", "replace")
             reply = parse_reply(text)
+            if reply is not None and reply.is_push:
+                out.append(Delivery(0, reply, False))
+                continue
             rid = self._matcher.match(reply) if reply else None
             if rid is None:
                 return out, f"unexpected reply from {self.name}: {text!r}"
-            abandoned = rid in self._abandoned
-            self._abandoned.discard(rid)
-            delivery = Delivery(rid, reply, abandoned)
-            if delivery.undo is not None:
-                log.info("%s granted %s to a caller that gave up: releasing token %d", self.name, reply.key,
-                         reply.token)
-            out.append(delivery)
+            if rid == Matcher.PENDING:
+                log.info("%s answered %s without an echo and more than one request could have drawn it: "
+                         "held until the others are answered", self.name, text)
+            else:
+                self._deliver(rid, reply, out)
+            for rid, error in self._matcher.take_resolved():
+                self._deliver(rid, error, out)
         if len(self._buf) > MAX_REPLY_LINE_BYTES:
             return out, f"reply line from {self.name} too long"
         return out, None
@@ -185,7 +216,7 @@ class Wire:
         ``(id, abandoned)``; afterwards nothing is in flight."""
         out = [(rid, rid in self._abandoned) for rid in self._matcher.drain()]
         self._abandoned.clear()
-        if out:
+        if any(not abandoned for _, abandoned in out):
             log.warning("connection to %s lost with %d request(s) in flight: their outcome is unknown "
                         "(indeterminate)", self.name, len(out))
         else:
@@ -323,18 +354,124 @@ class CallPlan:
 FINAL_KEEP_ERRORS = (NotHeld, Rejected, ProtocolError, ValueError)
 
 
+def lease_start(sent_at: float, arrived_at: float, wait_ms: int) -> float:
+    """When a granted lease is dated from (rules 5 of docs/clients.md), the
+    one place both fronts ask. An acquire without a wait is answered at
+    once: the grant was made after it was sent, so ``sent_at`` is a safe
+    start. An acquire that may have waited was granted at the hand-off,
+    which can be any time up to the grant's arrival: the lease is dated
+    from ``arrived_at`` (minus nothing more; the reply's one-way trip is
+    the only error). Dating it from the send would make a keeper give up,
+    without asking the server, on every lock whose wait outlasted its lease."""
+    return sent_at if wait_ms == 0 else max(sent_at, arrived_at)
+
+
+def requeued(request: Request, queue_deadline: float, now: float) -> Request:
+    """A second acquire of one owner and key on one connection waits for the
+    first's reply (rule 3), then goes out with the wait it has left: its
+    wait counts from the call, not from when it could be sent."""
+    if not request.is_acquire or request.wait_ms == 0:
+        return request
+    left_ms = max(0, int((queue_deadline - now) * 1000))
+    return dataclasses.replace(request, wait_ms=min(request.wait_ms, left_ms))
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyState:
+    """A watched key's state (§5c), from a ``W`` reply or a ``V`` push.
+
+    ``state`` is ``"free"``, ``"held"`` (``owner``, ``token``: one exclusive
+    holder) or ``"shared"`` (``limit``, ``count``). ``rev`` grows with every
+    change; a watch never yields a state whose ``rev`` is not newer than
+    the last one it yielded."""
+
+    key: str
+    rev: int
+    state: str
+    owner: str = ""
+    token: int = 0
+    limit: int = 0
+    count: int = 0
+
+    @staticmethod
+    def of(reply: Reply) -> "KeyState":
+        return KeyState(reply.key, reply.rev, reply.state, reply.owner, reply.token, reply.limit, reply.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Leader:
+    """The leader of an election on a key: its ``value`` (the winner's
+    owner string), its fencing ``token`` and the ``rev`` it was seen at."""
+
+    value: str
+    token: int
+    rev: int
+
+
+def leader_of(state: KeyState) -> Optional[Leader]:
+    """An election's leader in a key's state: its exclusive holder, or None."""
+    if state.state != "held":
+        return None
+    return Leader(state.owner, state.token, state.rev)
+
+
+class WatchFilter:
+    """The watch rule (§5c) shared by both fronts: keep the largest ``rev``
+    yielded and drop a state whose ``rev`` is not newer (a re-watch after a
+    reconnect, on any member, answers with a state the watcher may have
+    seen already; a lagging follower may answer with an older one)."""
+
+    def __init__(self) -> None:
+        self.rev = 0
+
+    def admit(self, state: KeyState) -> bool:
+        if state.rev <= self.rev:
+            return False
+        self.rev = state.rev
+        return True
+
+
+class LeaderFilter:
+    """``observe``'s rule: one entry per change of leader (a new holder, a
+    new token, or no leader); the same holder seen again is dropped."""
+
+    _NOTHING = object()
+
+    def __init__(self) -> None:
+        self._last: object = self._NOTHING
+
+    def admit(self, state: KeyState) -> Tuple[bool, Optional[Leader]]:
+        leader = leader_of(state)
+        same = (self._last is not self._NOTHING and
+                (None if self._last is None else (self._last.value, self._last.token)) ==  # type: ignore[attr-defined]
+                (None if leader is None else (leader.value, leader.token)))
+        if same:
+            return False, leader
+        self._last = leader
+        return True, leader
+
+
+def check_value(value: str) -> str:
+    """An election's value is the candidate's owner string (1..64 visible ASCII bytes)."""
+    if not isinstance(value, str) or not (0 < len(value) <= MAX_OWNER_BYTES and value.isascii()
+                                          and all(0x21 <= ord(c) <= 0x7E for c in value)):
+        raise ValueError("an election value is the owner: 1..64 visible ASCII characters without spaces")
+    return value
+
+
 class KeepPlan:
     """A keeper's schedule (rules 5-6 of docs/clients.md), sans I/O: ``K``
     every third of the lease; a transient failure is retried every 100 ms
-    until the lease's safe end (``sent_at + lease``, the acquire's or the
-    last confirmed ``K``'s); ``N`` or the safe end passing is a loss."""
+    until the lease's safe end (``start + lease``, where ``start`` is
+    :func:`lease_start` of the grant, then the *sending* time of the last
+    confirmed ``K``); ``N``, an ``X`` push, or the safe end passing is a loss."""
 
-    def __init__(self, lease_ms: int, sent_at: float) -> None:
+    def __init__(self, lease_ms: int, start: float) -> None:
         self.lease_s = lease_ms / 1000
         self.interval = max(self.lease_s / 3, 0.001)
-        self.safe_end = sent_at + self.lease_s
-        self.next_at = sent_at + self.interval
-        self._sent = sent_at
+        self.safe_end = start + self.lease_s
+        self.next_at = start + self.interval
+        self._sent = start
 
     def wait_s(self, now: float) -> float:
         """How long to sleep before the next ``K``."""
@@ -352,6 +489,18 @@ class KeepPlan:
         lease from when it was sent."""
         self.safe_end = self._sent + self.lease_s
         self.next_at = self._sent + self.interval
+
+    @staticmethod
+    def expired_notice() -> LockdError:
+        """The server pushed ``X token key`` (§5c): the lease ended by expiry.
+        The loss is reported at once, without another ``K``."""
+        return NotHeld("the server reported the lease ended (X)")
+
+    @staticmethod
+    def client_closed() -> LockdError:
+        """The client was closed: the keeper stops for good (never
+        reconnects); the lease ends by itself."""
+        return LockLost("the client was closed: the lease is no longer kept and ends by itself")
 
     def failed(self, error: Exception, now: float) -> Optional[LockdError]:
         """The ``K`` failed: the loss if final, else None (retry soon)."""
@@ -376,13 +525,19 @@ class HeldBase:
         self.key = key
         self.owner = owner
         self.lease_ms = lease_ms
-        #: monotonic time the acquire was sent: the lease started no earlier.
+        #: monotonic time the lease is dated from (:func:`lease_start`).
         self.sent_at = sent_at
         self.shared = shared
         self.limit = limit
         self.lost_reason: Optional[LockdError] = None
         self.kept_count = 0
+        #: Set only once the server confirmed the release (``R``), or said
+        #: the token holds nothing (``N``): a release that failed for a
+        #: transient reason can be retried through the handle.
         self.released = False
+        #: The server pushed ``X`` for this token: the keeper stops at once.
+        self._expired = False
+        self._closing = False
 
     def __repr__(self) -> str:
         kind = f", shared limit={self.limit}" if self.shared else ""

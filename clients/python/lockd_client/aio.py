@@ -16,15 +16,34 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from typing import Awaitable, Callable, Dict, Optional, Tuple, Union
+import weakref
+from typing import AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from ._common import (
     DEFAULT_LOCK_LEASE_MS,
+    KEEP_RETRY_PAUSE_S,
     acquire_outcome,
     token_outcome,
 )
-from ._core import CallPlan, ClientOptions, HeldBase, KeepPlan, Security, Wire, address_name, permits
-from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
+from ._core import (
+    CallPlan,
+    ClientOptions,
+    HeldBase,
+    KeepPlan,
+    KeyState,
+    Leader,
+    LeaderFilter,
+    Security,
+    WatchFilter,
+    Wire,
+    address_name,
+    check_value,
+    lease_start,
+    leader_of,
+    permits,
+    requeued,
+)
+from .errors import Indeterminate, LockBusy, LockdError, LockTimeout, NoLeader, NotHeld, ProtocolError, Unreachable
 from .protocol import Reply, Request
 
 OnLost = Callable[["AsyncLock"], Union[None, Awaitable[None]]]
@@ -38,9 +57,12 @@ _READ_CHUNK = 64 * 1024
 
 
 class _AsyncConnection:
-    """One connection: a reader task feeding the shared :class:`~._core.Wire`."""
+    """One connection: a reader task feeding the shared :class:`~._core.Wire`.
+    ``on_push`` gets each push (``V``, ``X``), ``on_fail`` the reason the
+    connection ended (both on the loop, from the reader task)."""
 
-    def __init__(self, address: Tuple[str, int]) -> None:
+    def __init__(self, address: Tuple[str, int], on_push: Optional[Callable[[Reply], None]] = None,
+                 on_fail: Optional[Callable[[str], None]] = None) -> None:
         self.address = address
         self.name = address_name(address)
         self.broken: Optional[str] = None
@@ -50,6 +72,11 @@ class _AsyncConnection:
         self._reader: Optional[asyncio.StreamReader] = None
         self._writer: Optional[asyncio.StreamWriter] = None
         self._task: Optional[asyncio.Task] = None
+        #: Tasks this connection started (releases of late grants): kept
+        #: here so they are never collected while they run.
+        self._tasks: Set[asyncio.Task] = set()
+        self._on_push = on_push
+        self._on_fail = on_fail
         self.identity: Optional[str] = None
 
     async def open(self, timeout_s: float, security: Security) -> None:
@@ -83,6 +110,11 @@ class _AsyncConnection:
                 raise
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
@@ -96,34 +128,62 @@ class _AsyncConnection:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
+        self._fail(f"connection to {self.name} closed by the client")
 
-    async def submit(self, request: Request, queue_deadline: float) -> Tuple[int, asyncio.Future]:
-        # A second acquire of one owner and key waits for the first's reply.
+    @property
+    def retired(self) -> bool:
+        return self._wire.retired
+
+    def retire(self) -> None:
+        """The client moved to another node: nothing new goes out here; the
+        connection stays open while a caller still waits on it, then closes."""
+        self._wire.retired = True
+        self._close_if_idle()
+
+    def _close_if_idle(self) -> None:
+        if self._wire.retired and self._wire.idle() and not self._tasks and self._writer is not None:
+            self._writer.close()
+
+    async def queue_for(self, request: Request, queue_deadline: float) -> Request:
+        """A second acquire of one owner and key waits for the first's reply,
+        then goes out with the wait it has left."""
+        queued = False
         while self._wire.busy(request) and self.broken is None:
             left = queue_deadline - time.monotonic()
             if left <= 0:
                 raise LockTimeout("an acquire by this owner for this key was still in flight")
+            queued = True
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
             except asyncio.TimeoutError:
                 pass
+        return requeued(request, queue_deadline, time.monotonic()) if queued else request
+
+    def send(self, request: Request, undo: bool = False) -> Tuple[int, asyncio.Future]:
+        """Writes ``request`` (no await: wire order, and a cancellation cannot
+        fall between the write and the id being known)."""
         if self.broken is None and self._reader is not None and self._reader.at_eof():
             # The peer closed (a node killed or restarted a moment ago) and
             # the reader task has not run since: not sent, use a new connection.
             self._fail(f"connection closed by {self.name}")
         if self.broken is not None:
             raise _NotSent(self.broken)
+        if self._wire.retired and not undo:
+            raise _NotSent(f"the connection to {self.name} is retired")
         rid, line = self._wire.add(request)
         future = asyncio.get_running_loop().create_future()
         self._futures[rid] = future
         assert self._writer is not None
-        self._writer.write(line)  # in wire order: no await before this
+        self._writer.write(line)
+        return rid, future
+
+    async def drain(self) -> None:
+        assert self._writer is not None
         try:
             await self._writer.drain()
         except OSError as e:
             self._fail(f"sending to {self.name} failed: {e}")
-        return rid, future
 
     async def wait(self, rid: int, future: asyncio.Future, deadline: float) -> Reply:
         try:
@@ -131,11 +191,26 @@ class _AsyncConnection:
         except asyncio.TimeoutError:
             if future.done():
                 return future.result()
-            self._wire.abandon(rid)
+            self.gave_up(rid, future)
             raise Indeterminate(f"no reply from {self.name} in time (the request may have taken effect)") from None
 
+    def gave_up(self, rid: int, future: asyncio.Future) -> None:
+        """The caller of ``rid`` stopped waiting (its deadline, or it was
+        cancelled: ``wait_for``, ``asyncio.timeout``, ``task.cancel()``,
+        ``gather``): a grant that arrives later, or that arrived just as it
+        was cancelled, is released at once (rule 4)."""
+        if future.done():
+            if not future.cancelled() and future.exception() is None:
+                reply = future.result()
+                if reply.is_grant:
+                    self._spawn(self._undo(Request("R", reply.key, token=reply.token)))
+            return
+        self._wire.abandon(rid)
+        self._close_if_idle()
+
     def _fail(self, why: str) -> None:
-        if self.broken is None:
+        first = self.broken is None
+        if first:
             self.broken = why
         for rid, abandoned in self._wire.drain():
             f = self._futures.pop(rid, None)
@@ -148,22 +223,31 @@ class _AsyncConnection:
         self._changed.set()
         if self._writer is not None:
             self._writer.close()
+        if first and self._on_fail is not None:
+            self._on_fail(why)
 
     def _receive(self, data: bytes) -> Optional[str]:
         deliveries, broken = self._wire.receive(data)
         for d in deliveries:
+            if d.push:
+                if self._on_push is not None:
+                    self._on_push(d.reply)
+                continue
             future = self._futures.pop(d.rid)
             if d.undo is not None:  # a grant nobody waits for any more: release it
-                asyncio.get_running_loop().create_task(self._undo(d.undo))
+                self._spawn(self._undo(d.undo))
             if not future.done():
                 future.set_result(d.reply)
         self._changed.set()
+        self._close_if_idle()
         return broken
 
     async def _undo(self, request: Request) -> None:
         try:
-            rid, _ = await self.submit(request, time.monotonic())
+            rid, future = self.send(request, undo=True)
             self._wire.abandon(rid)
+            future.cancel()
+            await self.drain()
         except (LockdError, _NotSent):
             pass
 
@@ -187,15 +271,16 @@ class _AsyncConnection:
 class AsyncLock(HeldBase):
     """A held lock (asyncio), exclusive or shared. ``token`` is the fencing
     token. ``lost`` is an :class:`asyncio.Event` the keeper task sets if the
-    lock is lost."""
+    lock is lost (``N``, an ``X`` push, or the safe end passing)."""
 
     def __init__(self, client: "AsyncClient", token: int, key: str, owner: str, lease_ms: int, sent_at: float,
                  shared: bool = False, limit: int = 0) -> None:
         super().__init__(client, token, key, owner, lease_ms, sent_at, shared, limit)
         self.lost = asyncio.Event()
+        self._wake = asyncio.Event()  # stop, X, or the client closing
         self._keeper: Optional[asyncio.Task] = None
         self._on_lost: Optional[OnLost] = None
-        # Set by release() besides cancelling the keeper: before Python 3.12
+        # Checked by the keeper besides being cancelled: before Python 3.12
         # asyncio.wait_for() can swallow a cancellation that arrives as its
         # inner future completes (gh-86296), and the keeper would carry on.
         self._stopping = False
@@ -204,19 +289,45 @@ class AsyncLock(HeldBase):
         await self.client.keep(self.token, self.key, lease_ms or self.lease_ms)
 
     async def release(self) -> None:
-        """Stops the keeper and releases (this holder only, if shared). A
-        second call does nothing."""
+        """Stops the keeper and releases (this holder only, if shared).
+        ``released`` is set once the server confirmed (or answered ``N``,
+        raised as NotHeld); after a transient failure, call it again. A
+        cancellation of the caller is never swallowed (it propagates; then
+        the release may not have been sent: call it again)."""
         if self.released:
             return
+        await self._stop_keeper()
+        try:
+            await self.client.release(self.token, self.key)
+        except NotHeld:
+            self._released()
+            raise
+        self._released()
+
+    def _released(self) -> None:
         self.released = True
+        self.client._held.pop((self.token, self.key), None)
+
+    async def _stop_keeper(self) -> None:
         self._stopping = True
-        if self._keeper is not None and self._keeper is not asyncio.current_task():
-            self._keeper.cancel()
-            try:
-                await self._keeper
-            except asyncio.CancelledError:
-                pass
-        await self.client.release(self.token, self.key)
+        self._wake.set()
+        keeper = self._keeper
+        if keeper is not None and keeper is not asyncio.current_task() and not keeper.done():
+            keeper.cancel()
+            # asyncio.wait() never raises the keeper's outcome, and a
+            # cancellation of *this* task still propagates.
+            await asyncio.wait([keeper])
+
+    def _pushed_expired(self) -> None:
+        self._expired = True
+        if self._keeper is None:
+            self._mark_lost(KeepPlan.expired_notice())
+        self._wake.set()
+
+    def _client_closed(self) -> None:
+        if self._keeper is not None and not self.released and not self.lost.is_set():
+            self._closing = True
+            self._wake.set()
 
     async def __aenter__(self) -> "AsyncLock":
         return self
@@ -229,28 +340,41 @@ class AsyncLock(HeldBase):
             error = e
         self._exit_outcome(exc_type, error)
 
-    async def _declare_lost(self, why: LockdError) -> None:
+    def _mark_lost(self, why: LockdError) -> bool:
+        if self.lost.is_set():
+            return False
         self._log_lost(why)
         self.lost_reason = why
         self.lost.set()
-        if self._on_lost is not None:
+        return True
+
+    async def _declare_lost(self, why: LockdError) -> None:
+        if self._mark_lost(why) and self._on_lost is not None:
             result = self._on_lost(self)
             if asyncio.iscoroutine(result):
                 await result
 
     async def _keep_loop(self) -> None:
         plan = KeepPlan(self.lease_ms, self.sent_at)
-        while not self._stopping:
-            await asyncio.sleep(plan.wait_s(time.monotonic()))
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), plan.wait_s(time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
             if self._stopping:
                 return
-            lost = plan.sending(time.monotonic())
+            if self._closing:
+                self._mark_lost(KeepPlan.client_closed())
+                return
+            lost = KeepPlan.expired_notice() if self._expired else plan.sending(time.monotonic())
             if lost is None:
                 try:
                     reply = await self.client.call(
                         Request("K", self.key, token=self.token, lease_ms=self.lease_ms), deadline=plan.safe_end)
                     token_outcome(reply, "K")
                 except (LockdError, ValueError) as e:
+                    if self._stopping or self._closing:
+                        continue
                     lost = plan.failed(e, time.monotonic())
                     if lost is None:
                         continue
@@ -258,8 +382,167 @@ class AsyncLock(HeldBase):
                     self.kept_count += 1
                     plan.kept()
                     continue
+            if self._stopping:
+                return
             await self._declare_lost(lost)
             return
+
+
+class AsyncLeadership(AsyncLock):
+    """A won election (asyncio), see :class:`lockd_client.client.Leadership`."""
+
+    @property
+    def value(self) -> str:
+        return self.owner
+
+    async def resign(self) -> None:
+        await self.release()
+
+
+class _Closed(LockdError):
+    """The watch was closed."""
+
+
+class AsyncWatch:
+    """``async for state in client.watch(key):`` every state of ``key``
+    (§5c) in ``rev`` order, on a connection of its own; reconnects and
+    watches again when it is lost, dropping states whose ``rev`` is not
+    newer. ``await watch.aclose()`` (or ``async with``) stops it."""
+
+    _BROKEN = object()
+
+    def __init__(self, client: "AsyncClient", key: str) -> None:
+        why = Request("W", key).validate()
+        if why:
+            raise ValueError(why)
+        self.client = client
+        self.key = key
+        self._queue: "asyncio.Queue" = asyncio.Queue()
+        self._filter = WatchFilter()
+        self._conn: Optional[_AsyncConnection] = None
+        self._closed = False
+
+    async def __aenter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncIterator[KeyState]:
+        return self
+
+    async def __anext__(self) -> KeyState:
+        try:
+            return await self.get()
+        except _Closed:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        self._queue.put_nowait(self._BROKEN)
+        if conn is not None:
+            await conn.close()
+
+    def _push(self, reply: Reply) -> None:
+        if reply.kind == "V" and reply.key == self.key:
+            self._queue.put_nowait(KeyState.of(reply))
+
+    async def _connect(self, deadline: Optional[float]) -> None:
+        c = self.client
+        request = Request("W", self.key)
+        plan = CallPlan(c._nodes, request, c, deadline, time.monotonic())
+        while True:
+            if self._closed:
+                raise _Closed()
+            conn = _AsyncConnection(c._nodes.address(plan.target), on_push=self._push,
+                                    on_fail=lambda why: self._queue.put_nowait(self._BROKEN))
+            try:
+                await conn.open(c.connect_timeout_s, c._security)
+            except Unreachable as e:
+                await asyncio.sleep(plan.unreachable(e, time.monotonic()))
+                continue
+            try:
+                rid, future = conn.send(request)
+                await conn.drain()
+                reply = await conn.wait(rid, future, plan.reply_by(time.monotonic()))
+                pause = plan.reply(reply, time.monotonic())
+            except (_NotSent, Indeterminate) as e:
+                await conn.close()
+                await asyncio.sleep(plan.not_sent(str(e)))
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            if pause is not None:
+                await conn.close()
+                await asyncio.sleep(pause)
+                continue
+            if reply.kind == "B":
+                await conn.close()
+                raise LockBusy("the server's watch limit is reached")
+            if reply.kind != "W":
+                await conn.close()
+                raise ProtocolError(f"unexpected reply {reply.kind} to W")
+            self._conn = conn
+            self._queue.put_nowait(KeyState.of(reply))
+            return
+
+    async def get(self, timeout_s: Optional[float] = None) -> KeyState:
+        """The next state (raises ``TimeoutError`` after ``timeout_s``)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if self._closed:
+                raise _Closed("the watch is closed")
+            if self._conn is None or self._conn.broken is not None:
+                old, self._conn = self._conn, None
+                if old is not None:
+                    await old.close()
+                await self._connect(deadline)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = await asyncio.wait_for(self._queue.get(), left)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"no change of {self.key} in time") from None
+            if item is self._BROKEN:
+                continue
+            if self._filter.admit(item):
+                return item
+
+
+class AsyncObserve:
+    """``async for leader in client.observe(key):`` every change of the
+    election's leader (a :class:`~._core.Leader`, or None)."""
+
+    def __init__(self, client: "AsyncClient", key: str) -> None:
+        self._watch = AsyncWatch(client, key)
+        self._filter = LeaderFilter()
+
+    async def __aenter__(self) -> "AsyncObserve":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._watch.aclose()
+
+    def __aiter__(self) -> "AsyncObserve":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        try:
+            return await self.get()
+        except _Closed:
+            raise StopAsyncIteration from None
+
+    async def get(self, timeout_s: Optional[float] = None) -> Optional[Leader]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            changed, leader = self._filter.admit(await self._watch.get(left))
+            if changed:
+                return leader
 
 
 class _LockContext:
@@ -314,7 +597,12 @@ class AsyncClient(ClientOptions):
 
     def _init_connection(self) -> None:
         self._conn: Optional[_AsyncConnection] = None
+        self._retired: List[_AsyncConnection] = []  # kept open for their callers' replies
         self._connecting = asyncio.Lock()
+        self._closed = False
+        self._keepers: Set[asyncio.Task] = set()
+        #: Locks granted and not yet released, by (token, key): for ``X`` and close().
+        self._held: "weakref.WeakValueDictionary[Tuple[int, str], AsyncLock]" = weakref.WeakValueDictionary()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -323,23 +611,56 @@ class AsyncClient(ClientOptions):
         await self.close()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        """Closes the connections and stops every keeper for good (their
+        locks get ``lost`` with a LockLost reason, without ``on_lost``; the
+        leases end by themselves); later calls raise Unreachable."""
+        self._closed = True
+        conns = [c for c in [self._conn, *self._retired] if c is not None]
+        self._conn, self._retired = None, []
+        held = list(self._held.values())
+        keepers = []
+        for lock in held:
+            lock._client_closed()
+            keeper = lock._keeper
+            if keeper is not None and keeper is not asyncio.current_task() and not keeper.done():
+                lock._mark_lost(KeepPlan.client_closed())
+                keeper.cancel()  # also one waiting for a K's reply
+                keepers.append(keeper)
+        if keepers:
+            await asyncio.wait(keepers)
+        for conn in conns:
             await conn.close()
+
+    def _push(self, reply: Reply) -> None:
+        if reply.kind == "X":
+            lock = self._held.get((reply.token, reply.key))
+            if lock is not None:
+                lock._pushed_expired()
 
     async def _connection_to(self, target: int) -> _AsyncConnection:
         async with self._connecting:
+            if self._closed:
+                raise Unreachable("the client is closed")
             address = self._nodes.address(target)
             conn = self._conn
-            if conn is not None and conn.broken is None and conn.address == address:
+            if conn is not None and conn.broken is None and not conn.retired and conn.address == address:
                 return conn
-            new = _AsyncConnection(address)
+            new = _AsyncConnection(address, on_push=self._push)
             await new.open(self.connect_timeout_s, self._security)
+            if self._closed:
+                await new.close()
+                raise Unreachable("the client is closed")
             if new.identity is not None:
                 self.identity = new.identity
             self._conn = new
             self._nodes.connected(target)
-        if conn is not None:
+            self._retired = [c for c in self._retired if c.broken is None]
+            if conn is not None and conn.broken is None:
+                self._retired.append(conn)
+        if conn is not None and conn.broken is None:
+            # Other tasks' requests in flight on it keep their connection (issue 36 #5).
+            conn.retire()
+        elif conn is not None:
             await conn.close()
         return new
 
@@ -347,12 +668,16 @@ class AsyncClient(ClientOptions):
         """Sends any request, following redirects and retrying ``no_leader``.
         ``deadline`` (monotonic) cuts the retry budget and reply timeout
         short. The decisions are :class:`~._core.CallPlan`'s (as in the
-        threaded client); this does the I/O."""
+        threaded client); this does the I/O. A cancelled call (``wait_for``,
+        ``asyncio.timeout``, ``task.cancel()``, ``gather``) gives its request
+        up: a grant that arrives later, or arrived as it was cancelled, is
+        released at once."""
         plan = CallPlan(self._nodes, request, self, deadline, time.monotonic())
         while True:
             try:
                 conn = await self._connection_to(plan.target)
-                rid, future = await conn.submit(request, plan.queue_deadline(time.monotonic()))
+                sent = await conn.queue_for(request, plan.queue_deadline(time.monotonic()))
+                rid, future = conn.send(sent)
             except Unreachable as e:
                 await asyncio.sleep(plan.unreachable(e, time.monotonic()))
                 continue
@@ -360,9 +685,13 @@ class AsyncClient(ClientOptions):
                 plan.not_sent(str(e))
                 continue
             try:
+                await conn.drain()
                 reply = await conn.wait(rid, future, plan.reply_by(time.monotonic()))
             except Indeterminate:
                 plan.silent()
+                raise
+            except asyncio.CancelledError:
+                conn.gave_up(rid, future)
                 raise
             pause = plan.reply(reply, time.monotonic())
             if pause is None:
@@ -370,12 +699,15 @@ class AsyncClient(ClientOptions):
             await asyncio.sleep(pause)
 
     async def _grant(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int,
-                     limit: int = 0) -> AsyncLock:
+                     limit: int = 0, kind: type = AsyncLock) -> AsyncLock:
         owner = owner or self.owner
         sent_at = time.monotonic()
         reply = await self.call(Request(verb, key, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms, limit=limit))
-        return AsyncLock(self, acquire_outcome(reply, wait_ms, verb), key, owner, lease_ms, sent_at,
-                         shared=verb == "S", limit=limit)
+        token = acquire_outcome(reply, wait_ms, verb)
+        lock = kind(self, token, key, owner, lease_ms, lease_start(sent_at, time.monotonic(), wait_ms),
+                    shared=verb == "S", limit=limit)
+        self._held[(token, key)] = lock
+        return lock
 
     async def _hold(self, verb: str, key: str, *, owner: Optional[str], lease_ms: int, wait_ms: int, keep: bool,
                     on_lost: Optional[OnLost], limit: int = 0) -> AsyncLock:
@@ -383,9 +715,16 @@ class AsyncClient(ClientOptions):
             raise ValueError("a held lock needs lease_ms >= 1")
         lock = await self._grant(verb, key, owner, lease_ms, wait_ms, limit)
         if keep:
-            lock._on_lost = on_lost
-            lock._keeper = asyncio.get_running_loop().create_task(lock._keep_loop())
+            self._start_keeper(lock, on_lost)
         return lock
+
+    def _start_keeper(self, lock: AsyncLock, on_lost: Optional[OnLost]) -> None:
+        lock._on_lost = on_lost
+        lock._keeper = asyncio.get_running_loop().create_task(lock._keep_loop())
+        # asyncio keeps only weak references to tasks: the client holds its
+        # keepers until they end, so one is never collected mid-lease.
+        self._keepers.add(lock._keeper)
+        lock._keeper.add_done_callback(self._keepers.discard)
 
     async def acquire(self, key: str, *, owner: Optional[str] = None, lease_ms: int = 0, wait_ms: int = 0) -> AsyncLock:
         """``A``: the held lock (no keeper). Raises LockTimeout for ``T``."""
@@ -420,3 +759,56 @@ class AsyncClient(ClientOptions):
     async def keep(self, token: int, key: str, lease_ms: int) -> None:
         """``K``: extends the lease; raises NotHeld once it has ended."""
         token_outcome(await self.call(Request("K", key, token=token, lease_ms=lease_ms)), "K")
+
+    # --- watch and election (v1.3 §5c) ---------------------------------------
+
+    def watch(self, key: str) -> AsyncWatch:
+        """Every state of ``key``: ``async for state in client.watch(key)``."""
+        return AsyncWatch(self, key)
+
+    async def leader(self, key: str) -> Optional[Leader]:
+        """Who leads the election on ``key`` now (``W`` then ``U``), or None."""
+        reply = await self.call(Request("W", key))
+        try:
+            if reply.kind == "B":
+                raise LockBusy("the server's watch limit is reached")
+            if reply.kind != "W":
+                raise ProtocolError(f"unexpected reply {reply.kind} to W")
+            return leader_of(KeyState.of(reply))
+        finally:
+            try:
+                await self.call(Request("U", key))
+            except LockdError:
+                pass
+
+    def observe(self, key: str) -> AsyncObserve:
+        """Every change of the leader of ``key`` (``async for``)."""
+        return AsyncObserve(self, key)
+
+    async def campaign(self, key: str, value: str, *, lease_ms: int = 10_000, round_wait_ms: int = 60_000,
+                       timeout_s: Optional[float] = None, on_lost: Optional[OnLost] = None) -> AsyncLeadership:
+        """Waits until this candidate leads the election on ``key``, then
+        keeps leadership alive (a keeper task); see ``Client.campaign``.
+        Cancelling it never leaves the key held by nobody."""
+        check_value(value)
+        if lease_ms <= 0 or round_wait_ms <= 0:
+            raise ValueError("a campaign needs lease_ms >= 1 and round_wait_ms >= 1")
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait_ms = round_wait_ms
+            if end is not None:
+                wait_ms = min(wait_ms, max(0, int((end - time.monotonic()) * 1000)))
+            try:
+                lock = await self._grant("A", key, value, lease_ms, wait_ms, kind=AsyncLeadership)
+            except LockTimeout:
+                if end is not None and time.monotonic() >= end:
+                    raise
+                continue
+            except (Indeterminate, NoLeader, LockBusy) as e:
+                if end is not None and time.monotonic() >= end:
+                    raise LockTimeout(f"not elected in time ({e})") from e
+                await asyncio.sleep(KEEP_RETRY_PAUSE_S)
+                continue
+            self._start_keeper(lock, on_lost)
+            assert isinstance(lock, AsyncLeadership)
+            return lock

@@ -19,20 +19,45 @@ sans-I/O core's (:mod:`._core`), shared with the asyncio client.
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import socket
 import ssl
 import threading
 import time
-from typing import Callable, Dict, Optional, Tuple
+import weakref
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._common import (
     DEFAULT_LOCK_LEASE_MS,
+    KEEP_RETRY_PAUSE_S,
     acquire_outcome,
     token_outcome,
 )
-from ._core import CallPlan, ClientOptions, HeldBase, KeepPlan, Security, TlsPipe, Wire, address_name, permits
-from .errors import Indeterminate, LockdError, LockTimeout, Unreachable
+from ._core import (
+    CallPlan,
+    ClientOptions,
+    HeldBase,
+    KeepPlan,
+    KeyState,
+    Leader,
+    LeaderFilter,
+    Security,
+    TlsPipe,
+    WatchFilter,
+    Wire,
+    address_name,
+    check_value,
+    lease_start,
+    leader_of,
+    log,
+    permits,
+    requeued,
+)
+from .errors import Indeterminate, LockBusy, NotHeld, LockdError, LockTimeout, NoLeader, ProtocolError, Rejected, Unreachable
 from .protocol import Reply, Request
+
+#: Called on the reader thread with each push (``V``, ``X``); must not block.
+OnPush = Callable[[Reply], None]
 
 _READ_CHUNK = 64 * 1024
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -46,8 +71,11 @@ class _Connection:
     """One TCP connection to one node: pipelined requests, a reader thread.
     Matching and undo decisions are the shared :class:`~._core.Wire`'s."""
 
-    def __init__(self, address: Tuple[str, int], connect_timeout_s: float, security: Security) -> None:
+    def __init__(self, address: Tuple[str, int], connect_timeout_s: float, security: Security,
+                 on_push: Optional[OnPush] = None, on_fail: Optional[Callable[[str], None]] = None) -> None:
         self.address = address
+        self._on_push = on_push
+        self._on_fail = on_fail
         self.name = address_name(address)
         try:
             self._sock = socket.create_connection(address, timeout=connect_timeout_s)
@@ -125,18 +153,23 @@ class _Connection:
         self._reader.join(timeout=5)
         self._sock.close()
 
-    def submit(self, request: Request, queue_deadline: float) -> Tuple[int, concurrent.futures.Future]:
+    def submit(self, request: Request, queue_deadline: float,
+               undo: bool = False) -> Tuple[int, concurrent.futures.Future]:
         """Sends ``request``. A second acquire of one owner and key waits
         (until ``queue_deadline``) for the first to be answered: their
-        replies could not be told apart. It waits without the write lock,
-        so every other request (the release that ends the first one's wait,
-        say) goes out meanwhile."""
+        replies could not be told apart; it then goes out with the wait it
+        has left (:func:`~._core.requeued`). It waits without the write
+        lock, so every other request (the release that ends the first one's
+        wait, say) goes out meanwhile. A retired connection takes only the
+        release of a late grant (``undo``)."""
+        queued = False
         while True:
             with self._cond:
                 while self._wire.busy(request) and self.broken is None:
                     left = queue_deadline - time.monotonic()
                     if left <= 0:
                         raise LockTimeout("an acquire by this owner for this key was still in flight")
+                    queued = True
                     self._cond.wait(left)
             with self._write_lock:
                 with self._cond:
@@ -146,6 +179,10 @@ class _Connection:
                         self._fail(f"connection closed by {self.name}")
                     if self.broken is not None:
                         raise _NotSent(self.broken)
+                    if self._wire.retired and not undo:
+                        raise _NotSent(f"the connection to {self.name} is retired")
+                    if queued:
+                        request = requeued(request, queue_deadline, time.monotonic())
                     rid, line = self._wire.add(request)
                     future: concurrent.futures.Future = concurrent.futures.Future()
                     self._futures[rid] = future
@@ -177,29 +214,67 @@ class _Connection:
                 if future.done():
                     return future.result()
                 self._wire.abandon(rid)
+                idle = self._wire.retired and self._wire.idle()
+            if idle:
+                self._shutdown()
             raise Indeterminate(f"no reply from {self.name} in time (the request may have taken effect)") from None
+
+    def retire(self) -> None:
+        """The client moved to another node: no new request goes out here;
+        the connection stays open while a caller still waits for a reply on
+        it (a wait queued at a healthy leader keeps its place), then closes."""
+        with self._cond:
+            self._wire.retired = True
+            idle = self._wire.idle()
+        if idle:
+            self._shutdown()
+
+    @property
+    def retired(self) -> bool:
+        return self._wire.retired
+
+    def _shutdown(self) -> None:
+        """Ends the connection; the reader thread sees EOF and fails what is left."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def _fail(self, why: str) -> None:
         with self._cond:
-            if self.broken is None:
+            first = self.broken is None
+            if first:
                 self.broken = why
             for rid, _ in self._wire.drain():
                 f = self._futures.pop(rid, None)
                 if f is not None and not f.done():
                     f.set_exception(Indeterminate(f"connection lost before the reply (the request may have taken effect): {why}"))
             self._cond.notify_all()
+        if first and self._on_fail is not None:
+            self._on_fail(why)
 
     def _receive(self, data: bytes) -> Optional[str]:
-        """Delivers the replies ``data`` completes; why the connection broke, if it did."""
+        """Delivers the replies ``data`` completes and routes its pushes; why
+        the connection broke, if it did."""
         undo = []
+        pushes: List[Reply] = []
         with self._cond:
             deliveries, broken = self._wire.receive(data)
             for d in deliveries:
+                if d.push:
+                    pushes.append(d.reply)
+                    continue
                 future = self._futures.pop(d.rid)
                 future.set_result(d.reply)
                 if d.undo is not None:
                     undo.append(d.undo)
             self._cond.notify_all()
+            idle = self._wire.retired and self._wire.idle() and not undo
+        if self._on_push is not None:
+            for push in pushes:
+                self._on_push(push)
+        if idle:
+            self._shutdown()
         for request in undo:
             # A grant nobody waits for any more: release it (off this thread,
             # which must keep reading while the release is written).
@@ -208,7 +283,7 @@ class _Connection:
 
     def _undo(self, request: Request) -> None:
         try:
-            rid, _ = self.submit(request, time.monotonic())
+            rid, _ = self.submit(request, time.monotonic(), undo=True)
             with self._cond:
                 self._wire.abandon(rid)
         except (LockdError, _NotSent):
@@ -241,6 +316,8 @@ class _Connection:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self._wire.retired:
+            self._sock.close()  # nobody else will: the client moved on
 
 
 class Lock(HeldBase):
@@ -251,16 +328,19 @@ class Lock(HeldBase):
 
     With a keeper (``keep=True``), the lease is extended every third of its
     length; ``lost`` is set (and ``on_lost`` called, on the keeper's
-    thread) if that fails for good: the server answered ``N``, or no
-    extension was confirmed before the lease's safe end. Check ``lost`` (or
-    call :meth:`check`) before each step that relies on the lock.
+    thread) if that fails for good: the server answered ``N`` or pushed
+    ``X`` (the lease ended by expiry), or no extension was confirmed before
+    the lease's safe end. Check ``lost`` (or call :meth:`check`) before
+    each step that relies on the lock. ``on_lost`` may call
+    :meth:`release`.
     """
 
     def __init__(self, client: "Client", token: int, key: str, owner: str, lease_ms: int, sent_at: float,
                  shared: bool = False, limit: int = 0) -> None:
         super().__init__(client, token, key, owner, lease_ms, sent_at, shared, limit)
         self.lost = threading.Event()
-        self._stop = threading.Event()
+        self._wake = threading.Event()  # stop, X, or the client closing
+        self._stopped = False
         self._keeper: Optional[threading.Thread] = None
         self._on_lost: Optional[Callable[["Lock"], None]] = None
 
@@ -270,13 +350,24 @@ class Lock(HeldBase):
 
     def release(self) -> None:
         """Stops the keeper and releases (``R``; for a shared hold, this
-        holder only). A second call does nothing. Raises NotHeld if the
-        lease had already ended."""
+        holder only). ``released`` is set once the server confirmed it (or
+        answered ``N``: the token holds nothing, raised as NotHeld); after
+        a transient failure (Indeterminate, Unreachable, NoLeader) it stays
+        unset and release() can be called again. A call after a confirmed
+        release does nothing."""
         if self.released:
             return
-        self.released = True
         self._stop_keeper()
-        self.client.release(self.token, self.key)
+        try:
+            self.client.release(self.token, self.key)
+        except NotHeld:
+            self._released()
+            raise
+        self._released()
+
+    def _released(self) -> None:
+        self.released = True
+        self.client._held.pop((self.token, self.key), None)
 
     def __enter__(self) -> "Lock":
         return self
@@ -297,27 +388,51 @@ class Lock(HeldBase):
         self._keeper.start()
 
     def _stop_keeper(self) -> None:
-        self._stop.set()
+        self._stopped = True
+        self._wake.set()
         if self._keeper is not None and self._keeper is not threading.current_thread():
             self._keeper.join()
 
-    def _declare_lost(self, why: LockdError) -> None:
+    def _pushed_expired(self) -> None:
+        """``X`` for this token (on the reader thread): wake the keeper."""
+        self._expired = True
+        if self._keeper is None:
+            self._declare_lost(KeepPlan.expired_notice(), call_back=False)
+        self._wake.set()
+
+    def _client_closed(self) -> None:
+        """The client closed: the keeper stops for good (without a callback)."""
+        if self._keeper is not None and not self.released and not self.lost.is_set():
+            self._closing = True
+            self._wake.set()
+
+    def _declare_lost(self, why: LockdError, call_back: bool = True) -> None:
+        if self.lost.is_set():
+            return
         self._log_lost(why)
         self.lost_reason = why
         self.lost.set()
-        if self._on_lost is not None:
+        if call_back and self._on_lost is not None:
             self._on_lost(self)
 
     def _keep_loop(self) -> None:
         plan = KeepPlan(self.lease_ms, self.sent_at)
-        while not self._stop.wait(plan.wait_s(time.monotonic())):
-            lost = plan.sending(time.monotonic())
+        while True:
+            self._wake.wait(plan.wait_s(time.monotonic()))
+            if self._stopped:
+                return
+            if self._closing:
+                self._declare_lost(KeepPlan.client_closed(), call_back=False)
+                return
+            lost = KeepPlan.expired_notice() if self._expired else plan.sending(time.monotonic())
             if lost is None:
                 try:
                     reply = self.client.call(Request("K", self.key, token=self.token, lease_ms=self.lease_ms),
                                              deadline=plan.safe_end)
                     token_outcome(reply, "K")
                 except (LockdError, ValueError) as e:
+                    if self._stopped or self._closing:
+                        continue
                     lost = plan.failed(e, time.monotonic())
                     if lost is None:
                         continue
@@ -325,8 +440,171 @@ class Lock(HeldBase):
                     self.kept_count += 1
                     plan.kept()
                     continue
+            if self._stopped:
+                return
             self._declare_lost(lost)
             return
+
+
+class Leadership(Lock):
+    """A won election (:meth:`Client.campaign`): the lock on the election's
+    key, held under the candidate's ``value`` and kept alive. ``lost`` /
+    ``on_lost`` say leadership is gone (``X``, ``N`` to a keep, or no keep
+    confirmed before the lease's safe end: then another may lead);
+    :meth:`resign` gives it up. ``token`` fences the leader's writes."""
+
+    @property
+    def value(self) -> str:
+        return self.owner
+
+    def resign(self) -> None:
+        """Releases the election's key (the next candidate wins)."""
+        self.release()
+
+
+class Watch:
+    """``for state in client.watch(key):`` every state of ``key`` (§5c), as
+    :class:`~._core.KeyState`, in ``rev`` order: the state now, then each
+    change. A watch has a connection of its own (any member serves it; no
+    redirect). When that connection is lost, the next :meth:`get`
+    reconnects (to the next node if need be), watches again and drops the
+    states whose ``rev`` is not newer than one already yielded. Close it
+    (``with`` or :meth:`close`) to stop."""
+
+    _BROKEN = object()
+
+    def __init__(self, client: "Client", key: str) -> None:
+        why = Request("W", key).validate()
+        if why:
+            raise ValueError(why)
+        self.client = client
+        self.key = key
+        self._queue: "queue.Queue" = queue.Queue()
+        self._filter = WatchFilter()
+        self._conn: Optional[_Connection] = None
+        self._closed = False
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[KeyState]:
+        while not self._closed:
+            try:
+                yield self.get()
+            except _Closed:
+                return
+
+    def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        self._queue.put(self._BROKEN)
+        if conn is not None:
+            conn.close()
+
+    def _push(self, reply: Reply) -> None:
+        if reply.kind == "V" and reply.key == self.key:
+            self._queue.put(KeyState.of(reply))
+
+    def _connect(self, deadline: Optional[float]) -> None:
+        c = self.client
+        request = Request("W", self.key)
+        plan = CallPlan(c._nodes, request, c, deadline, time.monotonic())
+        while True:
+            if self._closed:
+                raise _Closed()
+            try:
+                conn = _Connection(c._nodes.address(plan.target), c.connect_timeout_s, c._security,
+                                   on_push=self._push, on_fail=lambda why: self._queue.put(self._BROKEN))
+            except Unreachable as e:
+                time.sleep(plan.unreachable(e, time.monotonic()))
+                continue
+            try:
+                rid, future = conn.submit(request, time.monotonic())
+                reply = conn.wait(rid, future, plan.reply_by(time.monotonic()))
+                pause = plan.reply(reply, time.monotonic())
+            except (_NotSent, Indeterminate) as e:
+                conn.close()
+                time.sleep(plan.not_sent(str(e)))
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            if pause is not None:  # no leader known yet on that member: another one
+                conn.close()
+                time.sleep(pause)
+                continue
+            if reply.kind == "B":
+                conn.close()
+                raise LockBusy("the server's watch limit is reached")
+            if reply.kind != "W":
+                conn.close()
+                raise ProtocolError(f"unexpected reply {reply.kind} to W")
+            self._conn = conn
+            self._queue.put(KeyState.of(reply))
+            return
+
+    def get(self, timeout_s: Optional[float] = None) -> KeyState:
+        """The next state (blocking up to ``timeout_s``; raises
+        ``TimeoutError`` then). Reconnects and watches again as needed."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if self._closed:
+                raise _Closed("the watch is closed")
+            if self._conn is None or self._conn.broken is not None:
+                old, self._conn = self._conn, None
+                if old is not None:
+                    old.close()
+                self._connect(deadline)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                raise TimeoutError(f"no change of {self.key} in time") from None
+            if item is self._BROKEN:
+                continue
+            if self._filter.admit(item):
+                return item
+
+
+class _Closed(LockdError):
+    """The watch was closed."""
+
+
+class Observe:
+    """``for leader in client.observe(key):`` every change of the election's
+    leader (a :class:`~._core.Leader`, or None while nobody leads), the
+    same holder never twice in a row. Built on :class:`Watch`."""
+
+    def __init__(self, client: "Client", key: str) -> None:
+        self._watch = Watch(client, key)
+        self._filter = LeaderFilter()
+
+    def __enter__(self) -> "Observe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._watch.close()
+
+    def get(self, timeout_s: Optional[float] = None) -> Optional[Leader]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            changed, leader = self._filter.admit(self._watch.get(left))
+            if changed:
+                return leader
+
+    def __iter__(self) -> Iterator[Optional[Leader]]:
+        while not self._watch._closed:
+            try:
+                yield self.get()
+            except _Closed:
+                return
 
 
 class Semaphore:
@@ -376,9 +654,13 @@ class Client(ClientOptions):
     """
 
     def _init_connection(self) -> None:
-        self._lock = threading.Lock()  # guards _conn and _closed
+        self._lock = threading.Lock()  # guards _conn, _retired and _closed
         self._conn: Optional[_Connection] = None
+        self._retired: List[_Connection] = []  # kept open for their callers' replies
         self._closed = False
+        #: Every lock this client granted and not yet released, by (token, key):
+        #: ``X`` pushes find their keeper here, close() stops every keeper.
+        self._held: "weakref.WeakValueDictionary[Tuple[int, str], Lock]" = weakref.WeakValueDictionary()
 
     def __enter__(self) -> "Client":
         return self
@@ -387,11 +669,28 @@ class Client(ClientOptions):
         self.close()
 
     def close(self) -> None:
-        """Closes the connection. Locks still held end with their leases."""
+        """Closes the connections and stops every keeper for good (their
+        locks get ``lost`` with a LockLost reason, without ``on_lost``; the
+        leases end by themselves). Calls made afterwards raise Unreachable."""
         with self._lock:
-            conn, self._conn, self._closed = self._conn, None, True
-        if conn is not None:
+            conns = [c for c in [self._conn, *self._retired] if c is not None]
+            self._conn, self._retired, self._closed = None, [], True
+            held = list(self._held.values())
+        for lock in held:
+            lock._client_closed()
+        for conn in conns:
             conn.close()
+        for lock in held:
+            if lock._keeper is not None and lock._keeper is not threading.current_thread():
+                lock._keeper.join()
+
+    def _push(self, reply: Reply) -> None:
+        """A push on one of the client's connections (reader thread)."""
+        if reply.kind == "X":
+            lock = self._held.get((reply.token, reply.key))
+            if lock is not None:
+                lock._pushed_expired()
+        # V: only leader() watches on these connections, and it reads the W reply.
 
     def _connection_to(self, target: int) -> _Connection:
         with self._lock:
@@ -399,14 +698,21 @@ class Client(ClientOptions):
                 raise Unreachable("the client is closed")
             address = self._nodes.address(target)
             conn = self._conn
-            if conn is not None and conn.broken is None and conn.address == address:
+            if conn is not None and conn.broken is None and not conn.retired and conn.address == address:
                 return conn
-            new = _Connection(address, self.connect_timeout_s, self._security)
+            new = _Connection(address, self.connect_timeout_s, self._security, on_push=self._push)
             if new.identity is not None:
                 self.identity = new.identity
             self._conn = new
             self._nodes.connected(target)
-        if conn is not None:
+            self._retired = [c for c in self._retired if c.broken is None]
+            if conn is not None and conn.broken is None:
+                self._retired.append(conn)
+        if conn is not None and conn.broken is None:
+            # Other callers' requests in flight on it (a wait queued at a
+            # healthy leader, a keeper's K) keep their connection (issue 36 #5).
+            conn.retire()
+        elif conn is not None:
             threading.Thread(target=conn.close, daemon=True).start()
         return new
 
@@ -437,12 +743,16 @@ class Client(ClientOptions):
                 return reply
             time.sleep(pause)
 
-    def _grant(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int, limit: int = 0) -> Lock:
+    def _grant(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int, limit: int = 0,
+               kind: type = Lock) -> Lock:
         owner = owner or self.owner
         sent_at = time.monotonic()
         reply = self.call(Request(verb, key, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms, limit=limit))
-        return Lock(self, acquire_outcome(reply, wait_ms, verb), key, owner, lease_ms, sent_at,
+        token = acquire_outcome(reply, wait_ms, verb)
+        lock = kind(self, token, key, owner, lease_ms, lease_start(sent_at, time.monotonic(), wait_ms),
                     shared=verb == "S", limit=limit)
+        self._held[(token, key)] = lock
+        return lock
 
     def _hold(self, verb: str, key: str, owner: Optional[str], lease_ms: int, wait_ms: int, keep: bool,
               on_lost: Optional[Callable[[Lock], None]], limit: int = 0) -> Lock:
@@ -497,3 +807,65 @@ class Client(ClientOptions):
         """``K``: the lease now ends ``lease_ms`` from the server's now.
         Raises :class:`NotHeld` once the lease has ended."""
         token_outcome(self.call(Request("K", key, token=token, lease_ms=lease_ms)), "K")
+
+    # --- watch and election (v1.3 §5c) ---------------------------------------
+
+    def watch(self, key: str) -> Watch:
+        """Every state of ``key``: ``for state in client.watch(key)`` (a
+        :class:`Watch`, on a connection of its own; close it to stop)."""
+        return Watch(self, key)
+
+    def leader(self, key: str) -> Optional[Leader]:
+        """Who leads the election on ``key`` now (``W`` then ``U``), or None."""
+        reply = self.call(Request("W", key))
+        try:
+            if reply.kind == "B":
+                raise LockBusy("the server's watch limit is reached")
+            if reply.kind != "W":
+                raise ProtocolError(f"unexpected reply {reply.kind} to W")
+            return leader_of(KeyState.of(reply))
+        finally:
+            try:
+                self.call(Request("U", key))
+            except LockdError:
+                pass  # the watch ends with the connection
+
+    def observe(self, key: str) -> Observe:
+        """Every change of the leader of ``key``: ``for leader in
+        client.observe(key)`` yields a :class:`~._core.Leader` or None (no
+        leader); the same holder never twice in a row."""
+        return Observe(self, key)
+
+    def campaign(self, key: str, value: str, *, lease_ms: int = 10_000, round_wait_ms: int = 60_000,
+                 timeout_s: Optional[float] = None,
+                 on_lost: Optional[Callable[[Lock], None]] = None) -> Leadership:
+        """Waits until this candidate leads the election on ``key``, then
+        keeps leadership alive (a keeper thread) and returns the
+        :class:`Leadership`. ``value`` is the candidate's owner string
+        (1..64 visible ASCII bytes), what :meth:`leader` and :meth:`observe`
+        show. Waits in rounds of ``round_wait_ms`` (under the server's
+        maximum wait); raises LockTimeout after ``timeout_s`` if given. A
+        round with an unknown outcome (a failover) is simply retried: a
+        grant it may have made ends with its lease."""
+        check_value(value)
+        if lease_ms <= 0 or round_wait_ms <= 0:
+            raise ValueError("a campaign needs lease_ms >= 1 and round_wait_ms >= 1")
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait_ms = round_wait_ms
+            if end is not None:
+                wait_ms = min(wait_ms, max(0, int((end - time.monotonic()) * 1000)))
+            try:
+                lock = self._grant("A", key, value, lease_ms, wait_ms, kind=Leadership)
+            except LockTimeout:
+                if end is not None and time.monotonic() >= end:
+                    raise
+                continue
+            except (Indeterminate, NoLeader, LockBusy) as e:
+                if end is not None and time.monotonic() >= end:
+                    raise LockTimeout(f"not elected in time ({e})") from e
+                time.sleep(KEEP_RETRY_PAUSE_S)
+                continue
+            lock._start_keeper(on_lost)
+            assert isinstance(lock, Leadership)
+            return lock

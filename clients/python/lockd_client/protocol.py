@@ -28,7 +28,8 @@ def _visible(text: str, max_bytes: int) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One request. ``verb`` is ``"A"``, ``"S"``, ``"R"`` or ``"K"``.
+    """One request. ``verb`` is ``"A"``, ``"S"``, ``"R"``, ``"K"``, or
+    ``"W"``/``"U"`` (v1.3 §5c: watch a key, stop watching; only ``key``).
 
     For ``A`` and ``S``, ``lease_ms`` 0 means the server's default
     (``wait_ms`` must then be 0); ``K`` needs ``lease_ms`` >= 1. ``limit``
@@ -50,11 +51,11 @@ class Request:
 
     def validate(self) -> Optional[str]:
         """Why the protocol would refuse this request, or None if it is valid."""
-        if self.verb not in ("A", "S", "R", "K"):
-            return "verb must be A, S, R or K"
+        if self.verb not in ("A", "S", "R", "K", "W", "U"):
+            return "verb must be A, S, R, K, W or U"
         if self.is_acquire and not _visible(self.owner, MAX_OWNER_BYTES):
             return "owner must be 1..64 visible ASCII characters without spaces"
-        if not self.is_acquire and not 1 <= self.token <= MAX_TOKEN:
+        if self.verb in ("R", "K") and not 1 <= self.token <= MAX_TOKEN:
             return "token must be in 1..2^64-1"
         if not _visible(self.key, MAX_KEY_BYTES):
             return "key must be 1..250 visible ASCII characters without spaces"
@@ -80,15 +81,20 @@ class Request:
                     parts.append(str(self.wait_ms))
         elif self.verb == "R":
             parts = ["R", str(self.token), self.key]
+        elif self.verb in ("W", "U"):
+            parts = [self.verb, self.key]
         else:
             parts = ["K", str(self.token), self.key, str(self.lease_ms)]
         return (" ".join(parts) + "\n").encode("ascii")
 
     def echo(self) -> str:
-        """The echo its replies carry, tagged by kind (``A owner key`` / ``T token key``).
-        ``A`` and ``S`` share one: their ``T``/``B`` replies look the same."""
+        """The echo its replies carry, tagged by kind (``A owner key`` / ``T token key``
+        / ``W key``). ``A`` and ``S`` share one: their ``T``/``B`` replies look
+        the same; ``W`` and ``U`` share one, answered in request order."""
         if self.is_acquire:
             return f"A {self.owner} {self.key}"
+        if self.verb in ("W", "U"):
+            return f"W {self.key}"
         return f"T {self.token} {self.key}"
 
 
@@ -97,7 +103,14 @@ class Reply:
     """One parsed reply line; which fields are set depends on ``kind``.
 
     ``M`` and ``E`` keep their echo raw (``echo_first``, ``key``): it is
-    ``owner key`` for an acquire and ``token key`` for a release or keep.
+    ``owner key`` for an acquire, ``token key`` for a release or keep, and
+    ``key`` alone (``echo_first`` empty) for a watch.
+
+    ``W`` (the reply to a watch) and the push ``V`` carry ``key``, ``rev``
+    and the key's ``state``: ``"free"``, ``"held"`` (``owner``, ``token``)
+    or ``"shared"`` (``limit``, ``count``). The push ``X`` (a lease ended
+    by expiry) carries ``token`` and ``key``. ``V`` and ``X`` are pushes
+    (``is_push``): never the reply to a request.
     """
 
     kind: str
@@ -107,11 +120,20 @@ class Reply:
     echo_first: str = ""
     leader: str = ""
     error_code: str = ""
+    rev: int = 0
+    state: str = ""
+    limit: int = 0
+    count: int = 0
 
     @property
     def is_grant(self) -> bool:
         """``A`` or ``S``: the server granted the key (and a token)."""
         return self.kind in ("A", "S")
+
+    @property
+    def is_push(self) -> bool:
+        """``V`` or ``X`` (v1.3 §5c): a push, routed before reply matching."""
+        return self.kind in ("V", "X")
 
 
 def _token(text: str) -> Optional[int]:
@@ -121,12 +143,48 @@ def _token(text: str) -> Optional[int]:
     return value if 1 <= value <= MAX_TOKEN else None
 
 
+def _count(text: str, low: int, high: int) -> Optional[int]:
+    if not text.isdigit() or not text.isascii():
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
+def _watch_state(kind: str, f: List[str]) -> Optional[Reply]:
+    """``W``/``V`` ``key rev state...`` (§5c)."""
+    rev = _count(f[2], 1, 2**64 - 1) if len(f) >= 4 else None
+    if rev is None:
+        return None
+    r = Reply(kind, key=f[1], rev=rev, state=f[3])
+    if f[3] == "free" and len(f) == 4:
+        return r
+    if f[3] == "held" and len(f) == 6 and _visible(f[4], MAX_OWNER_BYTES):
+        r.owner, r.token = f[4], _token(f[5]) or 0
+        return r if r.token else None
+    if f[3] == "shared" and len(f) == 6:
+        limit, count = _count(f[4], 0, MAX_LIMIT), _count(f[5], 1, 2**64 - 1)
+        if limit is None or count is None:
+            return None
+        r.limit, r.count = limit, count
+        return r
+    return None
+
+
 def parse_reply(line: str) -> Optional[Reply]:
-    """Parses one reply line (without ``\\n``); None if it is not a protocol reply."""
+    """Parses one reply or push line (without ``\\n``); None if it is neither."""
     f = line.rstrip("\r").split()
     if not f or len(f[0]) != 1:
         return None
     kind = f[0]
+    if kind in ("W", "V"):
+        return _watch_state(kind, f)
+    if kind == "U" and len(f) == 2:
+        return Reply("U", key=f[1])
+    if kind == "X" and len(f) == 3:
+        token = _token(f[1])
+        return Reply("X", token=token, key=f[2]) if token else None
+    if kind == "B" and len(f) == 2:  # a W refused by a watch limit: B <key>
+        return Reply("B", key=f[1])
     if kind in ("A", "S") and len(f) == 4:
         token = _token(f[1])
         return Reply(kind, token=token, owner=f[2], key=f[3]) if token else None
@@ -137,10 +195,12 @@ def parse_reply(line: str) -> Optional[Reply]:
         return Reply(kind, token=token, key=f[2]) if token else None
     if kind == "M" and len(f) == 4:
         return Reply("M", leader=f[1], echo_first=f[2], key=f[3])
-    if kind == "E" and len(f) in (2, 4):
+    if kind == "E" and len(f) in (2, 3, 4):
         r = Reply("E", error_code=f[1])
         if len(f) == 4:
             r.echo_first, r.key = f[2], f[3]
+        elif len(f) == 3:  # a watch's echo: the key alone
+            r.key = f[2]
         return r
     return None
 
@@ -158,20 +218,33 @@ def parse_address(text: str) -> Optional[tuple]:
 
 
 class Matcher:
-    """Pairs replies with the pipelined requests they answer.
+    """Pairs replies with the pipelined requests they answer. The rules
+    (docs/clients.md, "The rules a client must follow", 2-3) live here and
+    only here:
 
-    Rules (docs/clients.md): ``A``/``S``/``T``/``B`` answer the acquire
-    (``A`` or ``S``) with that owner and key, and only one such acquire may be in flight per
-    connection (callers queue a second one until the first is answered);
-    ``R``/``K``/``N`` answer the oldest release or keep with that token and
-    key; ``M``/``E`` with an echo try the acquire reading, then the token
-    one; an ``E`` without echo is answered at once, so it belongs to the
-    oldest request that could have drawn it and cannot still be waiting.
+    - ``A``/``S``/``T``/``B`` answer the acquire (``A`` or ``S``) with that
+      owner and key; only one such acquire may be in flight per connection
+      (callers queue a second one until the first is answered);
+    - ``R``/``K``/``N`` answer the oldest release or keep with that token
+      and key; ``W``/``U``/``B key`` the oldest watch request on that key;
+    - ``M``/``E`` with an echo try the acquire reading, then the token one
+      (v1.3 gives ``E bad_lease``/``bad_wait``/``bad_limit`` an echo);
+    - an ``E`` without echo (a v1.2 server's range error) is pinned on a
+      request only when exactly one request in flight could have drawn it.
+      Otherwise it waits, unattributed, while the other candidates get
+      their own replies (each has an echo): once one candidate is left, it
+      is that one's. A caller whose request stays among several candidates
+      times out as indeterminate; nobody is ever told another's refusal.
+    - pushes (``V``, ``X``) are never replies: the connection routes them
+      before calling :meth:`match`.
     """
 
     def __init__(self) -> None:
         self._order: Dict[int, Request] = {}  # id -> request, in wire order
         self._by_echo: Dict[str, Deque[int]] = {}
+        #: Echo-less errors not yet attributable: [reply, candidate ids].
+        self._unattributed: List[list] = []
+        self._resolved: List[tuple] = []
 
     def __len__(self) -> int:
         return len(self._order)
@@ -185,13 +258,55 @@ class Matcher:
         self._order[rid] = request
         self._by_echo.setdefault(request.echo(), collections.deque()).append(rid)
 
+    def request(self, rid: int) -> Optional[Request]:
+        return self._order.get(rid)
+
     def _take(self, rid: int) -> int:
         request = self._order.pop(rid)
         ids = self._by_echo[request.echo()]
         ids.remove(rid)
         if not ids:
             del self._by_echo[request.echo()]
+        self._narrow(rid)
         return rid
+
+    def _narrow(self, answered: int) -> None:
+        """``answered`` got its own reply: it drew no pending echo-less error.
+        An error left with one candidate is that candidate's; ``k`` errors
+        of one code sharing the same ``k`` candidates are theirs, in order."""
+        for entry in self._unattributed:
+            entry[1].discard(answered)
+        changed = True
+        while changed:
+            changed = False
+            for entry in list(self._unattributed):
+                reply, candidates = entry
+                if not candidates:  # cannot happen with a conforming server
+                    self._unattributed.remove(entry)
+                    continue
+                same = [e for e in self._unattributed
+                        if e[1] == candidates and e[0].error_code == reply.error_code]
+                if len(same) == len(candidates):
+                    for e, rid in zip(same, sorted(candidates)):
+                        self._unattributed.remove(e)
+                        self._resolved.append((self._take_quiet(rid), e[0]))
+                    changed = True
+                    break
+
+    def _take_quiet(self, rid: int) -> int:
+        request = self._order.pop(rid)
+        ids = self._by_echo[request.echo()]
+        ids.remove(rid)
+        if not ids:
+            del self._by_echo[request.echo()]
+        for entry in self._unattributed:
+            entry[1].discard(rid)
+        return rid
+
+    def take_resolved(self) -> List[tuple]:
+        """Echo-less errors attributed since the last call, as ``(id, reply)``."""
+        out, self._resolved = self._resolved, []
+        return out
 
     def _find(self, echo: str, prefer: Optional[str] = None) -> Optional[int]:
         ids = self._by_echo.get(echo)
@@ -201,32 +316,58 @@ class Matcher:
             for rid in ids:
                 if self._order[rid].verb == prefer:
                     return rid
+            if prefer in ("W", "U"):
+                return None
         return ids[0]
 
+    @staticmethod
+    def could_draw(reply: Reply, r: Request) -> bool:
+        """Whether request ``r`` can have drawn the echo-less error ``reply``."""
+        if r.verb in ("W", "U"):  # not a range error; E unknown_command from a v1.2 server
+            return reply.error_code not in ("bad_wait", "bad_lease", "bad_limit")
+        if reply.error_code == "bad_wait":
+            return r.is_acquire and r.wait_ms > 0
+        if reply.error_code == "bad_lease":
+            return r.verb == "K" or (r.is_acquire and r.lease_ms > 0)
+        if reply.error_code == "bad_limit":
+            return r.verb == "S"
+        return True
+
+    #: What :meth:`match` returns for an echo-less error kept unattributed.
+    PENDING = -1
+
     def match(self, reply: Reply) -> Optional[int]:
-        """The id of the request ``reply`` answers, removed; None if none matches."""
+        """The id of the request ``reply`` answers, removed; None if none
+        matches; :data:`PENDING` for an echo-less error held back (see the
+        class; :meth:`take_resolved` gives it out once attributable)."""
         rid: Optional[int] = None
-        if reply.kind in ("A", "S", "T", "B"):
+        if reply.kind in ("A", "S", "T") or (reply.kind == "B" and reply.owner):
             rid = self._find(f"A {reply.owner} {reply.key}")
         elif reply.kind in ("R", "K", "N"):
             rid = self._find(f"T {reply.token} {reply.key}", None if reply.kind == "N" else reply.kind)
+        elif reply.kind in ("W", "U"):
+            rid = self._find(f"W {reply.key}", reply.kind)
+        elif reply.kind == "B":  # B <key>: a watch refused by a limit
+            rid = self._find(f"W {reply.key}", "W")
+        elif reply.key and not reply.echo_first:  # E with a watch's echo
+            rid = self._find(f"W {reply.key}")
         elif reply.key:  # M or E with echo
             rid = self._find(f"A {reply.echo_first} {reply.key}")
             if rid is None and _token(reply.echo_first):
                 rid = self._find(f"T {int(reply.echo_first)} {reply.key}")
         else:  # E without echo
-            def could_draw(r: Request) -> bool:
-                if reply.error_code == "bad_wait":
-                    return r.is_acquire and r.wait_ms > 0
-                if reply.error_code == "bad_lease":
-                    return r.verb == "K" or (r.is_acquire and r.lease_ms > 0)
-                if reply.error_code == "bad_limit":
-                    return r.verb == "S"
-                return True
-
-            candidates = [i for i, r in self._order.items() if could_draw(r)]
-            settled = [i for i in candidates if not (self._order[i].is_acquire and self._order[i].wait_ms > 0)]
-            rid = (settled or candidates or [None])[0]
+            candidates = {i for i, r in self._order.items() if self.could_draw(reply, r)}
+            for entry in self._unattributed:  # already spoken for by an earlier error
+                if len(entry[1]) == 1:
+                    candidates -= entry[1]
+            if len(candidates) == 1:
+                rid = candidates.pop()
+            elif not candidates:
+                return None
+            else:
+                self._unattributed.append([reply, candidates])
+                self._narrow(0)
+                return self.PENDING
         return None if rid is None else self._take(rid)
 
     def drain(self) -> List[int]:
@@ -234,4 +375,6 @@ class Matcher:
         ids = list(self._order)
         self._order.clear()
         self._by_echo.clear()
+        self._unattributed.clear()
+        self._resolved.clear()
         return ids

@@ -136,7 +136,8 @@ class LockdCluster:
         os.makedirs(data, exist_ok=True)
         argv = [lockd_bin(), "--mode", "cluster", "--node-id", str(i), "--data-dir", data,
                 "--admin", f"127.0.0.1:{self.admin_ports[i]}",
-                "--election-timeout-ms", "150", "--heartbeat-ms", "30"]
+                "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                "--insecure-peers"]  # loopback test nodes: no peer authentication
         for j, (client, raft) in self.ports.items():
             argv += ["--peer", f"{j}=127.0.0.1:{client}/127.0.0.1:{raft}"]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -247,6 +248,14 @@ class FakeNode:
         for c in list(self._conns):
             try:
                 c.sendall(line.encode() + b"\n")
+            except OSError:
+                pass
+
+    def drop(self) -> None:
+        """Closes every open connection (a node restarted, a network cut)."""
+        for c in list(self._conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 

@@ -8,7 +8,8 @@ import re
 import unittest
 
 from lockd_client import Indeterminate, LimitMismatch, NoLeader, NotHeld, Rejected, Request, Unreachable
-from lockd_client._core import CallPlan, KeepPlan, Nodes, Wire
+from lockd_client._core import (CallPlan, KeepPlan, KeyState, Leader, LeaderFilter, Nodes, WatchFilter, Wire,
+                                 lease_start, requeued)
 from lockd_client.protocol import parse_reply
 
 
@@ -123,7 +124,7 @@ class CallPlanTest(unittest.TestCase):
 
 class KeepPlanTest(unittest.TestCase):
     def test_keeps_every_third_and_moves_the_safe_end(self):
-        k = KeepPlan(300, sent_at=10.0)
+        k = KeepPlan(300, start=10.0)
         self.assertAlmostEqual(k.wait_s(10.0), 0.1)
         self.assertIsNone(k.sending(10.1))
         k.kept()
@@ -131,7 +132,7 @@ class KeepPlanTest(unittest.TestCase):
         self.assertAlmostEqual(k.next_at, 10.2)
 
     def test_transient_failures_retry_until_the_safe_end(self):
-        k = KeepPlan(300, sent_at=0.0)
+        k = KeepPlan(300, start=0.0)
         k.sending(0.1)
         self.assertIsNone(k.failed(NoLeader("x"), 0.15))
         self.assertAlmostEqual(k.next_at, 0.25)
@@ -140,12 +141,95 @@ class KeepPlanTest(unittest.TestCase):
         self.assertIsInstance(k.sending(0.3), NotHeld)
 
     def test_n_is_final(self):
-        k = KeepPlan(300, sent_at=0.0)
+        k = KeepPlan(300, start=0.0)
         k.sending(0.1)
         self.assertIsInstance(k.failed(NotHeld("n"), 0.1), NotHeld)
 
 
+class KeeperRulesTest(unittest.TestCase):
+    """The keeper's rules with an injected clock (issue 36 item 1; C01, C02, C13)."""
+
+    def test_c01_a_lease_granted_after_a_long_wait_is_dated_from_the_grant(self):
+        # Sent at 0 with a 1 s lease and a 5 s wait; granted at 3.2 s.
+        start = lease_start(sent_at=0.0, arrived_at=3.2, wait_ms=5000)
+        self.assertEqual(start, 3.2)
+        k = KeepPlan(1000, start)
+        self.assertAlmostEqual(k.safe_end, 4.2)
+        self.assertIsNone(k.sending(3.2 + 1 / 3))   # asks the server instead of giving up
+        # Without a wait the grant came at once: the send is the safe start.
+        self.assertEqual(lease_start(sent_at=1.0, arrived_at=1.3, wait_ms=0), 1.0)
+
+    def test_c02_the_safe_end_is_dated_from_when_k_was_sent_not_when_its_reply_came(self):
+        k = KeepPlan(3000, start=0.0)
+        self.assertIsNone(k.sending(1.0))   # K sent at 1.0 ...
+        k.kept()                            # ... confirmed (say at 2.5: a slow reply)
+        self.assertAlmostEqual(k.safe_end, 4.0)   # 1.0 + 3, not 2.5 + 3
+        self.assertAlmostEqual(k.next_at, 2.0)
+        self.assertIsInstance(k.sending(4.0), NotHeld)
+
+    def test_c13_x_is_a_loss_at_once(self):
+        self.assertIsInstance(KeepPlan.expired_notice(), NotHeld)
+        self.assertIn("X", str(KeepPlan.expired_notice()))
+
+    def test_c10_a_queued_second_acquire_keeps_only_the_wait_it_has_left(self):
+        r = Request("A", "k", owner="o", lease_ms=100, wait_ms=5000)
+        self.assertEqual(requeued(r, queue_deadline=5.0, now=2.0).wait_ms, 3000)
+        self.assertEqual(requeued(r, queue_deadline=5.0, now=6.0).wait_ms, 0)
+        self.assertEqual(requeued(Request("A", "k", owner="o"), 5.0, 2.0).wait_ms, 0)
+
+
+class WatchRulesTest(unittest.TestCase):
+    """C12, C14: states in rev order; the same leader never twice."""
+
+    def test_c12_states_whose_rev_is_not_newer_are_dropped(self):
+        f = WatchFilter()
+        s = lambda rev, state="free": KeyState("k", rev, state)  # noqa: E731
+        self.assertTrue(f.admit(s(5)))
+        self.assertTrue(f.admit(s(7, "held")))
+        self.assertFalse(f.admit(s(7, "held")))   # a re-watch answering the state already seen
+        self.assertFalse(f.admit(s(6)))           # a lagging member
+        self.assertTrue(f.admit(s(8)))
+
+    def test_c14_observe_yields_each_change_of_leader_once(self):
+        f = LeaderFilter()
+        held = lambda owner, token, rev: KeyState("k", rev, "held", owner, token)  # noqa: E731
+        self.assertEqual(f.admit(KeyState("k", 1, "free")), (True, None))
+        self.assertEqual(f.admit(held("a", 10, 2)), (True, Leader("a", 10, 2)))
+        self.assertFalse(f.admit(held("a", 10, 3))[0])                 # same holder, seen again
+        self.assertEqual(f.admit(held("a", 11, 4)), (True, Leader("a", 11, 4)))   # a new term
+        self.assertEqual(f.admit(KeyState("k", 5, "free")), (True, None))
+        self.assertFalse(f.admit(KeyState("k", 6, "shared", limit=0, count=2))[0])  # still nobody leads
+
+
 class WireTest(unittest.TestCase):
+    def test_c11_pushes_between_pipelined_replies_are_never_replies(self):
+        w = Wire("n")
+        r1, _ = w.add(Request("A", "k", owner="a", lease_ms=100))
+        r2, _ = w.add(Request("R", "k", token=5))
+        out, broken = w.receive(b"V k 3 held a 6\nX 5 k\nA 6 a k\nV k 4 free\nR 5 k\n")
+        self.assertIsNone(broken)
+        self.assertEqual([(d.rid, d.reply.kind) for d in out], [(0, "V"), (0, "X"), (r1, "A"), (0, "V"), (r2, "R")])
+        self.assertEqual([d.push for d in out], [True, True, False, True, False])
+
+    def test_c04_an_echo_less_error_is_delivered_once_attributable(self):
+        w = Wire("n")
+        r1, _ = w.add(Request("A", "k", owner="a", lease_ms=100, wait_ms=5000))
+        r2, _ = w.add(Request("A", "k", owner="b", lease_ms=100, wait_ms=999_999_999))
+        out, broken = w.receive(b"E bad_wait\n")
+        self.assertEqual((out, broken), ([], None))   # neither caller is told yet
+        out, broken = w.receive(b"T a k\n")
+        self.assertIsNone(broken)
+        self.assertEqual([(d.rid, d.reply.kind) for d in out], [(r1, "T"), (r2, "E")])
+
+    def test_a_retired_connection_is_idle_once_no_caller_waits(self):
+        w = Wire("n")
+        r1, _ = w.add(Request("A", "k", owner="a", lease_ms=100, wait_ms=5000))
+        w.retired = True
+        self.assertFalse(w.idle())
+        w.abandon(r1)
+        self.assertTrue(w.idle())
+
+
     def test_matches_shared_and_exclusive_replies_by_echo(self):
         w = Wire("n")
         r1, line1 = w.add(Request("S", "k", owner="a", limit=0, lease_ms=100, wait_ms=50))

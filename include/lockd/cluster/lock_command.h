@@ -29,14 +29,18 @@ namespace lockd::cluster {
 //   2: lockd 1.1 (kinds 1..7)
 //   3: lockd 1.2 with kConfig (the cluster-wide caps, the token floor)
 //   4: lockd 1.2 with kAcquireShared (`S`, its limit)
-//   5+: test builds only (-DLOCKD_ENTRY_VERSION_MAX=5, bin/lockd-next): the
-//       layout of 4 under a new number, to test rolling upgrades and the stop.
+//   5: lockd 1.3 with kCancelWaiters (a departing client's waiters, one entry)
+//   6+: test builds only (-DLOCKD_ENTRY_VERSION_MAX=6, bin/lockd-next): the
+//       layout of 5 under a new number, to test rolling upgrades and the stop.
 // A build with -DLOCKD_ENTRY_VERSION_MAX=3 is a 1.2 node from before `S`
-// (it answers `S` with E no_leader).
+// (it answers `S` with E no_leader); one with 4 is a 1.2 node from before
+// kCancelWaiters (a leader then cancels a departing client's waiters one
+// kCancelWaiter entry each).
 constexpr std::uint16_t kEntryVersionMin = 2;
 constexpr std::uint16_t kEntryVersionConfig = 3;  // the first with kConfig
 constexpr std::uint16_t kEntryVersionShared = 4;  // the first with kAcquireShared
-// The highest version this binary writes and applies: 4, or what the build
+constexpr std::uint16_t kEntryVersionCancelWaiters = 5;  // the first with kCancelWaiters
+// The highest version this binary writes and applies: 5, or what the build
 // says. Defined in src/cluster/entry_version.cc, the one file that reads
 // LOCKD_ENTRY_VERSION_MAX / LOCKD_ENTRY_VERSION_NEXT, so that lockd-next
 // recompiles that file alone instead of the whole cluster layer.
@@ -61,11 +65,20 @@ enum class LockCommandType : std::uint8_t {
   kAcquireShared = 9, // (version 4) LockTable::acquire of an `S` (v1.2, §5b): as
                       // kAcquire, plus `limit`. Proposed only once every member
                       // applies version 4 (ReplicatedLockService::shared_entries_allowed()).
+  kCancelWaiters = 10,  // (version 5) LockTable::cancel_waiters(waiters): every waiter of
+                        // a client that went away, taken out together before any
+                        // hand-off (as single mode does), so none of them is granted
+                        // the key its neighbour in the list gave up. Proposed only once
+                        // every member applies version 5; before that, one
+                        // kCancelWaiter each.
 };
-constexpr std::uint8_t kMaxLockCommandType = 9;
+constexpr std::uint8_t kMaxLockCommandType = 10;
 // The last kind each entry version knows.
 constexpr std::uint8_t max_lock_command_type(std::uint16_t version) {
-  return version >= kEntryVersionShared ? 9 : version >= kEntryVersionConfig ? 8 : 7;
+  return version >= kEntryVersionCancelWaiters ? 10
+         : version >= kEntryVersionShared      ? 9
+         : version >= kEntryVersionConfig      ? 8
+                                               : 7;
 }
 
 // One command; which fields matter depends on `type`.
@@ -86,6 +99,7 @@ struct LockCommand {
   std::uint64_t max_waiters = 0;
   std::uint64_t token_floor = 0;  // every later token is above it (0: none)
   std::uint16_t limit = 0;       // kAcquireShared: the `S` limit (encoded for that type only)
+  std::vector<locks::WaiterId> waiters;  // kCancelWaiters: 1..kMaxCancelWaiters ids (that type only)
 
   bool operator==(const LockCommand&) const = default;
 };
@@ -112,6 +126,10 @@ enum class LockCommandError {
                 // a clock reading that is negative or near overflow)
   kTrailing,    // bytes left over
 };
+
+// Most waiter ids one kCancelWaiters carries (8 bytes each: 32 KiB at
+// most); a client with more waiters is cancelled in several entries.
+constexpr std::size_t kMaxCancelWaiters = 4096;
 
 // Largest cap a kConfig may carry (far above any memory a node has).
 constexpr std::uint64_t kMaxConfigCap = 1ull << 40;

@@ -38,6 +38,7 @@
 // Runs on the node's loop thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -124,6 +125,9 @@ class LockStateMachine {
   TimeNs to_leader_ns(TimeNs table_ns) const { return table_ns - offset_ns_; }
 
   const locks::LockTable& table() const { return *table_; }
+  // Who the table tells of changed keys (the watch index, v1.3). The table
+  // is replaced whole by restore() and adopt(): call again after those.
+  void set_observer(locks::KeyObserver* o) { table_->set_observer(o); }
   raft::Index applied() const { return applied_; }
   std::uint64_t token_base() const { return token_base_; }
   TimeNs offset_ns() const { return offset_ns_; }
@@ -137,8 +141,17 @@ class LockStateMachine {
   const locks::Limits& caps() const { return caps_; }
   std::uint64_t token_floor() const { return token_floor_; }
   const locks::Limits& local_limits() const { return local_; }
-  // The smallest token the next grant can carry.
-  std::uint64_t next_token_lower_bound() const { return token_base_ + applied_ + 1; }
+  // The smallest token the next grant can carry: past base + applied, and
+  // past every token already granted (one entry may grant several, §5b).
+  std::uint64_t next_token_lower_bound() const {
+    return std::max<std::uint64_t>(token_base_ + applied_ + 1, table_->next_token());
+  }
+  // The largest token granted by any entry applied so far, or that any
+  // entry applied so far could have granted (0: no base yet, none granted).
+  // What a backup's token floor is (backup_file.h).
+  std::uint64_t largest_token_granted() const {
+    return token_base_ == 0 ? 0 : next_token_lower_bound() - 1;
+  }
 
  private:
   locks::Limits local_;                      // this node's flags: never applied

@@ -82,6 +82,9 @@ class ReplicatedLockService final : public server::LockService {
 
   // --- server::LockService ---
   void attach(server::ClientReplies& replies) override { replies_ = &replies; }
+  void attach_watches(server::WatchHub& hub, server::PushOutput& push) override;
+  // `X` notices sent (v1.3, §5c).
+  std::uint64_t lost_notices() const { return lost_notices_; }
   bool handle(locks::ClientId client, const proto::Request& req, TimeNs now_ns, std::string& out,
               server::ServerStats& stats) override;
   void client_closed(locks::ClientId client) override;
@@ -175,7 +178,12 @@ class ReplicatedLockService final : public server::LockService {
 
   bool is_leader() const;
   raft::ProposeResult propose(LockCommand c, Pending p);
+  // Proposes the cancels of to_cancel_ (sync()): together in one
+  // kCancelWaiters entry when every member applies version 5.
+  void propose_cancels(TimeNs now_ns);
   void lose_leadership();
+  // Pushes `X token key` to the connection this node granted `token` to.
+  void send_lost_notice(locks::Token token, std::string_view key);
   void answer_pending(const Pending& p, const EntryResult& r, raft::Index index);
   void deliver(const locks::Delivery& d);
   // A grant nobody will hear of (its client left): queue its release.
@@ -210,6 +218,13 @@ class ReplicatedLockService final : public server::LockService {
   bool shared_refusal_logged_ = false;  // "S refused: a member is older" said once
   LockStateMachine sm_;
   server::ClientReplies* replies_ = nullptr;
+  server::WatchHub* watches_ = nullptr;  // v1.3: told of changed keys and revs
+  server::PushOutput* push_ = nullptr;
+  // `X` (§5c): the connection each grant this node answered went to, by
+  // token; erased on release, on expiry (after its notice) and cleared
+  // when leadership is lost (the client's keeper learns it from `N`).
+  std::unordered_map<locks::Token, locks::ClientId> granted_by_;
+  std::uint64_t lost_notices_ = 0;
   bool accepting_ = true;
   raft::Term leader_term_ = 0;      // term we lead and have noticed; 0: not leading
   bool leader_start_proposed_ = false;

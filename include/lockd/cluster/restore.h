@@ -13,8 +13,10 @@
 // What this gives, by construction rather than by extra state:
 // - Every lock in the file is held with its token: the table is the file's.
 // - Every new token is above the file's token floor: the file's token base
-//   is kept and tokens are base + entry index, and every new entry's index
-//   is above the file's index (backup_file.h: floor = base + index).
+//   and token counter are kept, tokens are at least base + entry index and
+//   above the counter, and every new entry's index is above the file's
+//   index (backup_file.h: floor = the largest token granted, which is
+//   base + index or, after a hand-off to several readers, the counter - 1).
 // - It is a new group (LockStateMachine::start_restored_group): a new
 //   cluster id derived from the file's checksum, the same on every member
 //   seeded from it, so the old group's members are refused at the

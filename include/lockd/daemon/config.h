@@ -35,6 +35,9 @@ struct SecurityConfig {
   bool admin_tls = false;
   bool peer_tls = false;         // --peer-tls: mutual TLS on the raft port
   std::string peer_secret_file;  // --peer-secret-file: peer challenge-response without TLS
+  // --insecure-peers: the operator accepts unauthenticated peers (cluster
+  // mode refuses to start without peer authentication otherwise, §11a).
+  bool insecure_peers = false;
   AuthMode auth = AuthMode::kNone;
   std::string credentials_file;  // --credentials
   std::string acl_file;          // --acl

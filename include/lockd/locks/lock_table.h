@@ -204,6 +204,18 @@ struct KeyState : Holder {
   }
 };
 
+// Told of every change of a key's holders (a grant, a release, an expiry
+// the table learns of, a shared holder joining or leaving): the watch
+// index (v1.3, §5c). Called inside the table's command, after the change;
+// it must not call back into the table.
+class KeyObserver {
+ public:
+  virtual void key_changed(std::string_view key) = 0;
+
+ protected:
+  ~KeyObserver() = default;
+};
+
 class LockTable {
  public:
   // `first_token` is the token of the first grant; the caller picks it so
@@ -314,6 +326,10 @@ class LockTable {
   // what the table holds evicts nothing: growth past it is refused (`B`)
   // until it drains below.
   void set_limits(Limits limits);
+  // Who is told of changed keys (not owned; null: nobody, the default).
+  // One pointer test per change when unset.
+  void set_observer(KeyObserver* o) { observer_ = o; }
+  KeyObserver* observer() const { return observer_; }
 
   // Test and simulation hook: verifies every internal invariant (indexes
   // agree with queues, caps hold) and aborts on a violation.
@@ -391,6 +407,9 @@ class LockTable {
   bool deadline_is_live(const Deadline& d) const;
   void compact_deadlines_if_needed();
   void drop_empty_queue(KeyState& state);
+  void changed(std::string_view key) {
+    if (observer_ != nullptr) observer_->key_changed(key);
+  }
 
   Limits limits_;
   Limits invariant_limits_;  // the largest caps ever in force: what check_invariants() bounds
@@ -404,6 +423,7 @@ class LockTable {
   std::size_t sweep_cursor_ = 0;  // next bucket of the pass under way
   std::vector<std::string_view> sweep_scratch_;  // keys to erase in a slice
   LockStats stats_;
+  KeyObserver* observer_ = nullptr;  // the watch index, if any (v1.3)
 };
 
 }  // namespace lockd::locks

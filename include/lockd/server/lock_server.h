@@ -32,6 +32,7 @@
 #include "lockd/proto/parser.h"
 #include "lockd/server/lock_service.h"
 #include "lockd/server/server_stats.h"
+#include "lockd/server/watch_hub.h"
 #include "lockd/tls/tls_context.h"
 
 struct event_base;
@@ -42,6 +43,7 @@ struct ServerConfig {
   proto::ParseLimits parse;
   locks::Limits locks;
   std::size_t max_connections = 10'000;
+  WatchLimits watches;  // --max-watches-per-connection, --max-watches (v1.3)
   TimeNs sweep_interval_ns = 5'000 * kNsPerMs;
   net::OutputLimits output;
   // --client-tls: a connection whose TLS handshake has not completed this
@@ -54,7 +56,7 @@ struct ServerConfig {
   std::uint64_t first_client_id = 1;
 };
 
-class LockServer final : public net::ConnectionHandler, public ClientReplies {
+class LockServer final : public net::ConnectionHandler, public ClientReplies, public PushOutput {
  public:
   // `service` null: single mode on the server's own table, starting at
   // `first_token`. Otherwise every request goes to `service` (not owned;
@@ -96,6 +98,11 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   const ServerStats& stats() const { return stats_; }
   const ServerConfig& config() const { return config_; }
   std::size_t connection_count() const { return clients_.size(); }
+  // The watch index (v1.3, §5c): counts for /v1/status and metrics.
+  const WatchHub& watches() const { return watches_; }
+  // Watchers closed for unsent output over the cap; `X` pushes sent.
+  std::uint64_t watchers_dropped() const { return watchers_dropped_; }
+  std::uint64_t lost_notices() const { return lost_notices_; }
 
   // net::ConnectionHandler
   void on_bytes(net::Connection& conn, std::string_view bytes) override;
@@ -107,6 +114,10 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // ClientReplies
   std::string* reply_buffer(locks::ClientId client, ReplyKind kind) override;
   void reply_queued(locks::ClientId client) override;
+
+  // PushOutput
+  std::string* push_buffer(locks::ClientId client) override;
+  void push_queued(locks::ClientId client) override;
 
  private:
   // Per-connection protocol state.
@@ -135,6 +146,12 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   // Appends each Delivery's reply to its client's output.
   void deliver(const std::vector<locks::Delivery>& deliveries);
   void rearm_deadline_timer(TimeNs now);
+  // Single mode, `X` (§5c): remembers that `client` was granted `token`
+  // on `key`, to tell it when that lease ends by expiry.
+  void note_grant(locks::ClientId client, locks::Token token, std::string_view key);
+  // Sends `X` for every noted grant whose lease has ended at `now`.
+  void run_lost_notices(TimeNs now);
+  void compact_lost_if_needed();
 
   event_base* base_;
   ServerConfig config_;
@@ -162,6 +179,24 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies {
   std::size_t swept_in_pass_ = 0;
   bool shutting_down_ = false;
   ServerStats stats_;
+  WatchHub watches_;
+  // Single mode `X`: the connection that was granted each live token
+  // (erased on release and when its notice is sent), and a min-heap of
+  // lease ends to look at. An entry whose token was released, or whose
+  // lease a `K` moved, is skipped or re-pushed when it comes up.
+  struct LostDeadline {
+    TimeNs at_ns;
+    locks::Token token;
+    std::string key;
+  };
+  struct LostLater {
+    bool operator()(const LostDeadline& a, const LostDeadline& b) const { return a.at_ns > b.at_ns; }
+  };
+  std::unordered_map<locks::Token, locks::ClientId> granted_by_;
+  std::vector<LostDeadline> lost_heap_;
+  std::size_t lost_compact_at_ = 4'096;
+  std::uint64_t watchers_dropped_ = 0;
+  std::uint64_t lost_notices_ = 0;
 };
 
 }  // namespace lockd::server

@@ -19,6 +19,7 @@
 #include "lockd/locks/lock_table.h"
 #include "lockd/proto/request.h"
 #include "lockd/server/server_stats.h"
+#include "lockd/server/watch_hub.h"
 
 namespace lockd::server {
 
@@ -40,6 +41,10 @@ class LockService {
   virtual ~LockService() = default;
   // Called once by the server that will feed this service.
   virtual void attach(ClientReplies& replies) = 0;
+  // The server's watch index (v1.3, §5c): the service tells it of every
+  // changed key and the rev of each applied entry. Not owned.
+  // `push` carries `X` notices to clients.
+  virtual void attach_watches(WatchHub& /*hub*/, PushOutput& /*push*/) {}
   // One well-formed request from `client`, read at `now_ns`. Appends an
   // immediate reply to `out` (counted in `stats`) and returns true, or
   // returns false: the answer comes later through ClientReplies.

@@ -26,6 +26,9 @@ enum class ReplyKind : std::uint8_t {
   kShared,       // `S` (v1.2): acquired shared
   kSharedHeld,   // `T` to an `S`
   kSharedBusy,   // `B` to an `S`
+  kWatching,     // `W` (v1.3): watching, the state now
+  kWatchBusy,    // `B` to a `W`: a watch cap is full
+  kUnwatched,    // `U` (v1.3)
   kCount,        // number of kinds; not a reply
 };
 
@@ -36,6 +39,8 @@ struct ServerStats {
   std::uint64_t requests_shared = 0;   // well-formed `S` lines (v1.2)
   std::uint64_t requests_malformed = 0;
   std::uint64_t requests_hello = 0;    // well-formed `H` lines (v1.2)
+  std::uint64_t requests_watch = 0;    // well-formed `W` lines (v1.3)
+  std::uint64_t requests_unwatch = 0;  // well-formed `U` lines (v1.3)
   std::uint64_t requests_refused = 0;  // `E unauthenticated <echo>` or `E forbidden <echo>`
   std::uint64_t auth_failures = 0;     // `H` with a credential not accepted (then closed)
   std::array<std::uint64_t, static_cast<std::size_t>(ReplyKind::kCount)> replies{};

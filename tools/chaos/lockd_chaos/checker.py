@@ -304,8 +304,8 @@ def check_liveness(history, recovery_bound_ms=None, stats=None):
     acquired = collections.defaultdict(list)
     answered = 0
     for op in history.ops:
-        if op.invoke_ns < start:
-            continue
+        if op.invoke_ns < start or op.cancelled:
+            continue    # a cancelled acquire is owed no answer (its client left)
         if op.unknown or op.code not in ANSWERS:
             violations.append(Violation(
                 "liveness", "%s: %s %s invoked %.0f ms after heal got no answer (%s)"

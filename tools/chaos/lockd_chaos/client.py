@@ -37,11 +37,23 @@ class LineConn:
             self.sock.close()
             raise
         self.buf = b""
+        self.pushes = 0
 
     def send(self, data):
         self.sock.sendall(data.encode())
 
     def read_line(self, deadline_ns):
+        """The next reply line. Push lines (`V`, `X`: protocol.md §5c, v1.3)
+        can arrive between any two replies and are never replies: skipped
+        (`X` says a lease ended by expiry, which the history already
+        bounds by the lease)."""
+        while True:
+            line = self._read_any(deadline_ns)
+            if not (line.startswith("X ") or line.startswith("V ")):
+                return line
+            self.pushes += 1
+
+    def _read_any(self, deadline_ns):
         while b"\n" not in self.buf:
             left = (deadline_ns - time.monotonic_ns()) / 1e9
             if left <= 0:
@@ -118,8 +130,14 @@ class Client:
             op.complete_ns = time.monotonic_ns()  # never left us: definitely not applied
         self._drop(rotate=True)
 
-    def call(self, f, key, token=None, owner=None, lease_ms=None, wait_ms=0, limit=None):
-        """One request; returns its recorded Op. f "S" takes `limit`."""
+    def call(self, f, key, token=None, owner=None, lease_ms=None, wait_ms=0, limit=None,
+             give_up_ms=None):
+        """One request; returns its recorded Op. f "S" takes `limit`.
+
+        give_up_ms (an acquire with a wait): a client that stops waiting.
+        If no answer came by then, the connection is closed (a departing
+        client: the server must drop its waiter, or release a grant nobody
+        heard of) and the op is recorded cancelled (and unknown)."""
         acquire = f in ("A", "S")
         op = Op(id=self.writer.next_id(), client=self.name, node=self.target, f=f, key=key,
                 owner=owner, lease_ms=lease_ms, wait_ms=wait_ms if acquire else None,
@@ -137,12 +155,16 @@ class Client:
         else:
             line, probe = "K %d %s %d\n" % (token, key, lease_ms), False
         sent = False
+        give_up = None
         try:
             self._connect()
             op.invoke_ns = time.monotonic_ns()
             self.conn.send(line)
             sent = True
             deadline = op.invoke_ns + ((wait_ms or 0) + self.op_timeout_ms) * NS_PER_MS
+            if acquire and give_up_ms is not None and wait_ms:
+                give_up = op.invoke_ns + give_up_ms * NS_PER_MS
+                deadline = min(deadline, give_up)
             probe_pending = probe
             while True:
                 reply = self.conn.read_line(deadline)
@@ -154,6 +176,17 @@ class Client:
                     continue
                 self._finish(op, reply)
                 break
+        except socket.timeout as e:
+            if op.invoke_ns is None:
+                op.invoke_ns = time.monotonic_ns()
+            if give_up is not None and time.monotonic_ns() >= give_up:
+                op.cancelled = True
+                op.unknown = True
+                op.error = "cancelled by the client after %d ms" % give_up_ms
+                self._drop(rotate=False)
+            else:
+                self._fail(op, "%s: %s" % (type(e).__name__, e), sent)
+            probe_pending = False
         except (OSError, ConnectionLost) as e:
             if op.invoke_ns is None:
                 op.invoke_ns = time.monotonic_ns()
@@ -185,10 +218,20 @@ class Workload:
     instead stalls for 1.5 leases between its read and its write, like a
     process in a long GC pause, and writes without looking: the resource's
     fencing must reject it when a newer holder came in between.
+
+    With probability long_wait_prob an acquire waits up to 3 leases: a grant
+    after a wait longer than the lease is then kept alive with a K sent at
+    once (the lease counted from the acquire's invocation is over, the one
+    the server started at the grant is not), and the work goes on under the
+    K's lease (issue 36 item 1). With probability cancel_prob the client
+    gives up on a waiting acquire after a random part of a lease and closes
+    its connection, leaving its waiter (or a late grant) for the server to
+    drop (issue 36 items 2 and 7).
     """
 
     def __init__(self, client, resource, rng, keys, lease_ms, waits_ms, use_keep,
-                 pause_prob, stop_event, shared_prob=0.0, limits=None):
+                 pause_prob, stop_event, shared_prob=0.0, limits=None, long_wait_prob=0.0,
+                 cancel_prob=0.0):
         self.c = client
         self.res = resource
         self.rng = rng
@@ -200,6 +243,8 @@ class Workload:
         self.stop = stop_event
         self.shared_prob = shared_prob
         self.limits = limits or {}   # key -> S limit (0: a read lock)
+        self.long_wait_prob = long_wait_prob
+        self.cancel_prob = cancel_prob
 
     def run(self):
         while not self.stop.is_set():
@@ -209,7 +254,13 @@ class Workload:
     def cycle(self):
         key = self.rng.choice(self.keys)
         wait = self.rng.choice(self.waits_ms)
-        if self.shared_prob and self.rng.random() < self.shared_prob:
+        if self.cancel_prob and self.rng.random() < self.cancel_prob:
+            self.cancelled_acquire(key)
+            return
+        long_wait = bool(self.long_wait_prob) and self.rng.random() < self.long_wait_prob
+        if long_wait:
+            wait = 3 * self.lease_ms
+        if self.shared_prob and not long_wait and self.rng.random() < self.shared_prob:
             self.shared_cycle(key, wait)
             return
         a = self.c.call("A", key, owner=self.c.name, lease_ms=self.lease_ms, wait_ms=wait)
@@ -226,6 +277,12 @@ class Workload:
         def alive():
             return time.monotonic_ns() < lease_end - margin
 
+        if not alive() and self.use_keep:
+            # Granted after a long wait: the lease counted from the invocation
+            # is (nearly) over, the server's (from the grant) may not be. Ask.
+            k = self.c.call("K", key, token=token, lease_ms=self.lease_ms)
+            if k.code == "K":
+                lease_end = k.invoke_ns + self.lease_ms * NS_PER_MS
         paused = self.rng.random() < self.pause_prob
         if not alive():
             # A waiter handed the key late may find its lease (counted, to
@@ -254,6 +311,18 @@ class Workload:
             # The resource has seen a newer token: this lock is stale.
             self.stop.wait(0.01)
         self.c.call("R", key, token=token)
+
+    def cancelled_acquire(self, key):
+        """An A with a long wait that the client abandons: it closes its
+        connection after a random part of a lease. If the answer came first,
+        a grant is released as usual."""
+        a = self.c.call("A", key, owner=self.c.name, lease_ms=self.lease_ms,
+                        wait_ms=3 * self.lease_ms,
+                        give_up_ms=self.rng.uniform(0.05, 1.0) * self.lease_ms)
+        if a.code == "A":
+            self.c.call("R", key, token=a.token)
+        elif not a.cancelled and a.code != "M":
+            self.stop.wait(self.rng.uniform(0.01, 0.2))
 
     def shared_cycle(self, key, wait):
         """S on the key (a reader, or one of the key's permits), read the

@@ -43,11 +43,16 @@ class Op:
                the same connection was answered, proving the server had
                read the acquire (and, if the key was held, queued it) by
                then; None if not known
+    cancelled  A or S the client gave up on: it closed its connection
+               before the answer came (also unknown: it may have been
+               granted, to nobody). No answer is owed for it; the server
+               must take its waiter out of the queue, or release a grant
+               nobody heard of (protocol.md §9)
     """
 
     __slots__ = ("id", "client", "node", "f", "key", "owner", "token", "lease_ms",
                  "wait_ms", "invoke_ns", "complete_ns", "code", "reply", "unknown",
-                 "enq_ns", "error", "limit")
+                 "enq_ns", "error", "limit", "cancelled")
 
     def __init__(self, **kw):
         for name in self.__slots__:

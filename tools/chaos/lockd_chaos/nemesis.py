@@ -1,7 +1,9 @@
 """Carries out a fault schedule against a Group, one fault at a time, and
 records each injection and heal in the history (type "nemesis")."""
 
+import os
 import random
+import shutil
 import threading
 import time
 
@@ -13,6 +15,32 @@ MEMBER_STEP_TIMEOUT_S = 45
 # How long a removed node may run on before it must have stopped by itself
 # (docs/cluster.md "A removed node stops": within a redial, 1 s at most).
 REMOVED_EXIT_TIMEOUT_S = 15
+
+# How long a member restarted on a wiped data dir may run before it must
+# have been refused (it learns it took part from its peers' handshakes).
+WIPED_REFUSAL_TIMEOUT_S = 20
+
+
+def wipe_data_dir(data_dir, shape):
+    """Deletes what `shape` says from a (stopped) node's data dir; returns
+    how many files went. "all": everything; "wal": the WAL segments;
+    "all-but-identity": everything but IDENTITY."""
+    lost = 0
+    for name in sorted(os.listdir(data_dir)):
+        path = os.path.join(data_dir, name)
+        if shape == "wal" and not (name.startswith("wal-") and name.endswith(".log")):
+            continue
+        if shape == "all-but-identity" and name == "IDENTITY":
+            continue
+        if shape not in ("all", "wal", "all-but-identity"):
+            raise ValueError("unknown wipe shape %r" % shape)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+        lost += 1
+    return lost
+
 
 # libfaketime caches its timestamp file for FAKETIME_CACHE_DURATION (1 s).
 FAKETIME_REREAD_S = 1.2
@@ -118,6 +146,8 @@ class Nemesis:
             self.record("end", fault, node)
         elif fault.kind == "member":
             self.member_change(fault, node, end)
+        elif fault.kind == "wipe":
+            self.wipe(fault, node, end)
         elif fault.kind == "disk":
             self.record("start", fault, node, rule=fault.detail)
             node.set_faultfs(fault.detail)
@@ -247,6 +277,50 @@ class Nemesis:
         self.member_step("DELETE", "/v1/cluster/members/%d" % new.id, done_if=("not_found",))
         code = self.retire(new)
         self.record("end", fault, None, added=new.id, removed=new.id, removed_exit=code)
+
+    def wipe(self, fault, node, end):
+        """kill -9 `node`, lose part or all of its data dir (fault.detail,
+        schedule.WIPE_SHAPES), restart it with the same flags: it took part
+        in the group, so it must be refused at start (exit 2, one line) and
+        never vote or serve under its id. Then it is replaced as an
+        operator would: its id removed, a new member (new id) added,
+        started empty and promoted."""
+        self.record("start", fault, node)
+        node.kill9()
+        lost = wipe_data_dir(node.data_dir, fault.detail)
+        node.spawn()
+        deadline = time.monotonic() + WIPED_REFUSAL_TIMEOUT_S
+        while node.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if node.alive():
+            node.kill9()
+            raise RuntimeError("node %d, its data dir wiped (%s: %d files), still running %ds "
+                               "after its restart: a member that lost data must be refused "
+                               "(log %s)" % (node.id, fault.detail, lost,
+                                             WIPED_REFUSAL_TIMEOUT_S, node.log))
+        code = node.proc.returncode
+        with open(node.log) as f:
+            lines = [l for l in f.read().splitlines() if l.strip()]
+        last = lines[-1] if lines else ""
+        if code != 2:
+            raise RuntimeError("node %d, its data dir wiped (%s), exited %s at restart, not 2 "
+                               "(log %s)" % (node.id, fault.detail, code, node.log))
+        self.record("refused", fault, node, lost_files=lost, exit=code, line=last[-300:])
+        # The way back the refusal names: remove the id, add a new member.
+        self.member_step("DELETE", "/v1/cluster/members/%d" % node.id, done_if=("not_found",))
+        self.group.nodes.remove(node)
+        self.group.retired.append(node)
+        new = self.group.new_node()
+        self.member_step("POST", "/v1/cluster/members",
+                         {"id": new.id, "client_addr": new.client_addr, "raft_addr": new.raft_addr},
+                         done_if=("already_member",))
+        new.start()
+        self.group.nodes.append(new)
+        self.group.addrs.append(new.client_addr)
+        self.member_step("POST", "/v1/cluster/members/%d/promote" % new.id,
+                         done_if=("not_learner",))
+        self.sleep_until(end)
+        self.record("end", fault, node, added=new.id, removed=node.id)
 
     def heal_all(self):
         if self.net is not None:

@@ -8,6 +8,7 @@ restarts, so clients and peers find a restarted node where it was.
 
 import json
 import os
+import secrets
 import re
 import shutil
 import signal
@@ -52,7 +53,7 @@ def cluster_mode_available(lockd, extra_args=()):
     p = subprocess.Popen(
         [lockd, "--mode=cluster", "--node-id=1",
          "--peer", "1=127.0.0.1:%d/127.0.0.1:%d" % (port, rport),
-         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport]
+         "--data-dir", tmp, "--admin", "127.0.0.1:%d" % aport, "--insecure-peers"]
         + [a.replace("{ID}", "1") for a in extra_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -235,12 +236,29 @@ class Node:
         os.replace(tmp, self.faultfs_control)
 
 
+def peer_auth_args(run_dir, extra_args):
+    """Cluster mode needs peer authentication (protocol.md §11a): unless the
+    run chose its own (--peer-tls, --peer-secret-file) or --insecure-peers,
+    the nodes share a secret made here, readable by its owner only."""
+    chosen = ("--peer-tls", "--peer-secret-file", "--insecure-peers")
+    if any(a.split("=", 1)[0] in chosen for a in extra_args):
+        return []
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, "peer-secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return ["--peer-secret-file", path]
+
+
 class Group:
     """The nodes of one run (1 in single mode, 3 or 5 in cluster mode)."""
 
     def __init__(self, lockd, mode, n, run_dir, net_octet, election_timeout_ms=300,
                  heartbeat_ms=50, extra_args=()):
         self.mode = mode
+        if mode == "cluster":
+            extra_args = tuple(extra_args) + tuple(peer_auth_args(run_dir, extra_args))
         self.nodes = [Node(lockd, i + 1, "127.77.%d.%d" % (net_octet, i + 1), run_dir, mode)
                       for i in range(n)]
         # Membership faults: nodes removed from the group (they stop by

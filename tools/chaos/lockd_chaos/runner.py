@@ -56,6 +56,8 @@ class Options:
     tail_s = None
     upgrade_to = None       # a lockd binary: rolling upgrade to it during the run
     shared_prob = 0.0       # share of cycles that take the key with S (§5b) instead of A
+    long_wait_prob = 0.0    # share of A cycles that wait up to 3 leases, then K at once
+    cancel_prob = 0.0       # share of cycles whose A (3-lease wait) the client abandons
 
 
 def _log(msg):
@@ -239,6 +241,9 @@ def run(opt):
             _log("server does not answer S with E bad_limit: workload runs without S")
             shared_prob = 0.0
         meta["shared_prob"] = shared_prob
+        long_wait_prob = opt.long_wait_prob if use_keep else 0.0
+        meta["long_wait_prob"] = long_wait_prob
+        meta["cancel_prob"] = opt.cancel_prob
         keys = ["chaos/k%d" % i for i in range(opt.keys)]
         limits = shared_limits(keys)
         if shared_prob:
@@ -250,7 +255,8 @@ def run(opt):
         for i in range(opt.clients):
             c = Client("c%d" % i, addrs, writer, index=i, op_timeout_ms=opt.op_timeout_ms)
             w = Workload(c, resource, random.Random(opt.seed * 1000 + i), keys, opt.lease_ms,
-                         opt.waits_ms, use_keep, opt.pause_prob, stop, shared_prob, limits)
+                         opt.waits_ms, use_keep, opt.pause_prob, stop, shared_prob, limits,
+                         long_wait_prob, opt.cancel_prob)
             t = threading.Thread(target=w.run, name=c.name, daemon=True)
             t.start()
             threads.append(t)

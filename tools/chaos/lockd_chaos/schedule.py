@@ -16,7 +16,18 @@ SINGLE_KINDS = ("kill", "pause", "clock")
 # set back. Single-mode tokens start at the wall clock, so this breaks token
 # order by design (docs/safety.md shows it); runs with it expect violations.
 DEMO_KINDS = ("clock-restart",)
-ALL_KINDS = KINDS + DEMO_KINDS
+# Opt-in, for cluster mode (issue 37, protocol.md §10 "A node's
+# lifecycle"): kill -9 a member, lose part or all of its data dir, restart
+# it with the same flags (a unit that restarts it). It must be refused at
+# start (exit 2): a member that took part never votes again under its id
+# after losing data. The nemesis then replaces it (new id) so the group is
+# whole again. Not in KINDS, so that the seeds of existing runs draw the
+# same schedules.
+LIFECYCLE_KINDS = ("wipe",)
+ALL_KINDS = KINDS + DEMO_KINDS + LIFECYCLE_KINDS
+# What is lost: everything; the WAL segments (IDENTITY and snapshots kept);
+# everything but IDENTITY.
+WIPE_SHAPES = ("all", "wal", "all-but-identity")
 
 # Membership changes through the leader's admin API (docs/cluster.md
 # "Membership"): "replace" adds a new member (new id, empty data dir) as a
@@ -83,6 +94,9 @@ def make_schedule(seed, duration_s, kinds, nodes, election_timeout_ms=300, mode=
         elif kind == "member":
             detail = rng.choice(MEMBER_CHANGES)
             d = rng.uniform(2.0, 5.0)
+        elif kind == "wipe":
+            detail = rng.choice(WIPE_SHAPES)
+            d = rng.uniform(2.0, 4.0)
         else:
             raise ValueError("unknown fault kind %r" % kind)
         if t + d > duration_s:
