@@ -166,6 +166,15 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
         throw std::runtime_error("POST /v1/cluster/init to node 1: HTTP " + std::to_string(r.status) +
                                  " " + r.body);
       }
+      // Init answers once a majority committed; the last founders may
+      // still be waiting for their confirmations. Tests start from a
+      // group whose every started node knows the leader (v1.2's starts).
+      const auto deadline = steady_clock::now() + milliseconds(20000);
+      for (int i = 1; i <= (formed > 0 ? formed : n) && steady_clock::now() < deadline; ++i) {
+        while (status_json(i).find("\"leader\":\"") == std::string::npos && steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(milliseconds(20));
+        }
+      }
     }
   } catch (...) {
     nodes_.clear();  // kills what started; root_dir_ removes the data dirs
