@@ -194,23 +194,59 @@ func freePort(t *testing.T) int {
 }
 
 // cluster is three `lockd --mode cluster` nodes (ids 1..3) with short Raft
-// timeouts and no admin API.
+// timeouts, formed once by POST /v1/cluster/init to node 1 (v1.3: a start
+// never forms a group).
 type cluster struct {
 	t     *testing.T
 	dir   string
-	ports map[int][2]int // id -> client, raft
+	ports map[int][3]int // id -> client, raft, admin
 	nodes map[int]*proc
 }
 
 func newCluster(t *testing.T) *cluster {
-	c := &cluster{t: t, dir: t.TempDir(), ports: map[int][2]int{}, nodes: map[int]*proc{}}
+	c := &cluster{t: t, dir: t.TempDir(), ports: map[int][3]int{}, nodes: map[int]*proc{}}
 	for i := 1; i <= 3; i++ {
-		c.ports[i] = [2]int{freePort(t), freePort(t)}
+		c.ports[i] = [3]int{freePort(t), freePort(t), freePort(t)}
 	}
 	for i := 1; i <= 3; i++ {
 		c.start(i)
 	}
+	c.init(1)
 	return c
+}
+
+// init forms the group: POST /v1/cluster/init to node i, again while it
+// answers 504 or not at all (a 409 after a 504: that first init formed it).
+func (c *cluster) init(i int) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	timedOut := false
+	last := ""
+	for time.Now().Before(deadline) {
+		status := 0
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.ports[i][2]), 2*time.Second)
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(35 * time.Second))
+			fmt.Fprintf(conn, "POST /v1/cluster/init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+			line, rerr := bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
+			last = line
+			if rerr == nil {
+				fmt.Sscanf(line, "HTTP/1.1 %d", &status)
+			}
+		} else {
+			last = err.Error()
+		}
+		if status == 200 || (status == 409 && timedOut) {
+			return
+		}
+		if status != 0 && status != 503 && status != 504 {
+			c.t.Fatalf("POST /v1/cluster/init to node %d: %s", i, last)
+		}
+		timedOut = timedOut || status == 504
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("POST /v1/cluster/init to node %d: no answer in time (%s)", i, last)
 }
 
 func (c *cluster) addr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.ports[i][0]) }
@@ -219,7 +255,7 @@ func (c *cluster) addrs() []string { return []string{c.addr(1), c.addr(2), c.add
 
 func (c *cluster) start(i int) {
 	args := []string{"--mode", "cluster", "--node-id", fmt.Sprint(i), "--data-dir", filepath.Join(c.dir, fmt.Sprint("node", i)),
-		"--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+		"--admin", fmt.Sprintf("127.0.0.1:%d", c.ports[i][2]), "--election-timeout-ms", "150", "--heartbeat-ms", "30",
 		"--insecure-peers"} // loopback test nodes: no peer authentication
 	for j := 1; j <= 3; j++ {
 		args = append(args, "--peer", fmt.Sprintf("%d=127.0.0.1:%d/127.0.0.1:%d", j, c.ports[j][0], c.ports[j][1]))

@@ -308,6 +308,14 @@ void AdminServer::handle(evhttp_request* req) {
   } else if (path == "/v1/snapshot") {
     route = Route::kSnapshot;
   }
+  // POST /v1/cluster/init (v1.3): its own check, explicit here: any
+  // authenticated identity may form a group that does not exist yet (a
+  // node that belongs to a formed group answers 409 and changes nothing).
+  if (path == "/v1/cluster/init") {
+    if (!authorize_admin(req, auth_, AdminAccess::kIdentity)) return;
+    handle_member_change(req, path);
+    return;
+  }
   // Before anything else, so a refused request learns nothing (not even
   // whether the path exists) and changes nothing. First what a web page
   // could have sent (§11a), with authentication on or off.
@@ -475,7 +483,9 @@ void AdminServer::handle_member_change(evhttp_request* req, std::string_view pat
   const char* allow = "POST";
   bool ok_method = method == EVHTTP_REQ_POST;
   bool needs_body = false;
-  if (path == "/v1/cluster/leader") {
+  if (path == "/v1/cluster/init") {
+    c.op = MemberChangeOp::kInit;
+  } else if (path == "/v1/cluster/leader") {
     c.op = MemberChangeOp::kTransfer;
   } else if (path == "/v1/cluster/members") {
     c.op = MemberChangeOp::kAdd;
@@ -507,6 +517,18 @@ void AdminServer::handle_member_change(evhttp_request* req, std::string_view pat
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
     send_error(req, 405, "method_not_allowed", std::string("only ") + allow + " is allowed here");
     return;
+  }
+  if (c.op == MemberChangeOp::kInit) {
+    // `{}` (or nothing): no fields yet.
+    evbuffer* in = evhttp_request_get_input_buffer(req);
+    std::string body(evbuffer_get_length(in), '\0');
+    if (!body.empty()) evbuffer_copyout(in, body.data(), body.size());
+    const bool blank = body.find_first_not_of(" \t\r\n") == std::string::npos;
+    const json j = blank ? json::object() : json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      send_error(req, 400, "bad_request", "the body must be empty or the JSON object {}");
+      return;
+    }
   }
   if (c.op == MemberChangeOp::kAdd || c.op == MemberChangeOp::kTransfer) {
     evbuffer* in = evhttp_request_get_input_buffer(req);

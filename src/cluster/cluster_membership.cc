@@ -17,6 +17,16 @@
 #include "lockd/raft/membership.h"
 
 namespace lockd::cluster {
+namespace {
+
+// HEARD is synced like the WAL (cluster_node.cc).
+#ifdef LOCKD_UNSAFE_NO_FSYNC
+constexpr bool kSyncWalDefault = false;
+#else
+constexpr bool kSyncWalDefault = true;
+#endif
+
+}  // namespace
 
 std::vector<Member> ClusterNode::current_members() const {
   const raft::Membership& conf = raft_ ? raft_->conf() : raft::Membership{};
@@ -179,67 +189,166 @@ void ClusterNode::on_peer_handshake(const Handshake& h) {
     return;
   }
   if (gate_ == Gate::kOpen) return;
-  const std::string lost =
-      ": this node's data dir is empty, so it has lost the votes and log entries it had; it "
-      "must not vote as if it had kept them. Remove the old id (lockctl member remove " +
-      std::to_string(config_.self) +
-      ") and add a new member with a new id (lockctl member add), started with "
-      "--initial-cluster-state existing (docs/cluster.md \"Replacing a member\")";
-  if (gate_ == Gate::kJoining) {
-    switch (h.receiver_status) {
-      case MemberStatus::kLearner:
-        gate_ = Gate::kOpen;
-        spdlog::info("node {} says this node is a learner: joining the group (cluster {}); "
-                     "catching up from the leader",
-                     h.sender, cluster_id_text(h.cluster_id));
-        return;
-      case MemberStatus::kVoter:
-        refuse_start(me + " is a voter of cluster " + cluster_id_text(h.cluster_id) +
-                     " (node " + std::to_string(h.sender) + " says so)" + lost);
-      case MemberStatus::kNotMember:
-        spdlog::info("node {} says node {} is not a member yet: waiting (add it first: POST "
-                     "/v1/cluster/members, lockctl member add)",
-                     h.sender, config_.self);
-        return;
-      default:
-        return;
-    }
-  }
-  // Gate::kFormation: an empty node may vote only when the group is first
-  // formed: every peer that answers must report no formed cluster.
-  if (h.cluster_id != 0) {
-    if (h.receiver_status == MemberStatus::kLearner) {
-      refuse_start(me + " was added to cluster " + cluster_id_text(h.cluster_id) +
-                   " as a learner, but started with --initial-cluster-state new: start it with "
-                   "--initial-cluster-state existing");
-    }
-    refuse_start(me + ": node " + std::to_string(h.sender) + " reports cluster " +
-                 cluster_id_text(h.cluster_id) + " already formed" + lost);
-  }
-  bool is_voter = false;
-  for (const Member& m : config_.members) is_voter = is_voter || m.id == h.sender;
-  if (!is_voter) return;
-  if (std::find(unformed_peers_.begin(), unformed_peers_.end(), h.sender) == unformed_peers_.end()) {
-    unformed_peers_.push_back(h.sender);
-  }
-  maybe_form(net::monotonic_now_ns());
+  PeerAnswer a;
+  a.cluster_id = h.cluster_id;
+  a.status = h.receiver_status;
+  a.heard = h.heard_receiver;
+  a.voters = h.voters;
+  answers_[h.sender] = std::move(a);
+  refreshed_at_[h.sender] = net::monotonic_now_ns();
+  run_gate();
 }
 
-void ClusterNode::maybe_form(TimeNs now) {
-  if (gate_ != Gate::kFormation) return;
-  // Every --peer voter answered "not formed": form now. Otherwise a
-  // majority (itself included) once the grace period is over: a group
-  // formed without us would be formed by a majority, which would include
-  // one of those that answered. The grace lets members started a little
-  // later join the forming (a member that arrives after the group formed
-  // is refused like one that lost its data: it cannot tell them apart).
-  const bool all = unformed_peers_.size() + 1 == config_.members.size();
-  const bool majority = (unformed_peers_.size() + 1) * 2 > config_.members.size();
-  if (!all && !(majority && now >= formation_grace_end_ns_)) return;
+void ClusterNode::run_gate() {
+  if (gate_ != Gate::kWaiting) return;
+  DataDirState disk;  // waiting: empty, or a staged restore (the same rules)
+  disk.staged_restore = true;
+  const StartDecision d = decide_start(disk, GateFlags{config_.self, identity().members}, answers_);
+  switch (d.verdict) {
+    case StartVerdict::kRefuse: refuse_start(d.reason);
+    case StartVerdict::kJoinVoter:
+    case StartVerdict::kJoinLearner: open_gate(d); return;
+    case StartVerdict::kVote:
+    case StartVerdict::kWait:
+      if (d.reason != wait_reason_) {
+        wait_reason_ = d.reason;
+        spdlog::info("{}", wait_reason_);
+      }
+      return;
+  }
+}
+
+void ClusterNode::open_gate(const StartDecision& d) {
+  if (d.verdict == StartVerdict::kJoinVoter) {
+    // The group's configuration as its voters gave it, with the addresses
+    // --peer and the handshakes gave (a recorded one from the leader wins).
+    std::vector<raft::Member> members;
+    for (raft::NodeId id : d.voters) {
+      raft::Member m{id, true, "", ""};
+      for (const Member& p : config_.members) {
+        if (p.id == id) {
+          m.client_addr = p.client.to_string();
+          m.raft_addr = p.raft.to_string();
+        }
+      }
+      members.push_back(std::move(m));
+    }
+    if (!raft_->set_bootstrap(d.voters, members)) {
+      refuse_start("node " + std::to_string(config_.self) +
+                   ": cannot take the group's configuration (this data dir records another)");
+    }
+  }
+  // An empty record: from now on every id heard from is added before its
+  // message counts (rule 3).
+  const std::string err = write_heard(config_.data_dir, heard_, kSyncWalDefault);
+  if (!err.empty()) fail_storage(err);
   gate_ = Gate::kOpen;
-  std::string ids;
-  for (raft::NodeId id : unformed_peers_) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  spdlog::info("forming a new group: nodes {} report no formed cluster", ids);
+  refresh_wanted_.clear();
+  PeerLocal local = transport_->local();
+  local.data_state = DataState::kHasData;
+  transport_->set_local(std::move(local));
+  if (d.verdict == StartVerdict::kJoinVoter) {
+    // The node that was asked to form the group campaigns again each
+    // election timeout: a founder let in meanwhile leaves it the first
+    // election (interfaces.md: it becomes the first leader), voting but
+    // not campaigning for a few timeouts, unless a leader shows up first.
+    founder_hold_until_ns_ =
+        net::monotonic_now_ns() + 4 * static_cast<TimeNs>(config_.election_ticks) * config_.heartbeat_ns;
+  }
+  spdlog::info("{}", d.reason);
+}
+
+void ClusterNode::record_heard(raft::NodeId id) {
+  heard_.insert(id);
+  // Durable before the message reaches Raft (rule 3): a member this node
+  // counted is never told "never heard from", even after a crash.
+  const std::string err = write_heard(config_.data_dir, heard_, kSyncWalDefault);
+  if (!err.empty()) fail_storage(err);
+}
+
+HeardReceiver ClusterNode::heard_of(raft::NodeId id) const {
+  return heard_.contains(id) ? HeardReceiver::kHeard : HeardReceiver::kNever;
+}
+
+std::vector<raft::NodeId> ClusterNode::conf_voters() const {
+  std::vector<raft::NodeId> out;
+  if (!raft_) return out;
+  for (const raft::Member& m : raft_->conf().members) {
+    if (m.voter) out.push_back(m.id);
+  }
+  return out;
+}
+
+void ClusterNode::refresh_answers(TimeNs now) {
+  // A member whose messages name us may have changed its answer (cluster
+  // init, a learner added): a new handshake asks it again.
+  std::vector<raft::NodeId> ids;
+  for (auto it = refresh_wanted_.begin(); it != refresh_wanted_.end();) {
+    const auto at = refreshed_at_.find(it->first);
+    if (at != refreshed_at_.end() && now - at->second < kGateRefreshNs) {
+      ++it;
+      continue;
+    }
+    ids.push_back(it->first);
+    refreshed_at_[it->first] = now;
+    it = refresh_wanted_.erase(it);
+  }
+  if (ids.empty()) return;
+  const std::vector<Member> all = transport_members();
+  std::vector<Member> without;
+  for (const Member& m : all) {
+    if (std::find(ids.begin(), ids.end(), m.id) == ids.end()) without.push_back(m);
+  }
+  transport_->set_members(without);
+  transport_->set_members(all);
+}
+
+void ClusterNode::init_group(MemberChangeDone done) {
+  if (pending_change_) {
+    done(MemberChangeResult{409, "change_in_progress", "", std::nullopt});
+    return;
+  }
+  const auto formed = [&](std::string why) {
+    done(MemberChangeResult{409, "already_formed", std::move(why), std::nullopt});
+  };
+  if (gate_ != Gate::kWaiting || !raft_->conf().empty()) {
+    return formed("node " + std::to_string(config_.self) + " belongs to a formed group");
+  }
+  for (const Member& m : config_.members) {
+    if (m.id == config_.self) continue;
+    const auto it = answers_.find(m.id);
+    if (it != answers_.end() && (!it->second.voters.empty() || it->second.status == MemberStatus::kRemoved)) {
+      return formed("node " + std::to_string(m.id) + " belongs to a formed group");
+    }
+  }
+  std::vector<raft::NodeId> voters;
+  std::vector<raft::Member> members;
+  for (const Member& m : config_.members) {
+    voters.push_back(m.id);
+    members.push_back(raft::Member{m.id, true, m.client.to_string(), m.raft.to_string()});
+  }
+  std::sort(voters.begin(), voters.end());
+  if (!raft_->set_bootstrap(voters, members)) {
+    return formed("node " + std::to_string(config_.self) + " belongs to a formed group");
+  }
+  const std::string err = write_heard(config_.data_dir, heard_, kSyncWalDefault);
+  if (!err.empty()) fail_storage(err);
+  gate_ = Gate::kOpen;
+  refresh_wanted_.clear();
+  {
+    PeerLocal local = transport_->local();
+    local.data_state = DataState::kHasData;
+    transport_->set_local(std::move(local));
+  }
+  init_base_index_ = service_->state_machine().applied();
+  spdlog::info("cluster init: forming the group with voters {}; this node campaigns first",
+               raft::describe(raft_->conf()));
+  raft_->campaign();
+  PendingChange p;
+  p.change.kind = MemberChangeKind::kInit;
+  p.done = std::move(done);
+  p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
+  pending_change_ = std::move(p);
 }
 
 // --- admin changes -------------------------------------------------------------
@@ -327,6 +436,23 @@ void ClusterNode::progress_change(TimeNs now) {
   if (!pending_change_) return;
   PendingChange& p = *pending_change_;
   const raft::Membership& conf = raft_->conf();
+  if (p.change.kind == MemberChangeKind::kInit) {
+    // Formed once the first leader's entries committed and applied here
+    // (the cluster id is in the table from its first LeaderStart on).
+    const LockStateMachine& sm = service_->state_machine();
+    if (raft_->leader() != raft::kNoNode && sm.applied() > init_base_index_ && sm.cluster_id() != 0 &&
+        raft_->commit() > init_base_index_) {
+      spdlog::info("cluster init: the group formed (cluster {}, leader {})",
+                   cluster_id_text(sm.cluster_id()), raft_->leader());
+      return finish_change({});
+    }
+    if (now >= p.deadline_ns) {
+      return finish_change({504, "timeout", "the group's first entries did not commit in time (a "
+                                            "majority of the --peer voters unreachable?); it may "
+                                            "still form", std::nullopt});
+    }
+    return;
+  }
   if (p.change.kind == MemberChangeKind::kTransfer) {
     if (!p.proposed) {
       if (raft_->role() != raft::Role::kLeader) return finish_change(not_leader_result());
@@ -387,7 +513,8 @@ void ClusterNode::progress_change(TimeNs now) {
         break;
       case MemberChangeKind::kPromote: cc.type = raft::ConfChangeType::kPromote; break;
       case MemberChangeKind::kRemove: cc.type = raft::ConfChangeType::kRemove; break;
-      case MemberChangeKind::kTransfer: break;
+      case MemberChangeKind::kTransfer:
+      case MemberChangeKind::kInit: break;
     }
     const raft::ProposeResult r = raft_->propose_conf_change(cc);
     const std::string id = "node " + std::to_string(p.change.id);

@@ -11,6 +11,7 @@
 #include <malloc.h>
 #endif
 #include <random>
+#include <sys/stat.h>
 
 #include "lockd/cluster/node_identity.h"
 #include "lockd/cluster/peer_transport.h"
@@ -71,8 +72,9 @@ bool ClusterNode::open(std::string& error) {
     error = st.message;
     return false;
   }
-  // A new cluster from a backup: seeds the empty data dir before anything
-  // reads it (restore.h).
+  // A new cluster from a backup: stages the file in an empty data dir
+  // before anything reads it (restore.h); cluster init forms the group from
+  // it. A data dir with data ignores a stale flag (rule 2, case 2).
   if (!config_.restore_from.empty()) {
     error = restore_from_backup(*storage_, config_.data_dir, config_.restore_from, config_.limits, kSyncWal);
     if (!error.empty()) return false;
@@ -95,18 +97,60 @@ bool ClusterNode::open(std::string& error) {
       return false;
     }
   }
-  // An empty data dir: nothing stored, no snapshot, no cluster id.
-  const bool empty = storage_->hard_state().term == 0 && storage_->entries().empty() &&
-                     storage_->snapshot().meta.index == 0 && identity_.cluster_id == 0;
-  if (empty) {
-    gate_ = config_.initial_state == InitialClusterState::kExisting ? Gate::kJoining
-                                                                    : Gate::kFormation;
+  versions_ = read_versions(config_.data_dir);
+  // The start gate, from the data dir alone (start_gate.h): vote with the
+  // data, wait to be let in, or refuse.
+  {
+    std::string herr;
+    std::optional<std::set<raft::NodeId>> heard = read_heard(config_.data_dir, herr);
+    if (!herr.empty()) {
+      error = herr;
+      return false;
+    }
+    DataDirState disk;
+    struct stat fst {};
+    disk.identity = ::stat((config_.data_dir + "/" + kIdentityFile).c_str(), &fst) == 0;
+    disk.identity_cluster_id = identity_.cluster_id;
+    disk.identity_members = identity_.members;
+    const raft::HardState hs = storage_->hard_state();
+    const raft::SnapshotMeta& sm = storage_->snapshot().meta;
+    disk.log = hs.term != 0 || !storage_->entries().empty();
+    disk.snapshot = sm.index != 0;
+    disk.restored = ::stat((config_.data_dir + "/" + kRestoredFile).c_str(), &fst) == 0;
+    disk.heard = heard && !heard->empty();
+    disk.recorded_conf = !sm.conf.empty() ||
+                         std::any_of(storage_->entries().begin(), storage_->entries().end(),
+                                     [](const raft::Entry& e) { return e.type == raft::EntryType::kConfChange; });
+    // Seeded from a backup and never used since: no vote, no entry after
+    // the file's snapshot. It waits for cluster init like an empty node.
+    disk.staged_restore = disk.restored && disk.snapshot && hs.vote == raft::kNoNode &&
+                          hs.term == sm.term && storage_->entries().empty();
+    GateFlags flags{config_.self, identity().members};
+    const StartDecision d = decide_start(disk, flags, {});
+    if (d.verdict == StartVerdict::kRefuse) {
+      error = d.reason;
+      return false;
+    }
+    if (d.verdict == StartVerdict::kWait) {
+      gate_ = Gate::kWaiting;
+      wait_reason_ = d.reason;
+    }
+    if (heard) {
+      heard_ = std::move(*heard);
+    } else if (gate_ == Gate::kOpen) {
+      // Data from before v1.3 kept no record: every member may have been
+      // heard from (the safe answer for rule 3). Written in listen().
+      for (const Member& m : config_.members) {
+        if (m.id != config_.self) heard_.insert(m.id);
+      }
+      heard_missing_ = true;
+    }
   }
   raft::Config rc;
   rc.id = config_.self;
-  // A joining node knows no voters: it votes for nothing and waits for a
-  // leader to send it the configuration (raft.h Config::voters).
-  if (gate_ != Gate::kJoining) {
+  // A waiting node knows no voters: it votes for nothing until the start
+  // gate lets it in or cluster init forms the group (raft.h Config::voters).
+  if (gate_ == Gate::kOpen) {
     for (const Member& m : config_.members) {
       rc.voters.push_back(m.id);
       rc.bootstrap_members.push_back(
@@ -182,24 +226,6 @@ bool ClusterNode::open(std::string& error) {
             "dir (docs/cluster.md \"Replacing a member\")";
     return false;
   }
-  // A group that never recorded a configuration runs on its --peer lists:
-  // there an edited list is a membership change behind the log's back (two
-  // halves of a rolling edit could each elect a leader). Refused, as
-  // before issue 20; changes go through lockctl member.
-  if (raft_->conf_index() == 0 && raft_->snapshot_meta().conf.empty() && gate_ == Gate::kOpen &&
-      identity_.members != identity().members) {
-    const auto list = [](const std::vector<raft::NodeId>& ids) {
-      std::string out;
-      for (raft::NodeId id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
-      return out;
-    };
-    error = "data dir " + config_.data_dir + " was written by a member of {" +
-            list(identity_.members) + "}, but --peer names {" + list(identity().members) +
-            "}: this group never changed membership through the log, so its --peer lists are its "
-            "configuration; keep them and change members with lockctl member add/remove "
-            "(docs/cluster.md \"Membership\")";
-    return false;
-  }
   if (!raft_->conf().empty()) {
     // --peer is a bootstrap hint: say where it disagrees with the log.
     for (const Member& m : config_.members) {
@@ -221,11 +247,15 @@ bool ClusterNode::open(std::string& error) {
   transport_ = std::make_unique<PeerTransport>(
       base_, config_.self, transport_members(), [this](raft::Message& m) {
         if (gate_ != Gate::kOpen) {
-          ++gated_messages_;  // before --initial-cluster-state's checks pass: nothing reaches Raft
+          ++gated_messages_;  // before the start gate lets it in: nothing reaches Raft
+          // Its configuration names us now (it sends us messages): ask it
+          // again with a new handshake, soon (not from inside its read).
+          refresh_wanted_.emplace(m.from, net::monotonic_now_ns());
           return;
         }
         const raft::NodeId from = m.from;
         const raft::MessageType type = m.type;
+        if (!heard_.contains(from)) record_heard(from);
         const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
           spdlog::debug("peer message from {} refused: {}", from, raft::to_string(e));
@@ -247,7 +277,8 @@ bool ClusterNode::open(std::string& error) {
   local.entry_versions = {kEntryVersionMin, kEntryVersionMax};
   local.admin_addr = config_.admin_addr;
   const raft::Status rs = raft_->status();
-  local.data_state = rs.term != 0 || raft_->last_index() != 0 || identity_.cluster_id != 0
+  local.data_state = gate_ == Gate::kOpen && (rs.term != 0 || raft_->last_index() != 0 ||
+                                               identity_.cluster_id != 0)
                          ? DataState::kHasData
                          : DataState::kEmpty;
   transport_->set_local(std::move(local));
@@ -266,27 +297,36 @@ bool ClusterNode::open(std::string& error) {
                    p.entry_versions.max);
     }
     p = PeerHello{h.entry_versions, h.admin_addr, h.client_addr, h.data_state, h.cluster_id};
+    // Remembered durably: a member down later still counts with what it
+    // said (protocol.md §10 "Entry versions").
+    const std::pair<std::uint16_t, std::uint16_t> range{h.entry_versions.min, h.entry_versions.max};
+    if (h.entry_versions.known() && versions_[h.sender] != range) {
+      versions_[h.sender] = range;
+      if (const std::string err = write_versions(config_.data_dir, versions_, kSyncWal); !err.empty()) {
+        fail_storage(err);
+      }
+    }
     on_peer_handshake(h);
   });
   {
     PeerLocal l = transport_->local();
     l.status_of = [this](raft::NodeId id) { return status_of(id); };
+    l.heard_of = [this](raft::NodeId id) { return heard_of(id); };
+    l.voters = [this] { return conf_voters(); };
     transport_->set_local(std::move(l));
   }
   conf_noted_ = raft_->conf();
   conf_noted_once_ = true;
-  if (gate_ == Gate::kFormation && config_.members.size() == 1) gate_ = Gate::kOpen;
-  formation_grace_end_ns_ =
-      net::monotonic_now_ns() +
-      std::max<TimeNs>(kMinFormationGraceNs,
-                       kFormationGraceElections * config_.election_ticks * config_.heartbeat_ns);
-  if (gate_ == Gate::kFormation) {
-    spdlog::info("empty data dir, --initial-cluster-state new: forming the group once a majority "
-                 "of the --peer voters answers and none reports a formed cluster");
-  } else if (gate_ == Gate::kJoining) {
-    spdlog::info("empty data dir, --initial-cluster-state existing: waiting for the leader to add "
-                 "node {} as a learner (POST /v1/cluster/members; lockctl member add)",
-                 config_.self);
+  if (gate_ == Gate::kWaiting) {
+    if (config_.initial_state == InitialClusterState::kNew) {
+      spdlog::warn("--initial-cluster-state new no longer forms a group (v1.3): this node waits "
+                   "to be let in; form a new group once with lockctl cluster init (POST "
+                   "/v1/cluster/init) on one node");
+    }
+    spdlog::info("{}", wait_reason_);
+  } else if (!config_.restore_from.empty()) {
+    spdlog::info("the data dir holds this node's data: --restore-from {} is ignored",
+                 config_.restore_from);
   }
   spdlog::info("raft node {} of {} members: term {}, log {}..{}, commit {}, cluster {}, log entry "
                "versions {}..{}",
@@ -318,14 +358,23 @@ bool ClusterNode::listen(std::string& error) {
   // first): now the data dir may be claimed.
   error = claim_data_dir(config_.data_dir, identity(), kSyncWal);
   if (!error.empty()) return false;
+  if (heard_missing_) {
+    error = write_heard(config_.data_dir, heard_, kSyncWal);
+    if (!error.empty()) return false;
+    heard_missing_ = false;
+  }
   tick_timer_.arm_every(config_.heartbeat_ns);
   return true;
 }
 
 void ClusterNode::on_tick() {
-  // Before the start checks pass the node neither campaigns nor times out.
-  if (gate_ == Gate::kFormation) maybe_form(net::monotonic_now_ns());
-  if (gate_ == Gate::kOpen) raft_->tick();
+  // Before the start gate lets it in the node neither campaigns nor times out.
+  if (gate_ == Gate::kWaiting) refresh_answers(net::monotonic_now_ns());
+  if (gate_ == Gate::kOpen && (founder_hold_until_ns_ == 0 || heard_leader_ ||
+                               net::monotonic_now_ns() >= founder_hold_until_ns_)) {
+    founder_hold_until_ns_ = 0;
+    raft_->tick();
+  }
   watch_peers(net::monotonic_now_ns());
   if (gate_ == Gate::kOpen) check_own_removal(net::monotonic_now_ns());
 }
@@ -687,21 +736,23 @@ const PeerTransportStats& ClusterNode::transport_stats() const { return transpor
 bool ClusterNode::cluster_supports(std::uint16_t v) const {
   if (v < kEntryVersionMin || v > kEntryVersionMax) return false;
   // Every member of the configuration in force, learners included: each
-  // applies every entry. Asked for every proposal, so by id only (not
-  // current_members(), which copies the configuration and parses its
-  // addresses).
-  const auto applies = [&](raft::NodeId id) {
+  // applies every entry. What each said in a handshake, at any time (kept
+  // in VERSIONS): a voter that never said blocks the version; a learner
+  // never heard from (added, not started yet) does not, and one that
+  // said an older range does. Asked for every proposal, so by id only.
+  const auto applies = [&](raft::NodeId id, bool voter) {
     if (id == config_.self) return true;
-    const PeerHello* p = peer_hello(id);
-    return p != nullptr && p->entry_versions.contains(v);
+    const auto it = versions_.find(id);
+    if (it == versions_.end()) return !voter;
+    return it->second.first <= v && v <= it->second.second;
   };
   if (raft_ == nullptr || raft_->conf().empty()) {
     return std::all_of(config_.members.begin(), config_.members.end(),
-                       [&](const Member& m) { return applies(m.id); });
+                       [&](const Member& m) { return applies(m.id, true); });
   }
   const std::vector<raft::Member>& members = raft_->conf().members;
   return std::all_of(members.begin(), members.end(),
-                     [&](const raft::Member& m) { return applies(m.id); });
+                     [&](const raft::Member& m) { return applies(m.id, m.voter); });
 }
 
 const PeerHello* ClusterNode::peer_hello(raft::NodeId id) const {

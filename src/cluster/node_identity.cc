@@ -86,6 +86,119 @@ std::string write_identity(const std::string& dir, const NodeIdentity& me, bool 
   return err.empty() ? "" : "data dir " + dir + ": " + err;
 }
 
+std::string write_heard(const std::string& dir, const std::set<raft::NodeId>& ids, bool sync) {
+  std::string text = "lockd heard";
+  bool first = true;
+  for (raft::NodeId id : ids) {
+    text += (first ? " " : ",") + std::to_string(id);
+    first = false;
+  }
+  text += "\n";
+  const std::string err = write_durably(dir, kHeardFile, text, sync);
+  return err.empty() ? "" : "data dir " + dir + ": " + err;
+}
+
+std::optional<std::set<raft::NodeId>> read_heard(const std::string& dir, std::string& error) {
+  error.clear();
+  const std::string file = dir + "/" + kHeardFile;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) error = "data dir " + dir + ": cannot read " + kHeardFile + ": " + errno_text(errno);
+    return std::nullopt;
+  }
+  std::string text(kMaxIdentityBytes * 4, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  const std::string bad = "data dir " + dir + ": " + kHeardFile + " is not a lockd heard line";
+  constexpr std::string_view kHeard = "lockd heard";
+  std::string_view t(text);
+  if (!t.starts_with(kHeard) || !t.ends_with('\n')) {
+    error = bad;
+    return std::nullopt;
+  }
+  t.remove_prefix(kHeard.size());
+  t.remove_suffix(1);
+  std::set<raft::NodeId> ids;
+  if (t.empty()) return ids;
+  if (t.front() != ' ') {
+    error = bad;
+    return std::nullopt;
+  }
+  t.remove_prefix(1);
+  while (true) {
+    const std::size_t comma = t.find(',');
+    const auto id = parse_id(t.substr(0, comma));
+    if (!id) {
+      error = bad;
+      return std::nullopt;
+    }
+    ids.insert(*id);
+    if (comma == std::string_view::npos) break;
+    t.remove_prefix(comma + 1);
+  }
+  return ids;
+}
+
+std::string write_versions(const std::string& dir,
+                           const std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>>& v,
+                           bool sync) {
+  std::string text = "lockd entry versions";
+  for (const auto& [id, range] : v) {
+    text += " " + std::to_string(id) + "=" + std::to_string(range.first) + "-" + std::to_string(range.second);
+  }
+  text += "\n";
+  const std::string err = write_durably(dir, kVersionsFile, text, sync);
+  return err.empty() ? "" : "data dir " + dir + ": " + err;
+}
+
+std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> read_versions(const std::string& dir) {
+  std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> out;
+  const int fd = ::open((dir + "/" + kVersionsFile).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  std::string text(kMaxIdentityBytes * 8, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  constexpr std::string_view kHead = "lockd entry versions";
+  std::string_view t(text);
+  if (!t.starts_with(kHead) || !t.ends_with('\n')) return {};
+  t.remove_prefix(kHead.size());
+  t.remove_suffix(1);
+  while (!t.empty()) {
+    if (t.front() != ' ') return {};
+    t.remove_prefix(1);
+    const std::size_t end = std::min(t.find(' '), t.size());
+    const std::string_view item = t.substr(0, end);
+    t.remove_prefix(end);
+    const std::size_t eq = item.find('=');
+    const std::size_t dash = item.find('-');
+    if (eq == std::string_view::npos || dash == std::string_view::npos || dash < eq) return {};
+    const auto id = parse_id(item.substr(0, eq));
+    unsigned lo = 0, hi = 0;
+    const std::string_view a = item.substr(eq + 1, dash - eq - 1), b = item.substr(dash + 1);
+    if (!id || std::from_chars(a.data(), a.data() + a.size(), lo).ec != std::errc() ||
+        std::from_chars(b.data(), b.data() + b.size(), hi).ec != std::errc() || lo == 0 || lo > hi ||
+        hi > 0xffff) {
+      return {};
+    }
+    out[*id] = {static_cast<std::uint16_t>(lo), static_cast<std::uint16_t>(hi)};
+  }
+  return out;
+}
+
 std::optional<NodeIdentity> parse_identity(std::string_view text) {
   if (!text.starts_with(kPrefix) || !text.ends_with('\n')) return std::nullopt;
   text.remove_prefix(kPrefix.size());

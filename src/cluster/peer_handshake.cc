@@ -136,6 +136,17 @@ void encode_handshake(const Handshake& h, std::string& out) {
     put_tlv(out, HandshakeTag::kReceiverStatus,
             std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.receiver_status))));
   }
+  if (h.heard_receiver != HeardReceiver::kUnknown) {
+    put_tlv(out, HandshakeTag::kHeardReceiver,
+            std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.heard_receiver))));
+  }
+  if (!h.voters.empty()) {
+    std::string ids;
+    for (std::size_t i = 0; i < h.voters.size() && i < kMaxHandshakeVoters; ++i) {
+      ByteWriter(ids).u64(h.voters[i]);
+    }
+    put_tlv(out, HandshakeTag::kVoters, ids);
+  }
   if (h.nonce) {
     put_tlv(out, HandshakeTag::kNonce,
             std::string_view(reinterpret_cast<const char*>(h.nonce->data()), h.nonce->size()));
@@ -212,7 +223,7 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
     if (covered - at < len) return HandshakeError::kBadFrame;
     const std::string_view v = frame.substr(at, len);
     at += len;
-    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kReceiverStatus)) continue;  // a newer field
+    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kVoters)) continue;  // a newer field
     if ((seen & (1u << tag)) != 0) return HandshakeError::kBadFrame;
     seen |= 1u << tag;
     switch (static_cast<HandshakeTag>(tag)) {
@@ -246,6 +257,20 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
       case HandshakeTag::kReceiverStatus:
         if (len != 1 || static_cast<unsigned char>(v[0]) > 4) return HandshakeError::kBadFrame;
         h.receiver_status = static_cast<MemberStatus>(v[0]);
+        break;
+      case HandshakeTag::kHeardReceiver:
+        if (len != 1 || static_cast<unsigned char>(v[0]) < 1 || static_cast<unsigned char>(v[0]) > 2) {
+          return HandshakeError::kBadFrame;
+        }
+        h.heard_receiver = static_cast<HeardReceiver>(v[0]);
+        break;
+      case HandshakeTag::kVoters:
+        if (len == 0 || len % 8 != 0 || len / 8 > kMaxHandshakeVoters) return HandshakeError::kBadFrame;
+        for (std::size_t i = 0; i < len; i += 8) {
+          const std::uint64_t id = get_u64(v, i);
+          if (id == raft::kNoNode) return HandshakeError::kBadFrame;
+          h.voters.push_back(id);
+        }
         break;
       case HandshakeTag::kNonce:
       case HandshakeTag::kProof: {

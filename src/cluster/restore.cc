@@ -98,13 +98,12 @@ std::string restore_from_backup(storage::FileStorage& storage, const std::string
   const bool empty = storage.snapshot().meta.index == 0 && storage.last_index() == 0 &&
                      storage.hard_state() == raft::HardState{};
   if (!empty) {
-    if (read_marker(dir) == marker) {
-      spdlog::info("data dir {} was restored from {} before: starting from the data dir", dir, file);
-      return {};
-    }
-    return where + "data dir " + dir +
-           " already holds a node's data (a restore only seeds an empty data dir; start without "
-           "--restore-from, or empty it)";
+    // A stale flag (v1.3, protocol.md §10 rule 2): the data dir decides.
+    // Re-seeding a member's data dir would let it vote with its votes
+    // and acknowledgements forgotten.
+    spdlog::info("data dir {} already holds {}: --restore-from {} is ignored", dir,
+                 read_marker(dir) == marker ? "this restore" : "a node's data", file);
+    return {};
   }
   // A new group: a new cluster id, the same on every member seeded from
   // this file (derived from its checksum, so an old member is refused),

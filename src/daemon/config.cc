@@ -279,12 +279,13 @@ ParseOutcome parse_config(int argc, char** argv) {
       ->group(kClusterTuning);
   app.add_option("--heartbeat-ms", c.heartbeat_ms, "")->group(kClusterTuning);
   app.add_option("--restore-from", c.restore_from,
-                 "start a new cluster from a backup FILE (lockctl snapshot save); every member "
-                 "gets the same file and an empty data dir")
+                 "stage a backup FILE (lockctl snapshot save) in an empty data dir; lockctl "
+                 "cluster init forms the restored group from it (ignored once the data dir holds "
+                 "data)")
       ->group(kClusterOnly);
   app.add_option("--initial-cluster-state", initial_cluster_state,
-                 "new: the group is being formed (every data dir empty); existing: this node was "
-                 "added to a running group (lockctl member add) and joins as a learner")
+                 "accepted for old unit files and ignored (v1.3): an empty data dir waits to be "
+                 "let in; a group is formed once with lockctl cluster init")
       ->check(CLI::IsMember({"new", "existing"}))
       ->group(kClusterOnly);
   app.add_option("--snapshot-entries", c.snapshot_entries,
@@ -393,7 +394,7 @@ ParseOutcome parse_config(int argc, char** argv) {
     return {std::nullopt, 2, "lockd: " + err, {}};
   }
   c.log_format = log_format == "json" ? LogFormat::kJson : LogFormat::kText;
-  c.join_existing = initial_cluster_state == "existing";
+  c.initial_cluster_state = initial_cluster_state;
   sec.auth = auth == "cert"    ? AuthMode::kCert
              : auth == "token" ? AuthMode::kToken
              : auth == "any"   ? AuthMode::kAny

@@ -181,8 +181,9 @@ bool Daemon::start_cluster(std::string& error) {
   cc.member_change_timeout_ns = ms_to_ns(config_.member_change_timeout_ms);
   cc.wal_sync_thread = config_.wal_sync == "thread";
   cc.restore_from = config_.restore_from;
-  cc.initial_state = config_.join_existing ? cluster::InitialClusterState::kExisting
-                                           : cluster::InitialClusterState::kNew;
+  cc.initial_state = config_.initial_cluster_state == "new"        ? cluster::InitialClusterState::kNew
+                     : config_.initial_cluster_state == "existing" ? cluster::InitialClusterState::kExisting
+                                                                   : cluster::InitialClusterState::kNone;
   if (!config_.security.peer_secret_file.empty()) {
     std::optional<std::string> secret =
         cluster::load_peer_secret(config_.security.peer_secret_file, error);
@@ -242,13 +243,19 @@ bool Daemon::start_cluster(std::string& error) {
       c.kind = r.op == admin::MemberChangeOp::kAdd       ? cluster::MemberChangeKind::kAdd
                : r.op == admin::MemberChangeOp::kPromote ? cluster::MemberChangeKind::kPromote
                : r.op == admin::MemberChangeOp::kRemove  ? cluster::MemberChangeKind::kRemove
+               : r.op == admin::MemberChangeOp::kInit    ? cluster::MemberChangeKind::kInit
                                                          : cluster::MemberChangeKind::kTransfer;
       c.id = r.id;
       c.client_addr = r.client_addr;
       c.raft_addr = r.raft_addr;
-      changer->change_members(c, [done = std::move(done)](const cluster::MemberChangeResult& x) {
+      auto reply = [done = std::move(done)](const cluster::MemberChangeResult& x) {
         done(admin::MemberChangeReply{x.status, x.error, x.message, x.leader_admin});
-      });
+      };
+      if (c.kind == cluster::MemberChangeKind::kInit) {
+        changer->init_group(std::move(reply));
+      } else {
+        changer->change_members(c, std::move(reply));
+      }
     };
     info.snapshot = [node] {
       admin::SnapshotSource src;

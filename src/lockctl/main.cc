@@ -55,7 +55,7 @@ const std::map<std::string, std::string> kUsage = {
     {"status", "lockctl status"},
     {"locks", "lockctl locks [--prefix P] [--after K] [--limit N]"},
     {"lock", "lockctl lock KEY"},
-    {"cluster", "lockctl cluster"},
+    {"cluster", "lockctl cluster [init]"},
     {"acquire", "lockctl acquire OWNER KEY [--shared [--limit N]] [--lease MS] [--wait MS]"},
     {"release", "lockctl release TOKEN KEY"},
     {"keep", "lockctl keep TOKEN KEY --lease MS"},
@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   lock->add_option("KEY", key, "the key")->required();
 
   auto* cluster = app.add_subcommand("cluster", "members, roles, leader, replication");
+  auto* cluster_init =
+      cluster->add_subcommand("init", "form the group once (POST /v1/cluster/init) (v1.3)");
 
   auto* acquire = app.add_subcommand("acquire", "acquire a lock over the text protocol");
   std::string owner;
@@ -299,6 +301,7 @@ int main(int argc, char** argv) {
   if (*status) return cmd_status(g);
   if (*locks) return cmd_locks(g, prefix, after, limit);
   if (*lock) return cmd_lock(g, key);
+  if (*cluster_init) return cmd_cluster_init(g);
   if (*cluster) return cmd_cluster(g);
   if (*acquire) {
     if (acquire_limit && !acquire_shared) {

@@ -74,6 +74,13 @@ int change(const Globals& g, const std::string& method, const std::string& targe
 
 int cmd_member_list(const Globals& g) { return cmd_cluster(g); }
 
+int cmd_cluster_init(const Globals& g) {
+  Globals one = g;
+  // The node asked becomes the first leader: no redirect, no other address
+  // (the first that answers is the one).
+  return change(one, "POST", "/v1/cluster/init", "{}");
+}
+
 int cmd_member_add(const Globals& g, std::uint64_t id, const std::string& addrs) {
   const std::size_t slash = addrs.find('/');
   std::string error;

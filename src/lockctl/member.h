@@ -16,6 +16,11 @@ namespace lockd::lockctl {
 constexpr int kMemberChangeTimeoutMs = 35'000;
 
 int cmd_member_list(const Globals& g);
+// cluster init (v1.3): POST /v1/cluster/init to the first admin address
+// that answers (never redirected: the node asked forms the group). Exit 0
+// and the member table; 1 on 409 (already_formed) with the reason on
+// stderr; 3 unreachable.
+int cmd_cluster_init(const Globals& g);
 // `addrs` is CLIENT_HOST:PORT/RAFT_HOST:PORT.
 int cmd_member_add(const Globals& g, std::uint64_t id, const std::string& addrs);
 int cmd_member_promote(const Globals& g, std::uint64_t id);

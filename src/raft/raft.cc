@@ -412,6 +412,24 @@ int Raft::poll(NodeId from, bool granted) {
   return 0;
 }
 
+bool Raft::set_bootstrap(std::vector<NodeId> voters, const std::vector<Member>& members) {
+  if (voters.empty() || !log_confs_.empty() || !snapshot_meta_.conf.empty() || role_ == Role::kLeader) {
+    return false;
+  }
+  cfg_.voters = std::move(voters);
+  cfg_.bootstrap_members = members;
+  bootstrap_conf_ = voters_only(cfg_.voters);
+  for (const Member& m : cfg_.bootstrap_members) {
+    for (Member& b : bootstrap_conf_.members) {
+      if (b.id != m.id) continue;
+      b.client_addr = m.client_addr;
+      b.raft_addr = m.raft_addr;
+    }
+  }
+  refresh_conf();
+  return true;
+}
+
 void Raft::campaign() {
   if (role_ == Role::kLeader) return;
   start_election(cfg_.pre_vote, false);

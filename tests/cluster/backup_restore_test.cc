@@ -162,7 +162,7 @@ TEST(BackupRestore, DrillThreeNodesUnderLoad) {
   const int other = leader == 3 ? 2 : 3;
   fresh.kill9(other);
   fresh.start(other);
-  EXPECT_NE(fresh.process(other).stderr_text().find("was restored from"), std::string::npos)
+  EXPECT_NE(fresh.process(other).stderr_text().find("is ignored"), std::string::npos)
       << fresh.process(other).stderr_text();
   ASSERT_NE(fresh.wait_leader(), 0);
   EXPECT_EQ(lock_view(fresh.admin_port(other), "held%2F3").value("token", std::uint64_t{0}), held[3]);
@@ -203,13 +203,18 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
     call_leader(c, "R " + std::to_string(t) + " " + key);
   }
   for (int i = 1; i <= 3; ++i) c.kill9(i);
-  // Nodes 1 and 2 are restored from the file (empty data dirs); node 3
-  // keeps the old group's data, on the same address.
-  for (int i = 1; i <= 2; ++i) {
+  // Node 3's old data is kept aside: it comes back below, on the same
+  // address, as a member of the old group.
+  const std::string old3 = tmp.sub("old-node3");
+  std::filesystem::copy(c.data_dir(3), old3, std::filesystem::copy_options::recursive);
+  // Every member is restored from the file (empty data dirs; v1.3: the
+  // file is staged, and cluster init forms the restored group).
+  for (int i = 1; i <= 3; ++i) {
     c.wipe(i);
     c.set_node_flags(i, {"--restore-from", file});
     c.start(i);
   }
+  ASSERT_EQ(c.init_group(1).status, 200);
   leader = c.wait_leader();
   ASSERT_NE(leader, 0);
   const std::uint64_t next = token_of(call_leader(c, "A newcomer fresh 60000"));
@@ -221,6 +226,17 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
   const std::string new_id = identity_cluster(c, 1);
   EXPECT_NE(new_id, old_id);
 
+  if (leader == 3) {
+    ASSERT_EQ(http_raw(c.admin_port(3), "POST /v1/cluster/leader HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                         "Content-Length: 0\r\nConnection: close\r\n\r\n").status, 200);
+    leader = c.wait_leader(10s, 3);
+    ASSERT_NE(leader, 0);
+  }
+  c.kill9(3);
+  c.wipe(3);
+  std::filesystem::remove_all(c.data_dir(3));
+  std::filesystem::copy(old3, c.data_dir(3), std::filesystem::copy_options::recursive);
+  c.set_node_flags(3, {});
   c.start(3);
   EXPECT_TRUE(c.process(3).wait_for_line("belongs to cluster " + new_id + ", we are cluster " + old_id,
                                          std::chrono::seconds(10)))
@@ -319,21 +335,28 @@ TEST(BackupRestore, SingleModeBackupSeedsACluster) {
   EXPECT_EQ(j.value("token", std::uint64_t{0}), token);
   EXPECT_GT(token_of(call_once(c.client_port(1), "A bob other 1000")), token);
 
-  // Its data dir now holds a node's data: seeding it from another file is
-  // refused, and nothing in it changes.
+  // Its data dir now holds a node's data: a stale --restore-from, even of
+  // another file, is ignored (v1.3: it never re-seeds a member), and
+  // nothing in it changes.
   c.kill9(1);
   const std::string other = tmp.sub("other-single.snap");
   {
     LockdProcess single({"--admin", "127.0.0.1:0"});
     ASSERT_EQ(run(lockctl(single.admin_port(), {"snapshot", "save", other})).status, 0);
   }
-  const Outcome refused = run({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", c.data_dir(1),
-                               "--admin", "off", "--peer",
-                               "1=" + c.client_addr(1) + "/127.0.0.1:" + std::to_string(c.raft_port(1)),
-                               "--restore-from", other});
-  EXPECT_EQ(refused.status, 2);
-  EXPECT_NE(refused.err.find("already holds a node's data"), std::string::npos) << refused.err;
-  c.start(1);  // with the original file: the marker matches
+  {
+    ChildProcess stale;
+    ASSERT_TRUE(stale.start({lockd_binary(), "--mode", "cluster", "--insecure-peers", "--node-id", "1", "--data-dir", c.data_dir(1),
+                             "--admin", "off", "--peer",
+                             "1=" + c.client_addr(1) + "/127.0.0.1:" + std::to_string(c.raft_port(1)),
+                             "--restore-from", other}));
+    EXPECT_TRUE(stale.wait_for_line("is ignored", std::chrono::seconds(10))) << stale.stderr_text();
+    EXPECT_TRUE(eventually([&] { return call_once(c.client_port(1), "R 1 lockd-probe") == "N 1 lockd-probe"; }))
+        << stale.stderr_text();
+    stale.signal(SIGKILL);
+    stale.wait_exit(5000ms);
+  }
+  c.start(1);  // with the original file: ignored the same way
   ASSERT_NE(c.wait_leader(), 0);
   EXPECT_EQ(lock_view(c.admin_port(1), "orders%2F42").value("token", std::uint64_t{0}), token);
 }

@@ -332,7 +332,7 @@ TEST(Membership, WipedMemberIsRefusedAndReplacedByANewOne) {
   EXPECT_EQ(c.process(wiped).wait_exit(milliseconds(15000)), 2);
   const std::string err = c.process(wiped).stderr_text();
   const std::string last = err.substr(err.rfind('\n', err.size() - 2) + 1);
-  EXPECT_NE(last.find("already formed"), std::string::npos) << err;
+  EXPECT_NE(last.find("heard from it before"), std::string::npos) << err;
   EXPECT_NE(last.find("Remove the old id"), std::string::npos) << last;
   EXPECT_NE(last.find("add a new member"), std::string::npos) << last;
 

@@ -141,9 +141,23 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   EXPECT_EQ(h.entry_versions, kRange);
   EXPECT_EQ(h.admin_addr, "");
   // A newer node's field is skipped, wherever it is.
-  ASSERT_EQ(decode_handshake(seal(kHeader8, tlv(42, "future") + required_body() + tlv(12, "")), h),
+  ASSERT_EQ(decode_handshake(seal(kHeader8, tlv(42, "future") + required_body() + tlv(99, "")), h),
             HandshakeError::kOk);
   EXPECT_EQ(h.sender, 2u);
+  // Tags 12 and 13 (v1.3): whether the sender heard from us, its voters.
+  std::string voters;
+  for (std::uint64_t id : {1, 3}) {
+    for (int i = 0; i < 8; ++i) voters += static_cast<char>((id >> (8 * i)) & 0xff);
+  }
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(12, std::string("\x01", 1)) + tlv(13, voters)), h),
+            HandshakeError::kOk);
+  EXPECT_EQ(h.heard_receiver, HeardReceiver::kNever);
+  EXPECT_EQ(h.voters, (std::vector<raft::NodeId>{1, 3}));
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(12, std::string("\x03", 1))), h),
+            HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(13, "short")), h), HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(13, std::string(8, '\0'))), h),
+            HandshakeError::kBadFrame);
   // Tag 11 (membership): what the sender's configuration says of us.
   ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, std::string("\x04", 1))), h),
             HandshakeError::kOk);

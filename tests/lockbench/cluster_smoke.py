@@ -28,6 +28,7 @@ DEADLINE_S = 20  # generous: the machine may be busy
 # Ports below the kernel's ephemeral range (tools/chaos/lockd_chaos/ports.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "chaos"))
 from lockd_chaos.ports import free_port  # noqa: E402
+from lockd_chaos.cluster_init import init_cluster  # noqa: E402
 
 
 def ask(port, line, timeout=1.0):
@@ -67,6 +68,7 @@ def main():
                  "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
                  "--insecure-peers"],
                 stderr=open(d + ".log", "wb")))
+        init_cluster(f"127.0.0.1:{admin[0]}")  # v1.3: formed once, explicitly
         leader = None
         deadline = time.monotonic() + DEADLINE_S
         while leader is None and time.monotonic() < deadline:

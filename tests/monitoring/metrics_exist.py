@@ -27,6 +27,7 @@ NAME = re.compile(r"\b((?:lockd|process)_[a-z0-9_]+)\b")
 # Ports below the kernel's ephemeral range (tools/chaos/lockd_chaos/ports.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "chaos"))
 from lockd_chaos.ports import free_port  # noqa: E402
+from lockd_chaos.cluster_init import init_cluster  # noqa: E402
 
 
 def scrape(port):
@@ -91,6 +92,7 @@ def main():
                 [lockd, "--mode", "cluster", "--node-id", str(i + 1), "--data-dir", f"{root}/n{i + 1}",
                  "--admin", f"127.0.0.1:{admin[i]}", "--election-timeout-ms", "150",
                  "--heartbeat-ms", "30", "--insecure-peers"] + peers, stderr=subprocess.DEVNULL))
+        init_cluster(f"127.0.0.1:{admin[0]}")  # v1.3: formed once, explicitly
         have = set()
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:

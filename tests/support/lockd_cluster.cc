@@ -132,7 +132,7 @@ std::uint16_t free_port() {
 }
 
 LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
-                           std::vector<std::string> env_prefix, int formed)
+                           std::vector<std::string> env_prefix, int formed, bool init)
     : extra_flags_(std::move(extra_flags)), env_prefix_(std::move(env_prefix)) {
   nodes_.resize(static_cast<std::size_t>(n));
   for (int i = 1; i <= n; ++i) {
@@ -160,6 +160,22 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
   }
   try {
     for (int i = 1; i <= (formed > 0 ? formed : n); ++i) start(i);
+    if (init) {
+      const HttpReply r = init_group(1);
+      if (r.status != 200) {
+        throw std::runtime_error("POST /v1/cluster/init to node 1: HTTP " + std::to_string(r.status) +
+                                 " " + r.body);
+      }
+      // Init answers once a majority committed; the last founders may
+      // still be waiting for their confirmations. Tests start from a
+      // group whose every started node knows the leader (v1.2's starts).
+      const auto deadline = steady_clock::now() + milliseconds(20000);
+      for (int i = 1; i <= (formed > 0 ? formed : n) && steady_clock::now() < deadline; ++i) {
+        while (status_json(i).find("\"leader\":\"") == std::string::npos && steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(milliseconds(20));
+        }
+      }
+    }
   } catch (...) {
     nodes_.clear();  // kills what started; root_dir_ removes the data dirs
     throw;
@@ -268,6 +284,27 @@ int LockdCluster::wait_leader(milliseconds timeout, int except) {
     std::this_thread::sleep_for(milliseconds(20));
   }
   return 0;
+}
+
+HttpReply LockdCluster::init_group(int id, milliseconds timeout) {
+  const auto deadline = steady_clock::now() + timeout;
+  HttpReply r;
+  bool timed_out = false;  // an earlier try answered 504: that init may have formed the group since
+  while (true) {
+    r = http_raw(admin_port(id),
+                 "POST /v1/cluster/init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                 "application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+    if (r.status == 409 && timed_out &&
+        r.body.find("node " + std::to_string(id) + " belongs to a formed group") != std::string::npos) {
+      const HttpReply v = http(admin_port(id), "/v1/cluster");
+      if (v.status == 200 && v.body.find("\"leader_id\":null") == std::string::npos) return v;
+    } else if ((r.status != 0 && r.status != 504 && r.status != 503) || steady_clock::now() >= deadline) {
+      return r;
+    }
+    timed_out = timed_out || r.status == 504;
+    if (steady_clock::now() >= deadline) return r;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
 }
 
 std::string LockdCluster::status_json(int id) {

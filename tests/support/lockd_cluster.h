@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "http_get.h"
 #include "lockd_process.h"
 #include "temp_dir.h"
 
@@ -29,10 +30,12 @@ class LockdCluster {
   // by its id.
   // `formed` > 0 (membership tests): only nodes 1..formed start, each
   // naming 1..formed in --peer; nodes above it are spares with ports and a
-  // data dir, to be added (set_peers, then start with
-  // --initial-cluster-state existing in set_node_flags).
+  // data dir, to be added (set_peers, then start them: they wait until
+  // the leader adds them).
+  // `init` (v1.3): once the nodes started, the group is formed by POST
+  // /v1/cluster/init to node 1 (init_group()); false: the test does it.
   explicit LockdCluster(int n, std::vector<std::string> extra_flags = {},
-                        std::vector<std::string> env_prefix = {}, int formed = 0);
+                        std::vector<std::string> env_prefix = {}, int formed = 0, bool init = true);
   ~LockdCluster();  // kills every node, removes the data dirs
   LockdCluster(const LockdCluster&) = delete;
   LockdCluster& operator=(const LockdCluster&) = delete;
@@ -70,6 +73,10 @@ class LockdCluster {
   // deadline. `except` is never returned (a paused node, say).
   int wait_leader(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
                   int except = 0);
+  // POST /v1/cluster/init `{}` to node `id`, again while it answers 504 or
+  // not at all, until `timeout`: the last reply (200 formed, 409
+  // already_formed). A restarted node with data must not be asked again.
+  HttpReply init_group(int id, std::chrono::milliseconds timeout = std::chrono::milliseconds(30000));
   // GET /v1/status of node `id`: the body, or empty when it does not answer.
   std::string status_json(int id);
 

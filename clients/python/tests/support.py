@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))  # importable from
 sys.path.insert(0, os.path.join(ROOT, "examples", "fenced_store"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "chaos"))
 from lockd_chaos.ports import free_port  # noqa: E402,F401  (reserved against parallel tests)
+from lockd_chaos.cluster_init import init_cluster  # noqa: E402
 
 
 def lockd_bin() -> str:
@@ -108,17 +109,21 @@ def call_once(port: int, line: str, timeout_s: float = 3.0) -> str:
 class LockdCluster:
     """``n`` real ``lockd --mode cluster`` nodes (ids 1..n) on 127.0.0.1,
     each with its own data dir, short Raft timeouts (150 ms elections,
-    30 ms heartbeats) and no admin API. Can kill -9, pause and resume
-    nodes. Waits poll against generous deadlines."""
+    30 ms heartbeats) and an admin port. The group is formed once, by
+    ``POST /v1/cluster/init`` to node 1 (v1.3: a start never forms one).
+    Can kill -9, pause and resume nodes. Waits poll against generous
+    deadlines."""
 
     def __init__(self, n: int = 3) -> None:
         self.root = tempfile.mkdtemp(prefix="lockd-pycluster-")
         self.ports = {i: (free_port(), free_port()) for i in range(1, n + 1)}  # client, raft
+        self.admin_ports = {i: free_port() for i in self.ports}
         self.procs: Dict[int, subprocess.Popen] = {}
         self._drains: Dict[int, threading.Thread] = {}
         try:
             for i in self.ports:
                 self.start(i)
+            self.init(1)
         except BaseException:
             self.close()
             raise
@@ -130,7 +135,8 @@ class LockdCluster:
         data = os.path.join(self.root, f"node{i}")
         os.makedirs(data, exist_ok=True)
         argv = [lockd_bin(), "--mode", "cluster", "--node-id", str(i), "--data-dir", data,
-                "--admin", "off", "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                "--admin", f"127.0.0.1:{self.admin_ports[i]}",
+                "--election-timeout-ms", "150", "--heartbeat-ms", "30",
                 "--insecure-peers"]  # loopback test nodes: no peer authentication
         for j, (client, raft) in self.ports.items():
             argv += ["--peer", f"{j}=127.0.0.1:{client}/127.0.0.1:{raft}"]
@@ -152,6 +158,11 @@ class LockdCluster:
         # Keep draining stderr so the node never blocks on a full pipe.
         self._drains[i] = threading.Thread(target=self._drain, args=(proc,), daemon=True)
         self._drains[i].start()
+
+    def init(self, i: int, timeout_s: float = 30.0) -> None:
+        """Forms the group: ``POST /v1/cluster/init`` to node ``i``
+        (tools/chaos/lockd_chaos/cluster_init.py)."""
+        init_cluster(f"127.0.0.1:{self.admin_ports[i]}", timeout_s)
 
     @staticmethod
     def _drain(proc: subprocess.Popen) -> None:

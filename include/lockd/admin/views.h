@@ -81,7 +81,7 @@ struct ClusterStatus {
 
 // A membership change or leader transfer asked through the admin API
 // (interfaces.md v1.2; the cluster node does it, cluster_node.h).
-enum class MemberChangeOp : std::uint8_t { kAdd, kPromote, kRemove, kTransfer };
+enum class MemberChangeOp : std::uint8_t { kAdd, kPromote, kRemove, kTransfer, kInit };
 struct MemberChangeRequest {
   MemberChangeOp op = MemberChangeOp::kAdd;
   std::uint64_t id = 0;     // kTransfer: 0 = the best voter

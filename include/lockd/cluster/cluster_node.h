@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "lockd/cluster/peer_handshake.h"
 #include "lockd/cluster/peer_transport.h"
 #include "lockd/cluster/replicated_lock_service.h"
+#include "lockd/cluster/start_gate.h"
 #include "lockd/common/deferred_free.h"
 #include "lockd/common/time.h"
 #include "lockd/net/timer.h"
@@ -108,20 +110,17 @@ constexpr std::size_t kMaxUncommittedProposals = 64 * 1024;
 // snapshot that does not decode); the rest are counted only.
 constexpr TimeNs kRefusalWarnIntervalNs = 60'000 * kNsPerMs;
 
-// --initial-cluster-state (interfaces.md): how a node with an empty data
-// dir may start.
+// --initial-cluster-state (interfaces.md): accepted for old unit files and
+// ignored (v1.3): a node with an empty data dir always waits to be let in
+// (start_gate.h); a group is formed only by POST /v1/cluster/init.
 enum class InitialClusterState : std::uint8_t {
-  // The group is being formed: the node votes once a majority of the
-  // --peer voters answered and none reports a formed cluster; a peer that
-  // reports one refuses the start (a member that lost its data).
-  kNew = 0,
-  // Joining a running group (after POST /v1/cluster/members): a learner
-  // that votes for nothing until the configuration makes it a voter.
-  kExisting = 1,
+  kNone = 0,      // not given
+  kNew = 1,       // given as `new`: one warning naming lockctl cluster init
+  kExisting = 2,  // given as `existing`
 };
 
 // A membership change asked for through the admin API (issue 20).
-enum class MemberChangeKind : std::uint8_t { kAdd, kPromote, kRemove, kTransfer };
+enum class MemberChangeKind : std::uint8_t { kAdd, kPromote, kRemove, kTransfer, kInit };
 struct MemberChange {
   MemberChangeKind kind = MemberChangeKind::kAdd;
   raft::NodeId id = raft::kNoNode;  // kTransfer: kNoNode = the most caught-up voter
@@ -139,11 +138,9 @@ struct MemberChangeResult {
   std::optional<std::string> leader_admin;  // 503 not_leader: the leader's admin host:port
 };
 using MemberChangeDone = std::function<void(const MemberChangeResult&)>;
-// An empty `new` node forms the group once every --peer voter answered,
-// or a majority did and this many election timeouts (at least
-// kMinFormationGraceNs) passed since it started.
-constexpr int kFormationGraceElections = 10;
-constexpr TimeNs kMinFormationGraceNs = 1000 * kNsPerMs;
+// A waiting node asks a member again (a new handshake) at most this often
+// when that member's messages say its configuration names us.
+constexpr TimeNs kGateRefreshNs = 300 * kNsPerMs;
 // How long a change may take to commit (or a transfer to land) before its
 // request is answered 504 timeout (it may still take effect); the default
 // of --member-change-timeout-ms.
@@ -156,7 +153,7 @@ struct ClusterNodeConfig {
   // (or a snapshot) records a configuration, that one decides who the
   // members are and where they are (docs/cluster.md "Membership").
   std::vector<Member> members;
-  InitialClusterState initial_state = InitialClusterState::kNew;
+  InitialClusterState initial_state = InitialClusterState::kNone;
   std::string data_dir;
   TimeNs heartbeat_ns = 50 * kNsPerMs;
   int election_ticks = 6;
@@ -275,6 +272,11 @@ class ClusterNode final : private raft::ReadyHandler {
   // called once (maybe before this returns) with how it ended; at most one
   // is in flight (a second: 409 change_in_progress).
   void change_members(const MemberChange& change, MemberChangeDone done);
+  // POST /v1/cluster/init (protocol.md §10 rule 1): forms the group once,
+  // this node its first leader and its --peer voters the configuration.
+  // 200 once the first leader's entries committed; 409 already_formed when
+  // this node or a listed voter belongs to a formed group; 504 on timeout.
+  void init_group(MemberChangeDone done);
   // Stops taking requests (they get `E no_leader`).
   void stop_accepting() { service_->stop_accepting(); }
 
@@ -284,8 +286,9 @@ class ClusterNode final : private raft::ReadyHandler {
   const ReplicatedServiceStats& service_stats() const { return service_->stats(); }
   std::vector<PeerStats> peer_stats() const;
   const LatencyHistogram& commit_latency() const { return commit_latency_.histogram(); }
-  // Does this binary and every member (as its last handshake said) apply
-  // log entry encoding `v`? A member never heard from counts as no.
+  // Does this binary and every member (as its last handshake said, at any
+  // time: VERSIONS) apply log entry encoding `v`? A voter never heard from
+  // counts as no, a learner never heard from does not count.
   bool cluster_supports(std::uint16_t v) const;
   // What member `id` said in its last handshake; nullptr if none yet.
   const PeerHello* peer_hello(raft::NodeId id) const;
@@ -332,9 +335,8 @@ class ClusterNode final : private raft::ReadyHandler {
   // --- membership (issue 20) ---
   // Where this node is before it may vote (--initial-cluster-state).
   enum class Gate : std::uint8_t {
-    kOpen = 0,    // a member with data, or the checks below passed
-    kFormation,   // empty, `new`: waiting for a majority of the --peer voters to answer
-    kJoining,     // empty, `existing`: waiting for a leader to add it as a learner
+    kOpen = 0,  // a member with data, or let in (start_gate.h)
+    kWaiting,   // empty: voting for nothing until let in, or cluster init
   };
   // The members the transport dials and accepts: the configuration in
   // force, or the --peer list while none is recorded; self always with its
@@ -352,8 +354,17 @@ class ClusterNode final : private raft::ReadyHandler {
   MemberStatus status_of(raft::NodeId id) const;
   // A member's handshake said what it knows of the cluster and of us.
   void on_peer_handshake(const Handshake& h);
-  // Gate::kFormation: opens once the --peer voters answered (see .cc).
-  void maybe_form(TimeNs now);
+  // Gate::kWaiting: asks the start gate again with the answers so far.
+  void run_gate();
+  // Opens the gate as the start gate decided (join as a voter or learner).
+  void open_gate(const StartDecision& d);
+  // Records, durably, that a member was heard from (rule 3): before its
+  // first message reaches Raft.
+  void record_heard(raft::NodeId id);
+  HeardReceiver heard_of(raft::NodeId id) const;
+  std::vector<raft::NodeId> conf_voters() const;
+  // Gate::kWaiting: new handshakes with the members in refresh_wanted_.
+  void refresh_answers(TimeNs now);
   // Refuses to go on: one line on stderr (the last), exit 2.
   [[noreturn]] void refuse_start(const std::string& line);
   // Sets removed_reason_ once this node's own committed configuration
@@ -409,8 +420,16 @@ class ClusterNode final : private raft::ReadyHandler {
   raft::Term clock_term_seen_ = 0;  // the state machine's clock term then
   // Membership.
   Gate gate_ = Gate::kOpen;
-  std::vector<raft::NodeId> unformed_peers_;  // kFormation: peers that said "no cluster yet"
-  TimeNs formation_grace_end_ns_ = 0;  // kFormation: a majority suffices from then on
+  std::map<raft::NodeId, PeerAnswer> answers_;  // kWaiting: each member's latest answer
+  std::string wait_reason_;                       // kWaiting: the gate's last reason (logged on change)
+  std::set<raft::NodeId> heard_;                  // HEARD: every id this node counted a message of
+  std::map<raft::NodeId, TimeNs> refresh_wanted_;  // kWaiting: members to handshake again (when asked)
+  std::map<raft::NodeId, TimeNs> refreshed_at_;    // kWaiting: last new handshake per member
+  raft::Index init_base_index_ = 0;               // kInit: applied index when init began
+  TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)
+  bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
+  // VERSIONS: the entry encodings each member last said it applies.
+  std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> versions_;
   raft::Membership conf_noted_;     // the configuration the transport was last given
   raft::NodeId leader_noted_ = raft::kNoNode;  // the leader the transport was last given
   // Every member's addresses as last seen in a configuration: a removed

@@ -22,7 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <utility>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +59,27 @@ std::optional<NodeIdentity> parse_identity(std::string_view text);
 // `found`, when given, gets the stored identity (its cluster id) or `me`.
 std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync = true,
                            bool write_if_absent = true, NodeIdentity* found = nullptr);
+// HEARD (protocol.md §10 rule 3): every member id this node counted a
+// message of, one line "lockd heard 1,3\n" ("lockd heard\n": none yet),
+// written like IDENTITY (whole or absent) before the first message of a new
+// id reaches Raft. Absent in a data dir from before v1.3.
+inline constexpr const char* kHeardFile = "HEARD";
+std::string write_heard(const std::string& dir, const std::set<raft::NodeId>& ids, bool sync = true);
+// nullopt when absent (`error` empty) or unreadable / not a HEARD line
+// (`error` set).
+std::optional<std::set<raft::NodeId>> read_heard(const std::string& dir, std::string& error);
+
+// VERSIONS (v1.3, protocol.md §10 "Entry versions"): the log entry
+// encodings each member said, in its latest handshake, that it applies,
+// "lockd entry versions 1=2-4 3=2-4\n", rewritten durably when one
+// changes; an entry version is used once every voter said so, at any time.
+inline constexpr const char* kVersionsFile = "VERSIONS";
+std::string write_versions(const std::string& dir,
+                           const std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>>& v,
+                           bool sync = true);
+// Empty when absent or not a VERSIONS line (then nothing is known).
+std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> read_versions(const std::string& dir);
+
 // Rewrites `dir`'s IDENTITY as `me` (the cluster id learned); "" or what failed.
 std::string write_identity(const std::string& dir, const NodeIdentity& me, bool sync = true);
 

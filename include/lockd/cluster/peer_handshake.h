@@ -22,7 +22,8 @@
 // admin addresses (host:port text; admin "" when off), 8 data state u8
 // (0 empty, 1 has data), 9 nonce (32 bytes), 10 proof (32 bytes), 11 the
 // receiver's place in the sender's configuration u8 (MemberStatus; absent:
-// unknown). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
+// unknown), 12 whether the sender ever heard from the receiver u8 (HeardReceiver),
+// 13 the voters of the sender's latest configuration (u64 each). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
 //
 // A version-1 frame (lockd 1.1's fixed 36 bytes) is recognised by its
 // version field and refused with a line naming both versions; the
@@ -38,6 +39,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockd/net/address.h"
 #include "lockd/raft/types.h"
@@ -68,6 +70,18 @@ enum class HandshakeTag : std::uint16_t {
   kNonce = 9,
   kProof = 10,
   kReceiverStatus = 11,  // membership (issue 20): what the sender's configuration says of the receiver
+  kHeardReceiver = 12,   // v1.3: u8 1 = the sender never heard from the receiver, 2 = it did
+  kVoters = 13,          // v1.3: the voters of the sender's latest configuration, u64 each
+};
+// At most this many ids in tag 13.
+constexpr std::size_t kMaxHandshakeVoters = 64;
+
+// Tag 12 (protocol.md §10 rule 3): whether the sender ever counted a
+// message of the receiver (its durable "heard from" record).
+enum class HeardReceiver : std::uint8_t {
+  kUnknown = 0,  // absent (an older binary): treated as "heard"
+  kNever = 1,
+  kHeard = 2,
 };
 
 // What the sender's configuration (the latest in its log) says about the
@@ -135,6 +149,8 @@ struct Handshake {
   std::string admin_addr;  // "" when admin is off
   DataState data_state = DataState::kEmpty;
   MemberStatus receiver_status = MemberStatus::kUnknown;  // tag 11 when not kUnknown
+  HeardReceiver heard_receiver = HeardReceiver::kUnknown;  // tag 12 when not kUnknown
+  std::vector<raft::NodeId> voters;  // tag 13 when not empty: the sender's configuration's voters
   std::optional<std::array<std::uint8_t, kHandshakeNonceBytes>> nonce;  // tag 9 when present
   std::optional<std::array<std::uint8_t, kHandshakeProofBytes>> proof;  // tag 10 when present
 

@@ -165,6 +165,10 @@ struct PeerLocal {
   // What our configuration says of the node we talk to (handshake tag 11);
   // empty: nothing said.
   std::function<MemberStatus(raft::NodeId)> status_of;
+  // Whether we ever heard from the node we talk to (tag 12), and the
+  // voters of our latest configuration (tag 13); empty: nothing said.
+  std::function<HeardReceiver(raft::NodeId)> heard_of;
+  std::function<std::vector<raft::NodeId>()> voters;
 };
 
 class PeerTransport {

@@ -30,11 +30,14 @@
 //   Waiters are dropped by that first entry (their clients were on the old
 //   group).
 //
-// The data dir remembers the restore (RESTORED, one line naming the file's
-// index, term and checksum), so a member restarted with the same flag —
-// a systemd unit that still carries it — starts from its data dir instead
-// of refusing. Any other non-empty data dir is refused: a restore never
-// overwrites a node's data.
+// v1.3 (protocol.md §10 "A node's lifecycle"): seeding only *stages* the
+// file. The node then waits like an empty one (start_gate.h: a staged
+// restore), and POST /v1/cluster/init on one member forms the restored
+// group from it; the other members join as founding voters (seeded from
+// the same file, or empty: they get the snapshot from the leader). A data
+// dir that holds data ignores the flag (a unit file that still carries
+// it); a wiped member that re-seeds itself from a stale flag is staged,
+// and refused by the start gate like any wiped member.
 #pragma once
 
 #include <string>

@@ -71,9 +71,9 @@ struct Config {
   std::string wal_sync = "loop";            // --wal-sync: loop | thread
   std::uint64_t member_change_timeout_ms = 30'000;  // a membership change's 504 after this
   std::string restore_from;  // --restore-from FILE: seed a new cluster from a backup
-  // --initial-cluster-state existing: an empty data dir joins a running
-  // group as a learner (false: `new`, the group is being formed).
-  bool join_existing = false;
+  // --initial-cluster-state new|existing as given ("" when not): ignored
+  // (v1.3) but for the warning `new` logs (cluster_node.h).
+  std::string initial_cluster_state;
   // --token-floor: every token granted is above it (both modes; durable).
   std::uint64_t token_floor = 0;
   // --admin-max-connections (v1.3): admin HTTP connections open at once.

@@ -314,6 +314,13 @@ class Raft {
   // confirmed or refuted by its own log (protocol.md §10 rule 4, §11a).
   void hold_campaigns(bool hold) { campaigns_held_ = hold; }
   bool campaigns_held() const { return campaigns_held_; }
+
+  // A node that started with no voters (it waited to be let in) learns
+  // the group's bootstrap configuration: the first configuration it forms
+  // (cluster init), or the one a founding member joins (protocol.md §10
+  // rule 3). Only while nothing is recorded (no configuration in the log
+  // or snapshot); returns false otherwise, or if `voters` is empty.
+  bool set_bootstrap(std::vector<NodeId> voters, const std::vector<Member>& members);
   // Leader: hand leadership to `target` once it is caught up. Returns false
   // if not the leader, `target` is not another voter (learners never lead),
   // or this leader was removed and is already handing over.

@@ -18,6 +18,8 @@ import time
 import urllib.error
 import urllib.request
 
+from .cluster_init import init_cluster
+
 from .ports import free_port
 
 NS_PER_MS = 1_000_000
@@ -320,6 +322,12 @@ class Group:
             node.spawn()
         for node in self.nodes:
             node.wait_listening()
+        if self.mode == "cluster":
+            self.init()
+
+    def init(self, timeout_s=60):
+        """Forms the group once (v1.3: a start never forms one)."""
+        init_cluster(self.nodes[0].admin_addr, timeout_s)
 
     def client_addrs(self):
         """Every client address ever a member's: one list, shared."""
@@ -327,7 +335,7 @@ class Group:
 
     def new_node(self):
         """A node for a membership change: the next unused id (ids are never
-        reused), an empty data dir, --initial-cluster-state existing, the
+        reused), an empty data dir (it waits until the leader adds it), the
         current members' --peer entries and its own; set up like the others
         (clock and disk shims). Not started, not yet in `nodes`."""
         nid = max(n.id for n in self.nodes + self.retired) + 1
@@ -339,8 +347,7 @@ class Group:
         node.peers_args = peers
         node.extra_args = [a.replace("{ID}", str(nid)) for a in self.extra_args]
         node.extra_args += ["--election-timeout-ms", str(self.election_timeout_ms),
-                            "--heartbeat-ms", str(self.heartbeat_ms),
-                            "--initial-cluster-state", "existing"]
+                            "--heartbeat-ms", str(self.heartbeat_ms)]
         if self.faketime_base is not None:
             base, fake_monotonic = self.faketime_base
             self.enable_faketime(nodes=[node], fake_monotonic=fake_monotonic, base=base)

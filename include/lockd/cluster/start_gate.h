@@ -1,0 +1,68 @@
+// The start gate (protocol.md §10 "A node's lifecycle", issue 37): one pure
+// function decides whether a starting node votes with its data, waits to
+// be let in, joins as a learner or as a founding voter, or is refused —
+// from what its data dir holds, its flags and the handshake answers
+// gathered so far. No I/O: ClusterNode gathers the inputs and acts on the
+// verdict; the unit test and the simulator (tools/sim) drive it with
+// tables. docs/cluster.md "The start gate" gives the rules and why.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/raft/types.h"
+
+namespace lockd::cluster {
+
+// What the data dir holds (each file present or not).
+struct DataDirState {
+  bool identity = false;                     // IDENTITY
+  std::uint64_t identity_cluster_id = 0;     // its cluster id (0: none recorded)
+  std::vector<raft::NodeId> identity_members;  // its member list (sorted)
+  bool log = false;                          // the WAL holds a hard state or entries
+  bool snapshot = false;                     // a snapshot file
+  bool recorded_conf = false;                // the log or snapshot records a configuration
+  bool restored = false;                     // RESTORED (seeded from a backup once)
+  bool heard = false;                        // HEARD names at least one id
+  // RESTORED and the state seeded from the backup untouched since (no
+  // vote, no entry after its snapshot): staged, waiting for cluster init.
+  bool staged_restore = false;
+};
+
+struct GateFlags {
+  raft::NodeId self = raft::kNoNode;
+  std::vector<raft::NodeId> peers;  // the --peer ids, self included, sorted
+};
+
+// What one peer said of us in its latest handshake.
+struct PeerAnswer {
+  std::uint64_t cluster_id = 0;
+  MemberStatus status = MemberStatus::kUnknown;      // what its configuration says of us
+  HeardReceiver heard = HeardReceiver::kUnknown;     // whether it ever heard from us
+  std::vector<raft::NodeId> voters;                  // its configuration's voters
+};
+
+enum class StartVerdict : std::uint8_t {
+  kVote = 0,     // the data dir holds this node's data: start as it left off
+  kWait,         // empty: wait, voting for nothing, until let in (or cluster init)
+  kJoinLearner,  // let in as a learner: catch up from the leader, vote for nothing
+  kJoinVoter,    // a founding voter that never took part: join under its id (rule 3)
+  kRefuse,       // one line, exit 2
+};
+std::string_view to_string(StartVerdict v);
+
+struct StartDecision {
+  StartVerdict verdict = StartVerdict::kWait;
+  std::string reason;  // kRefuse: the line to print; kJoinVoter/kJoinLearner/kWait: why
+  std::vector<raft::NodeId> voters;  // kJoinVoter: the configuration it joins
+};
+
+// Every rule, in one place. `answers` maps a peer id to its latest answer
+// (only consulted when the data dir is empty).
+StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
+                           const std::map<raft::NodeId, PeerAnswer>& answers);
+
+}  // namespace lockd::cluster

@@ -1,0 +1,133 @@
+// The start gate; see start_gate.h and docs/cluster.md "The start gate".
+#include "lockd/cluster/start_gate.h"
+
+#include <algorithm>
+#include <set>
+
+namespace lockd::cluster {
+namespace {
+
+std::string ids_text(const std::vector<raft::NodeId>& ids) {
+  std::string out;
+  for (raft::NodeId id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+std::string way_back(raft::NodeId self) {
+  return "; it must not vote as if it had kept what it had. Remove the old id (lockctl member "
+         "remove " +
+         std::to_string(self) +
+         ") and add a new member with a new id and an empty data dir (docs/cluster.md "
+         "\"Replacing a member\")";
+}
+
+StartDecision refuse(std::string line) { return {StartVerdict::kRefuse, std::move(line), {}}; }
+
+}  // namespace
+
+std::string_view to_string(StartVerdict v) {
+  switch (v) {
+    case StartVerdict::kVote: return "vote";
+    case StartVerdict::kWait: return "wait";
+    case StartVerdict::kJoinLearner: return "join_learner";
+    case StartVerdict::kJoinVoter: return "join_voter";
+    case StartVerdict::kRefuse: return "refuse";
+  }
+  return "?";
+}
+
+StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
+                           const std::map<raft::NodeId, PeerAnswer>& answers) {
+  const std::string me = "node " + std::to_string(flags.self);
+  // Rule 2, from the disk alone: the hard state (term, vote) lives in the
+  // WAL. Anything that says the node took part — a cluster id in IDENTITY,
+  // a snapshot, a restore marker — without it is a partly deleted data dir.
+  if (disk.staged_restore) {
+    // Like an empty node (below): let in, or formed by cluster init.
+  } else if (!disk.log) {
+    if (disk.identity_cluster_id != 0 || disk.snapshot || disk.restored) {
+      std::string what = disk.identity_cluster_id != 0 ? "IDENTITY names cluster " +
+                                                             cluster_id_text(disk.identity_cluster_id)
+                         : disk.snapshot               ? "a snapshot is there"
+                                                       : "RESTORED is there";
+      return refuse(me + ": the data dir is partly deleted (" + what +
+                    " but the log, with the node's term and vote, is gone)" + way_back(flags.self));
+    }
+  } else {
+    // The --peer list of a group that never recorded a configuration is
+    // its configuration: compared id by id with the one it was written by.
+    if (disk.identity && !disk.recorded_conf && disk.identity_members != flags.peers) {
+      return refuse("the data dir was written by a member of {" + ids_text(disk.identity_members) +
+                    "}, but --peer names {" + ids_text(flags.peers) +
+                    "}: this group never changed membership through the log, so its --peer lists "
+                    "are its configuration; keep them and change members with lockctl member "
+                    "add/remove (docs/cluster.md \"Membership\")");
+    }
+    return {StartVerdict::kVote, "the data dir holds this node's data", {}};
+  }
+
+  // Empty: what the members say decides (rules 1-3).
+  std::set<raft::NodeId> voters;
+  bool called_voter = false;
+  bool called_learner = false;
+  for (const auto& [from, a] : answers) {
+    if (a.status == MemberStatus::kRemoved) {
+      return refuse(me + " was removed from the group (node " + std::to_string(from) +
+                    " says so): a removed id never rejoins; add a new member with a new id and an "
+                    "empty data dir (docs/cluster.md \"Replacing a member\")");
+    }
+    voters.insert(a.voters.begin(), a.voters.end());
+    called_voter = called_voter || a.status == MemberStatus::kVoter;
+    called_learner = called_learner || a.status == MemberStatus::kLearner;
+  }
+  called_voter = called_voter || voters.contains(flags.self);
+  if (called_voter) {
+    // Rule 2: a voter some member heard from took part, and its data is gone.
+    for (const auto& [from, a] : answers) {
+      if (a.heard == HeardReceiver::kHeard) {
+        return refuse(me + " is a voter of the group and node " + std::to_string(from) +
+                      " heard from it before, but its data dir is empty: it has lost the votes "
+                      "and log entries it had" + way_back(flags.self));
+      }
+    }
+    // Rule 3: every voter of the configuration confirms it never heard from us.
+    std::vector<raft::NodeId> missing;
+    for (raft::NodeId v : voters) {
+      if (v == flags.self) continue;
+      const auto it = answers.find(v);
+      if (it == answers.end() || it->second.heard != HeardReceiver::kNever) missing.push_back(v);
+    }
+    if (!missing.empty()) {
+      return {StartVerdict::kWait,
+              me + " is a voter that has not taken part yet: waiting until every voter confirms "
+                   "it never heard from it (still to answer: " + ids_text(missing) + ")",
+              {}};
+    }
+    std::vector<raft::NodeId> conf(voters.begin(), voters.end());
+    if (!voters.contains(flags.self)) conf.insert(std::lower_bound(conf.begin(), conf.end(), flags.self), flags.self);
+    return {StartVerdict::kJoinVoter,
+            me + " is a founding voter of {" + ids_text(conf) +
+                "} that never took part (every voter confirms it): joining under its id",
+            conf};
+  }
+  if (called_learner) {
+    // A lagging member may still call a promoted voter a learner: a
+    // majority of the voters must have answered, none calling it a voter
+    // (a promotion committed on a majority, which meets this one).
+    std::size_t answered = 0;
+    for (raft::NodeId v : voters) answered += v != flags.self && answers.contains(v) ? 1 : 0;
+    if (answered * 2 > voters.size()) {
+      return {StartVerdict::kJoinLearner, me + " was added as a learner: joining the group", {}};
+    }
+    return {StartVerdict::kWait,
+            me + " is called a learner: waiting for a majority of the voters {" +
+                ids_text(std::vector<raft::NodeId>(voters.begin(), voters.end())) + "} to answer",
+            {}};
+  }
+  return {StartVerdict::kWait,
+          me + ": empty data dir, waiting to be let in (a member adds it, or lockctl cluster init "
+               "forms the group)",
+          {}};
+}
+
+}  // namespace lockd::cluster

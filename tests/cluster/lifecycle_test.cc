@@ -1,0 +1,178 @@
+// A node's lifecycle (protocol.md §10 v1.3, issue 37) with real processes:
+// a group is formed only by POST /v1/cluster/init, once; a founding member
+// started late joins under its id; a wiped or partly deleted member never
+// votes again under its id.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <future>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "eventually.h"
+#include "http_get.h"
+#include "lockd_cluster.h"
+#include "run_program.h"
+
+namespace lockd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+HttpReply post(std::uint16_t port, const std::string& target, const std::string& body) {
+  return http_raw(port, "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                        "Content-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
+std::vector<std::string> lockctl(std::uint16_t admin_port, std::vector<std::string> args) {
+  std::vector<std::string> argv{LOCKCTL_BINARY, "--admin", "127.0.0.1:" + std::to_string(admin_port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// Rule 1: nodes started with `new` (or nothing) form nothing; init on one
+// forms the group (200, the member table from lockctl), once (409).
+TEST(Lifecycle, InitFormsTheGroupOnceAndNothingElseDoes) {
+  LockdCluster c(3, {"--initial-cluster-state", "new"}, {}, 0, /*init=*/false);
+  EXPECT_EQ(c.wait_leader(2000ms), 0) << "a group formed without cluster init";
+  EXPECT_NE(c.process(1).stderr_text().find("lockctl cluster init"), std::string::npos)
+      << c.process(1).stderr_text();
+  const RunResult formed = run_program(lockctl(c.admin_port(2), {"cluster", "init"}));
+  EXPECT_EQ(formed.status, 0) << formed.err;
+  EXPECT_NE(formed.out.find("leader"), std::string::npos) << formed.out;
+  EXPECT_EQ(c.wait_leader(), 2) << "the node asked is the first leader";
+  EXPECT_EQ(call_leader(c, "A alice k 60000").rfind("A ", 0), 0u);
+  // Once: on the leader, on a follower.
+  const HttpReply again = post(c.admin_port(1), "/v1/cluster/init", "{}");
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_NE(again.body.find("\"error\":\"already_formed\""), std::string::npos) << again.body;
+  const RunResult twice = run_program(lockctl(c.admin_port(3), {"cluster", "init"}));
+  EXPECT_EQ(twice.status, 1) << twice.out << twice.err;
+  EXPECT_NE(twice.err.find("already_formed"), std::string::npos) << twice.err;
+  const RunResult nobody = run_program(lockctl(free_port(), {"cluster", "init"}));
+  EXPECT_EQ(nobody.status, 3) << nobody.err;
+  // A restart of every node forms nothing new: the same group, its lock.
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) c.start(i);
+  EXPECT_EQ(call_leader(c, "A bob k 1000"), "T bob k");
+}
+
+// Case 7: nodes 1 and 2 start, init is asked of node 1, node 3 starts late
+// (an empty data dir, the unit's flags): it joins under its own id with no
+// operator action, and the group forms.
+TEST(Lifecycle, FoundingMemberStartedLateJoinsUnderItsId) {
+  LockdCluster c(3, {}, {}, 0, /*init=*/false);
+  c.kill9(3);
+  c.wipe(3);
+  auto init = std::async(std::launch::async, [&] { return c.init_group(1, 60000ms); });
+  EXPECT_TRUE(c.process(2).wait_for_line("still to answer: 3", 10s)) << c.process(2).stderr_text();
+  c.start(3);
+  const HttpReply r = init.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(c.process(3).wait_for_line("founding voter", 10s)) << c.process(3).stderr_text();
+  EXPECT_EQ(call_leader(c, "A alice k 60000").rfind("A ", 0), 0u);
+  // It votes: with node 2 down, {1, 3} is a majority that grants.
+  c.kill9(2);
+  EXPECT_EQ(call_leader(c, "A carol other 60000").rfind("A ", 0), 0u);
+}
+
+// Case 1: the group grew from one node (its --peer lists only itself);
+// node 1's disk is lost and its unit restarts it with the same flags. It
+// never forms a group of its own and never grants; the others hold on.
+TEST(Lifecycle, GrownFromOneNodeWipedNeverGrants) {
+  LockdCluster c(3, {}, {}, /*formed=*/1);
+  ASSERT_EQ(c.wait_leader(), 1);
+  for (int id : {2, 3}) {
+    const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
+                             "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
+    ASSERT_EQ(post(c.admin_port(1), "/v1/cluster/members", body).status, 200);
+    c.set_peers(id, {1, 2, 3});
+    c.start(id);
+    ASSERT_TRUE(eventually([&] {
+      return post(c.admin_port(1), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
+    }, 20000ms, 100ms));
+  }
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(1);
+  c.wipe(1);
+  c.start(1);
+  EXPECT_NE(c.process(1).stderr_text().find("waiting to be let in"), std::string::npos)
+      << c.process(1).stderr_text();
+  // Nodes 2 and 3 are a majority of {1, 2, 3}: they go on, alice holds.
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
+  // Node 1 answers with no leader, never with a grant.
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string reply = call_once(c.client_port(1), "A bob held 1000");
+    EXPECT_EQ(reply.rfind("A ", 0), std::string::npos) << reply;
+    if (!c.running(1)) break;
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+// Case 4: IDENTITY says the node belongs to a formed group, but the log
+// and snapshot files are gone: refused at start with one line (exit 2).
+TEST(Lifecycle, PartlyDeletedDataDirIsRefused) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  const int victim = c.wait_leader() == 3 ? 2 : 3;
+  ASSERT_TRUE(eventually([&] {
+    std::ifstream in(c.data_dir(victim) + "/IDENTITY");
+    const std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return line.find(" cluster ") != std::string::npos;
+  }));
+  c.kill9(victim);
+  for (const auto& e : std::filesystem::directory_iterator(c.data_dir(victim))) {
+    if (e.path().filename() != "IDENTITY") std::filesystem::remove_all(e.path());
+  }
+  EXPECT_THROW(c.start(victim), std::runtime_error);
+  EXPECT_EQ(c.process(victim).wait_exit(10000ms), 2);
+  const std::string err = c.process(victim).stderr_text();
+  EXPECT_NE(err.find("partly deleted"), std::string::npos) << err;
+}
+
+// Entry versions (protocol.md §10): decided from what the voters said at
+// any time (VERSIONS), not from who was heard since the leader started.
+// Every node restarts with node 3 kept down: the new leader never heard
+// from it since it started, and `S` (a newer entry version) still works.
+TEST(Lifecycle, SharedLocksWorkWhileAVoterIsUnheardSinceTheLeaderStarted) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  ASSERT_EQ(call_leader(c, "S a sem 2 60000").rfind("S ", 0), 0u);
+  // Every node has had its handshakes with every other.
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      std::ifstream in(c.data_dir(i) + "/VERSIONS");
+      const std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      int members = 0;
+      for (char ch : line) members += ch == '=' ? 1 : 0;
+      return members == 2;
+    })) << i;
+  }
+  // Every node holds the log so far (on a loaded machine a follower can
+  // still be catching up, its data dir empty: it would wait at restart).
+  const std::string s = "S c other 2 60000";
+  ASSERT_EQ(call_leader(c, s).rfind("S ", 0), 0u);
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      const std::string st = c.status_json(i);
+      const auto at = st.find("\"applied_index\":");
+      return at != std::string::npos && std::stoull(st.substr(at + 16)) >= 3;
+    })) << c.status_json(i);
+  }
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  c.start(1);
+  c.start(2);
+  const std::string reply = call_leader(c, "S b sem 2 60000");
+  EXPECT_EQ(reply.rfind("S ", 0), 0u) << "a down voter switched S off: " << reply << "\n" << c.process(1).stderr_text()
+                                     << c.process(2).stderr_text();
+}
+
+}  // namespace
+}  // namespace lockd::testing

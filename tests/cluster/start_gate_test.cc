@@ -1,0 +1,160 @@
+// The start gate (start_gate.h), table-driven: every rule of protocol.md
+// §10 "A node's lifecycle" and the eight numbered cases of issue 37, and
+// the planted bugs of the issue's "Tests missing today" (each row names
+// the case or mutation it pins).
+#include "lockd/cluster/start_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lockd::cluster {
+namespace {
+
+using Answers = std::map<raft::NodeId, PeerAnswer>;
+
+DataDirState empty_disk() { return {}; }
+
+DataDirState with_data(std::vector<raft::NodeId> members, std::uint64_t cluster = 0x1234) {
+  DataDirState d;
+  d.identity = true;
+  d.identity_cluster_id = cluster;
+  d.identity_members = std::move(members);
+  d.log = true;
+  return d;
+}
+
+PeerAnswer voter_answer(HeardReceiver heard, std::vector<raft::NodeId> voters = {1, 2, 3}) {
+  return PeerAnswer{0x1234, MemberStatus::kVoter, heard, std::move(voters)};
+}
+
+PeerAnswer waiting_answer() {  // an empty node waiting to be let in
+  return PeerAnswer{0, MemberStatus::kUnknown, HeardReceiver::kNever, {}};
+}
+
+struct Row {
+  const char* name;
+  DataDirState disk;
+  GateFlags flags;
+  Answers answers;
+  StartVerdict want;
+  const char* reason_has = "";
+};
+
+const GateFlags kNode3{3, {1, 2, 3}};
+const GateFlags kNode1Alone{1, {1}};
+
+std::vector<Row> rows() {
+  std::vector<Row> r;
+  // --- from the disk alone ---
+  r.push_back({"restart with its data votes", with_data({1, 2, 3}), kNode3, {}, StartVerdict::kVote});
+  r.push_back({"legacy data dir (a WAL, no IDENTITY) votes",
+               [] { DataDirState d; d.log = true; return d; }(), kNode3, {}, StartVerdict::kVote});
+  r.push_back({"empty data dir waits (rule 1: a restart never forms a group)", empty_disk(), kNode3, {},
+               StartVerdict::kWait});
+  r.push_back({"case 1: grown-from-one node wiped, --peer lists only itself: waits, never forms",
+               empty_disk(), kNode1Alone, {}, StartVerdict::kWait});
+  r.push_back({"case 4: IDENTITY with a cluster id but log and snapshot gone: refused",
+               [] { DataDirState d = with_data({1, 2, 3}); d.log = false; return d; }(), kNode3, {},
+               StartVerdict::kRefuse, "partly deleted"});
+  r.push_back({"snapshot without the log (term and vote gone): refused",
+               [] { DataDirState d; d.snapshot = true; return d; }(), kNode3, {}, StartVerdict::kRefuse,
+               "partly deleted"});
+  r.push_back({"RESTORED without the log: refused",
+               [] { DataDirState d; d.restored = true; return d; }(), kNode3, {}, StartVerdict::kRefuse,
+               "partly deleted"});
+  r.push_back({"IDENTITY without a cluster id and no log (never let in): waits",
+               [] { DataDirState d; d.identity = true; d.identity_members = {1, 2, 3}; return d; }(), kNode3,
+               {}, StartVerdict::kWait});
+  r.push_back({"--peer of another group of the same size (ids differ): refused",
+               with_data({1, 2, 3}), GateFlags{3, {3, 4, 5}}, {}, StartVerdict::kRefuse, "--peer names {3,4,5}"});
+  r.push_back({"--peer differs but the log records a configuration: votes",
+               [] { DataDirState d = with_data({1, 2, 3}); d.recorded_conf = true; return d; }(),
+               GateFlags{3, {3, 4, 5}}, {}, StartVerdict::kVote});
+  // --- an empty node and what the members say ---
+  r.push_back({"case 7: founding member started late, every voter never heard from it: joins as a voter",
+               empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kNever)}, {2, voter_answer(HeardReceiver::kNever)}},
+               StartVerdict::kJoinVoter});
+  r.push_back({"case 8: first started with a wrong secret (never heard from), fixed: joins as a voter",
+               empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kNever)}, {2, voter_answer(HeardReceiver::kNever)}},
+               StartVerdict::kJoinVoter});
+  r.push_back({"formation: the init leader and a waiting founder confirm: joins as a voter", empty_disk(),
+               kNode3, Answers{{1, voter_answer(HeardReceiver::kNever)}, {2, waiting_answer()}},
+               StartVerdict::kJoinVoter});
+  r.push_back({"a voter is down: waits for its confirmation", empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kNever)}}, StartVerdict::kWait, "still to answer: 2"});
+  r.push_back({"case 1 (peers reach it): a voter heard from before: refused", empty_disk(), kNode1Alone,
+               Answers{{2, voter_answer(HeardReceiver::kHeard)}}, StartVerdict::kRefuse, "heard from it"});
+  r.push_back({"wiped voter: one member heard from it, the other did not: refused", empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kHeard)}, {2, voter_answer(HeardReceiver::kNever)}},
+               StartVerdict::kRefuse, "lost the votes"});
+  r.push_back({"an older member that does not say (tag 12 absent) is no confirmation", empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kUnknown)}, {2, voter_answer(HeardReceiver::kNever)}},
+               StartVerdict::kWait});
+  r.push_back({"case 2: wiped member re-seeded from a stale --restore-from: staged, and refused like any",
+               [] { DataDirState d; d.staged_restore = true; d.restored = true; d.snapshot = true; d.log = true;
+                    return d; }(),
+               kNode3, Answers{{1, voter_answer(HeardReceiver::kHeard)}}, StartVerdict::kRefuse});
+  r.push_back({"staged restore waits for init", [] { DataDirState d; d.staged_restore = true; d.restored = true;
+                                                      d.snapshot = true; d.log = true; return d; }(),
+               kNode3, {}, StartVerdict::kWait});
+  r.push_back({"case 3: a lagging member calls it a learner, the leader a voter it heard: refused",
+               empty_disk(), kNode3,
+               Answers{{2, PeerAnswer{0x1234, MemberStatus::kLearner, HeardReceiver::kNever, {1, 2}}},
+                       {1, voter_answer(HeardReceiver::kHeard)}},
+               StartVerdict::kRefuse});
+  r.push_back({"case 3 (mutation: `existing` letting an empty node in when a peer reports it as a voter)",
+               empty_disk(), kNode3,
+               Answers{{2, PeerAnswer{0x1234, MemberStatus::kLearner, HeardReceiver::kNever, {1, 2}}},
+                       {1, PeerAnswer{0x1234, MemberStatus::kVoter, HeardReceiver::kHeard, {1, 2, 3}}}},
+               StartVerdict::kRefuse});
+  r.push_back({"case 3, the learner answer first and the voter's not yet: waits (a majority must answer)",
+               empty_disk(), GateFlags{4, {1, 2, 3, 4}},
+               Answers{{2, PeerAnswer{0x1234, MemberStatus::kLearner, HeardReceiver::kNever, {1, 2, 3}}}},
+               StartVerdict::kWait});
+  r.push_back({"added as a learner, a majority of the voters answered: joins as a learner", empty_disk(),
+               GateFlags{4, {1, 2, 3, 4}},
+               Answers{{1, PeerAnswer{0x1234, MemberStatus::kLearner, HeardReceiver::kNever, {1, 2, 3}}},
+                       {2, PeerAnswer{0x1234, MemberStatus::kNotMember, HeardReceiver::kNever, {1, 2, 3}}}},
+               StartVerdict::kJoinLearner});
+  r.push_back({"not added yet: waits", empty_disk(), GateFlags{4, {1, 2, 3, 4}},
+               Answers{{1, PeerAnswer{0x1234, MemberStatus::kNotMember, HeardReceiver::kNever, {1, 2, 3}}}},
+               StartVerdict::kWait});
+  r.push_back({"removed id: refused", empty_disk(), kNode3,
+               Answers{{1, PeerAnswer{0x1234, MemberStatus::kRemoved, HeardReceiver::kHeard, {1, 2}}}},
+               StartVerdict::kRefuse, "removed"});
+  r.push_back({"case 5: learners (cluster id 0 while catching up) count for nothing: waits",
+               empty_disk(), kNode3,
+               Answers{{1, voter_answer(HeardReceiver::kNever, {1, 2, 3})},
+                       {4, PeerAnswer{0, MemberStatus::kUnknown, HeardReceiver::kNever, {}}}},
+               StartVerdict::kWait, "still to answer: 2"});
+  r.push_back({"only waiting nodes answered (nobody formed a group): waits", empty_disk(), kNode3,
+               Answers{{1, waiting_answer()}, {2, waiting_answer()}}, StartVerdict::kWait});
+  return r;
+}
+
+TEST(StartGate, EveryRule) {
+  for (const Row& row : rows()) {
+    const StartDecision d = decide_start(row.disk, row.flags, row.answers);
+    EXPECT_EQ(to_string(d.verdict), to_string(row.want)) << row.name << ": " << d.reason;
+    EXPECT_NE(d.reason.find(row.reason_has), std::string::npos) << row.name << ": " << d.reason;
+    if (d.verdict == StartVerdict::kRefuse) {
+      EXPECT_EQ(d.reason.find('\n'), std::string::npos) << row.name;
+    }
+  }
+}
+
+TEST(StartGate, FoundingVoterJoinsTheConfigurationTheVotersGave) {
+  const StartDecision d = decide_start(
+      empty_disk(), kNode3,
+      Answers{{1, voter_answer(HeardReceiver::kNever)}, {2, voter_answer(HeardReceiver::kNever)}});
+  ASSERT_EQ(d.verdict, StartVerdict::kJoinVoter);
+  EXPECT_EQ(d.voters, (std::vector<raft::NodeId>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace lockd::cluster
