@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "lockd/common/check.h"
+#include "lockd/net/address.h"
 #include "lockd/tls/peer_certificate.h"
 
 namespace lockd::admin {
@@ -83,15 +84,7 @@ std::string local_ip_of(evhttp_request* req) {
   if (bev == nullptr) return "";
   const int fd = bufferevent_getfd(bev);
   if (fd < 0) return "";
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char host[INET6_ADDRSTRLEN] = {};
-  const void* a = ss.ss_family == AF_INET6
-                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
-  if (::inet_ntop(ss.ss_family, a, host, sizeof host) == nullptr) return "";
-  return host;
+  return net::local_endpoint(fd).host;
 }
 
 // `application/json`, any case, with or without parameters.

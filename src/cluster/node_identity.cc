@@ -73,6 +73,26 @@ std::string write_durably(const std::string& dir, const std::string& name, const
   return "";
 }
 
+// Reads at most `max` bytes of the file at `path` into `out`: 0, or the
+// errno of the failed open or read (ENOENT: no such file).
+int read_small_file(const std::string& path, std::size_t max, std::string& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  out.assign(max, '\0');
+  std::size_t got = 0;
+  int err = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return err;
+}
+
 }  // namespace
 
 std::string format_identity(const NodeIdentity& id) {
@@ -100,22 +120,11 @@ std::string write_heard(const std::string& dir, const std::set<raft::NodeId>& id
 
 std::optional<std::set<raft::NodeId>> read_heard(const std::string& dir, std::string& error) {
   error.clear();
-  const std::string file = dir + "/" + kHeardFile;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT) error = "data dir " + dir + ": cannot read " + kHeardFile + ": " + errno_text(errno);
+  std::string text;
+  if (const int err = read_small_file(dir + "/" + kHeardFile, kMaxIdentityBytes * 4, text); err != 0) {
+    if (err != ENOENT) error = "data dir " + dir + ": cannot read " + kHeardFile + ": " + errno_text(err);
     return std::nullopt;
   }
-  std::string text(kMaxIdentityBytes * 4, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(got);
   const std::string bad = "data dir " + dir + ": " + kHeardFile + " is not a lockd heard line";
   constexpr std::string_view kHeard = "lockd heard";
   std::string_view t(text);
@@ -160,18 +169,8 @@ std::string write_versions(const std::string& dir,
 
 std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> read_versions(const std::string& dir) {
   std::map<raft::NodeId, std::pair<std::uint16_t, std::uint16_t>> out;
-  const int fd = ::open((dir + "/" + kVersionsFile).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  std::string text(kMaxIdentityBytes * 8, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(got);
+  std::string text;
+  if (read_small_file(dir + "/" + kVersionsFile, kMaxIdentityBytes * 8, text) != 0) return out;
   constexpr std::string_view kHead = "lockd entry versions";
   std::string_view t(text);
   if (!t.starts_with(kHead) || !t.ends_with('\n')) return {};
@@ -234,31 +233,15 @@ std::optional<NodeIdentity> parse_identity(std::string_view text) {
 std::string claim_data_dir(const std::string& dir, const NodeIdentity& me, bool sync,
                            bool write_if_absent, NodeIdentity* stored) {
   if (stored != nullptr) *stored = me;
-  const std::string file = dir + "/" + kIdentityFile;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT) {
-      return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(errno);
-    }
+  std::string text;
+  if (const int read_err = read_small_file(dir + "/" + kIdentityFile, kMaxIdentityBytes + 1, text);
+      read_err == ENOENT) {
     if (!write_if_absent) return "";
     const std::string err = write_durably(dir, kIdentityFile, format_identity(me), sync);
     return err.empty() ? "" : "data dir " + dir + ": " + err;
+  } else if (read_err != 0) {
+    return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(read_err);
   }
-  std::string text(kMaxIdentityBytes + 1, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return "data dir " + dir + ": cannot read " + kIdentityFile + ": " + errno_text(err);
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(got);
   const std::optional<NodeIdentity> found = parse_identity(text);
   if (!found) {
     return "data dir " + dir + ": " + kIdentityFile +

@@ -49,17 +49,7 @@ void set_nodelay(int fd) {
 }
 
 // The IP a connection comes from ("" when unknown), for refusal warnings.
-std::string remote_host(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char host[INET6_ADDRSTRLEN] = {};
-  const void* a = ss.ss_family == AF_INET6
-                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
-  if (::inet_ntop(ss.ss_family, a, host, sizeof host) == nullptr) return "";
-  return host;
-}
+std::string remote_host(int fd) { return net::peer_endpoint(fd).host; }
 
 bool is_wildcard(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "::" || host == "*";
@@ -756,12 +746,8 @@ bool PeerTransport::from_member_host(const std::string& ip) {
       if (!net::resolve(p->member.raft, p->addr, p->addr_len, error)) p->addr_len = 0;
     }
     if (p->addr_len == 0) continue;
-    char host[INET6_ADDRSTRLEN] = {};
-    const void* a =
-        p->addr.ss_family == AF_INET6
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&p->addr)->sin6_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&p->addr)->sin_addr);
-    if (::inet_ntop(p->addr.ss_family, a, host, sizeof host) != nullptr && ip == host) return true;
+    const std::string host = net::endpoint_of(p->addr).host;
+    if (!host.empty() && ip == host) return true;
   }
   return false;
 }

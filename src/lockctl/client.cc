@@ -143,18 +143,10 @@ class Conn {
   // (a DNS name, or one the node was not started with) would be refused,
   // the address the node accepted us on never is.
   std::string http_host(const net::Endpoint& ep) const {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (::getpeername(sock_.fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
-      return ep.to_string();
-    }
-    char host[INET6_ADDRSTRLEN] = {};
-    const bool v6 = ss.ss_family == AF_INET6;
-    const void* a = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-                       : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
-    if (::inet_ntop(ss.ss_family, a, host, sizeof host) == nullptr) return ep.to_string();
-    const std::string port = std::to_string(ep.port);
-    return v6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
+    net::Endpoint peer = net::peer_endpoint(sock_.fd());
+    if (peer.host.empty()) return ep.to_string();
+    peer.port = ep.port;
+    return peer.to_string();  // brackets around an IPv6 host
   }
 
   bool send(std::string_view data, std::string& error) {

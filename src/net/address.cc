@@ -61,23 +61,34 @@ bool resolve(const Endpoint& ep, sockaddr_storage& out, socklen_t& len, std::str
   return true;
 }
 
-Endpoint local_endpoint(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  Endpoint ep;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return ep;
+Endpoint endpoint_of(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = {};
+  Endpoint ep;
   if (ss.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof host) == nullptr) return {};
     ep.port = ntohs(in->sin_port);
   } else if (ss.ss_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host) == nullptr) return {};
     ep.port = ntohs(in6->sin6_port);
   }
   ep.host = host;
   return ep;
+}
+
+Endpoint local_endpoint(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  return endpoint_of(ss);
+}
+
+Endpoint peer_endpoint(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  return endpoint_of(ss);
 }
 
 }  // namespace lockd::net

@@ -58,7 +58,7 @@ TEST(ConfigTest, FileIsRealToml) {
   LockdProcess lockd({"--config", path});
   LineClient c(lockd.port());
   EXPECT_EQ(c.call("A o k 1000").substr(0, 2), "A ");
-  EXPECT_EQ(c.call("A o k2 1001"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k2 1001"), "E bad_lease o k2");
 }
 
 TEST(ConfigTest, EveryFileErrorNamesFileAndLine) {
@@ -207,7 +207,7 @@ TEST(ConfigTest, EmptyOrNonDecimalNumbersAreRefused) {
   // Leading zeros are decimal, as in the protocol: 010 is 10, not octal 8.
   LockdProcess lockd({"--max-lease-ms", "010", "--default-lease-ms", "09"});
   LineClient c(lockd.port());
-  EXPECT_EQ(c.call("A o k 11"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k 11"), "E bad_lease o k");
   EXPECT_EQ(c.call("A o k 10").substr(0, 2), "A ");
 }
 

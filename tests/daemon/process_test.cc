@@ -81,7 +81,7 @@ TEST(ProcessTest, ConfigFileSetsFlagsAndCommandLineWins) {
   LockdProcess lockd({"--config", config.path(), "--max-lease-ms", "800"});
   LineClient c(lockd.port());
   EXPECT_EQ(c.call("A o k 800").substr(0, 2), "A ");  // command line wins
-  EXPECT_EQ(c.call("A o k2 801"), "E bad_lease");
+  EXPECT_EQ(c.call("A o k2 801"), "E bad_lease o k2");
   // The file's default lease applies: 100 ms.
   auto r = fields(c.call("A o k3"));
   ASSERT_EQ(r.size(), 4u);

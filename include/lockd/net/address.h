@@ -25,7 +25,13 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string& error
 // Resolves an endpoint to a socket address (numeric or via getaddrinfo).
 bool resolve(const Endpoint& ep, sockaddr_storage& out, socklen_t& len, std::string& error);
 
+// The endpoint a socket address names, host as numbers ({} for a family
+// other than IPv4 and IPv6).
+Endpoint endpoint_of(const sockaddr_storage& ss);
+
 // The endpoint a bound socket actually has (port 0 resolved).
 Endpoint local_endpoint(int fd);
+// The endpoint a connected socket's peer has ({} when unknown).
+Endpoint peer_endpoint(int fd);
 
 }  // namespace lockd::net

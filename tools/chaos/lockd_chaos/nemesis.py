@@ -249,6 +249,20 @@ class Nemesis:
                                % (node.id, code, node.log))
         return code
 
+    def add_member(self, new, promote):
+        """Adds `new` (Group.new_node()) as a learner through the leader,
+        starts it, gives its address to the clients, and (`promote`)
+        promotes it once caught up."""
+        self.member_step("POST", "/v1/cluster/members",
+                         {"id": new.id, "client_addr": new.client_addr, "raft_addr": new.raft_addr},
+                         done_if=("already_member",))
+        new.start()
+        self.group.nodes.append(new)
+        self.group.addrs.append(new.client_addr)
+        if promote:
+            self.member_step("POST", "/v1/cluster/members/%d/promote" % new.id,
+                             done_if=("not_learner",))
+
     def member_change(self, fault, node, end):
         """"replace": a new member is added as a learner, started empty,
         promoted once caught up; then `node` (leader or follower) is
@@ -256,15 +270,8 @@ class Nemesis:
         runs for the fault's length, and is removed."""
         new = self.group.new_node()
         self.record("start", fault, node if fault.detail == "replace" else None, added=new.id)
-        self.member_step("POST", "/v1/cluster/members",
-                         {"id": new.id, "client_addr": new.client_addr, "raft_addr": new.raft_addr},
-                         done_if=("already_member",))
-        new.start()
-        self.group.nodes.append(new)
-        self.group.addrs.append(new.client_addr)
+        self.add_member(new, promote=fault.detail == "replace")
         if fault.detail == "replace":
-            self.member_step("POST", "/v1/cluster/members/%d/promote" % new.id,
-                             done_if=("not_learner",))
             self.record("promoted", fault, new)
             node.resume()
             self.member_step("DELETE", "/v1/cluster/members/%d" % node.id, done_if=("not_found",))
@@ -311,14 +318,7 @@ class Nemesis:
         self.group.nodes.remove(node)
         self.group.retired.append(node)
         new = self.group.new_node()
-        self.member_step("POST", "/v1/cluster/members",
-                         {"id": new.id, "client_addr": new.client_addr, "raft_addr": new.raft_addr},
-                         done_if=("already_member",))
-        new.start()
-        self.group.nodes.append(new)
-        self.group.addrs.append(new.client_addr)
-        self.member_step("POST", "/v1/cluster/members/%d/promote" % new.id,
-                         done_if=("not_learner",))
+        self.add_member(new, promote=True)
         self.sleep_until(end)
         self.record("end", fault, node, added=new.id, removed=node.id)
 
