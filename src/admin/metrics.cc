@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lockd/server/lock_server.h"
+#include "lockd/storage/fd_exhausted.h"
 #include "lockd/version/version.h"
 
 namespace lockd::admin {
@@ -386,6 +387,10 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
   w.single("lockd_accept_pauses_total", "counter",
            "Times accept() failed for want of descriptors and the listener paused 100 ms.",
            server.accept_pauses());
+  w.family("lockd_fd_exhausted_total", "counter",
+           "Storage opens that failed for want of descriptors (EMFILE/ENFILE) and were retried, by what.");
+  w.sample("lockd_fd_exhausted_total", {{"what", "wal"}},
+           storage::fd_exhausted_wal.load(std::memory_order_relaxed));
 
   w.single("lockd_grants_total", "counter",
            "Fencing tokens handed out (every grant).",

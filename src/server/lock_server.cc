@@ -28,7 +28,7 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       sweep_continue_(base, [this] { run_sweep_slice(); }),
       auth_timer_(base, [this] { on_auth_timer(); }),
       next_conn_id_(config.first_client_id),
-      watches_(config.watches, service != nullptr),
+      watches_(config.watches, service != nullptr, first_token),
       held_watch_timer_(base, [this] { answer_held_watches(net::monotonic_now_ns()); }) {
   if (service_ != nullptr) {
     service_->attach(*this);

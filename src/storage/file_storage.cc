@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "lockd/common/check.h"
+#include "lockd/storage/fd_exhausted.h"
 #include "lockd/raft/codec.h"
 #include "lockd/storage/wal_format.h"
 
@@ -486,7 +487,9 @@ StorageStatus FileStorage::write_batch(const std::string& batch, bool roll, raft
       if (options_.sync && ::fdatasync(seg_fd_) != 0) return fail_io(old, segments_.back().bytes, "fdatasync", errno);
       seg_end_ = segments_.back().bytes;
     }
-    fd = ::open(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    // Out of descriptors (a client flood): retried briefly, never a
+    // storage failure by itself (fd_exhausted.h).
+    fd = open_retrying_fds(path(name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600, fd_exhausted_wal);
     if (fd < 0) return fail_io(name, 0, "open", errno);
   }
   const std::uint64_t end = offset + batch.size();

@@ -15,6 +15,7 @@
 #include "eventually.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
+#include "metric.h"
 #include "temp_dir.h"
 
 namespace lockd::testing {
@@ -553,6 +554,38 @@ void failed_sync_stops_the_node_without_an_ack(const std::vector<std::string>& f
 }
 
 TEST(Cluster, FailedSyncStopsTheNodeWithoutAnAck) { failed_sync_stops_the_node_without_an_ack({}); }
+
+// §11a: running out of descriptors never stops a node. Node 1's opens of
+// a new WAL segment fail with EMFILE three times (faultfs; its first save
+// creates its first segment): it retries with back-off, counts each in
+// lockd_fd_exhausted_total{what="wal"}, and goes on as a member.
+TEST(Cluster, WalSegmentOpenOutOfDescriptorsIsRetriedNotAFailure) {
+  const TempDir ctl_dir("lockd-faults");
+  const std::string ctl = ctl_dir.sub("node");
+  {
+    std::ofstream f(ctl + "1");
+    f << "open EMFILE 3\n";
+  }
+  LockdCluster c(3, {}, {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
+                         "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0",
+                         "LOCKD_FAULTFS_DIR={DIR}", "LOCKD_FAULTFS_CONTROL=" + ctl + "{ID}"});
+  int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  LineClient a(c.client_port(leader));
+  EXPECT_EQ(a.call("A alice k1 60000").substr(0, 2), "A ");
+  EXPECT_TRUE(eventually([&] {
+    return metric(http(c.admin_port(1), "/metrics").body, "lockd_fd_exhausted_total{what=\"wal\"}") == 3;
+  })) << http(c.admin_port(1), "/metrics").body;
+  EXPECT_EQ(c.process(1).wait_exit(milliseconds(0)), std::nullopt) << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).stderr_text().find("storage failed"), std::string::npos);
+  // Node 1 keeps its part: with node 1 and one other only, the group still commits.
+  const int other = leader == 2 ? 3 : 2;
+  c.kill9(other);
+  leader = c.wait_leader(milliseconds(15000));
+  ASSERT_NE(leader, 0);
+  LineClient b(c.client_port(leader));
+  EXPECT_EQ(b.call("A bob k2 60000").substr(0, 2), "A ");
+}
 
 // --wal-sync=thread (issue 23): the sync runs off the loop and the core
 // takes requests and acks meanwhile. A sync that fails there stops the

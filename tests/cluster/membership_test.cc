@@ -735,5 +735,35 @@ TEST(Membership, AChangeThatDoesNotLandInTimeIsAnswered504) {
   EXPECT_TRUE(transfer_to(c, target));
 }
 
+// safety.md mutation 13: a node stops on its own log only when its
+// removal committed there, not when it is merely appended. The leader
+// removes itself while one follower is paused: the new voters {other two}
+// cannot commit it, so the leader (which drops to follower: it hears only
+// one of the two new voters) holds its removal uncommitted and must keep
+// running; once the paused one resumes, the removal commits and it exits 2.
+TEST(Membership, ANodeWhoseRemovalIsOnlyAppendedKeepsRunning) {
+  LockdCluster c(3, {"--heartbeat-ms", "50", "--election-timeout-ms", "500",
+                     "--member-change-timeout-ms", "300"});
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int paused = leader == 1 ? 2 : 1;
+  c.signal(paused, SIGSTOP);
+  const HttpReply r = admin(c, leader, "DELETE", "/v1/cluster/members/" + std::to_string(leader));
+  EXPECT_EQ(r.status, 504) << r.body;
+  ASSERT_TRUE(c.process(leader).wait_for_line("is removed from the group", milliseconds(10000)))
+      << c.process(leader).stderr_text();
+  // It stops leading (it hears one of the two new voters only) ...
+  ASSERT_TRUE(c.process(leader).wait_for_line("no leader in term", milliseconds(10000)))
+      << c.process(leader).stderr_text();
+  // ... and, its removal uncommitted, keeps running (the check waits two
+  // heartbeats, 100 ms, after it sees a committed removal: give it 20).
+  EXPECT_EQ(c.process(leader).wait_exit(milliseconds(2000)), std::nullopt)
+      << c.process(leader).stderr_text();
+  c.signal(paused, SIGCONT);
+  EXPECT_EQ(c.process(leader).wait_exit(milliseconds(15000)), 2) << c.process(leader).stderr_text();
+  EXPECT_NE(c.process(leader).stderr_text().find("was removed from the group"), std::string::npos)
+      << c.process(leader).stderr_text();
+}
+
 }  // namespace
 }  // namespace lockd::testing

@@ -253,5 +253,34 @@ TEST(WatchTest, AWatcherThatDoesNotReadIsDropped) {
   EXPECT_EQ(s["watchers"], 0);
 }
 
+// §5c: a client that reconnects drops states whose rev is below one it has
+// seen, so a restarted single-mode lockd must not start rev again from 1
+// (it starts, like tokens, from the wall clock in ns).
+TEST(WatchTest, RevKeepsGrowingAcrossARestart) {
+  std::uint64_t seen = 0;
+  {
+    LockdProcess lockd({"--admin", "127.0.0.1:0"});
+    LineClient w(lockd.port()), a(lockd.port());
+    seen = rev_of(w.call("W k"));
+    for (int i = 0; i < 3; ++i) {
+      const std::string t = token_of(a.call("A alice k 60000"));
+      next_push(w, "k", "held alice " + t, seen);
+      ASSERT_EQ(a.call("R " + t + " k"), "R " + t + " k");
+      next_push(w, "k", "free", seen);
+    }
+  }
+  LockdProcess again({"--admin", "127.0.0.1:0"});
+  LineClient w(again.port()), a(again.port());
+  const std::string first = w.call("W k");
+  EXPECT_EQ(state_of(first), "free") << first;
+  std::uint64_t rev = rev_of(first);
+  EXPECT_GT(rev, seen) << first;
+  // And it still grows by one per change.
+  const std::string t = token_of(a.call("A alice k 60000"));
+  const std::uint64_t before = rev;
+  next_push(w, "k", "held alice " + t, rev);
+  EXPECT_EQ(rev, before + 1);
+}
+
 }  // namespace
 }  // namespace lockd::testing

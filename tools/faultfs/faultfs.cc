@@ -3,7 +3,7 @@
 //   env LD_PRELOAD=build/bin/liblockd_faultfs.so LOCKD_FAULTFS_DIR=/data/node1
 //       LOCKD_FAULTFS_CONTROL=/tmp/fault build/bin/lockd ...
 //
-// Intercepts write, pwrite, fdatasync and fsync (via dlsym(RTLD_NEXT)) and
+// Intercepts write, pwrite, fdatasync, fsync and open/openat (via dlsym(RTLD_NEXT)) and
 // fails or delays them according to the control file, re-read on every
 // intercepted call (a stat and a small read, so a test flips faults while
 // the process runs). The control file holds one line:
@@ -14,6 +14,9 @@
 //   write ENOSPC              write()/pwrite() fail with ENOSPC
 //   write EIO                 write()/pwrite() fail with EIO
 //   fdatasync delay_us=N      fdatasync() sleeps N µs, then really syncs
+//   open EMFILE [N]           the next N (default 1) opens that create a WAL
+//                             segment (a file named wal-*, O_CREAT) fail with
+//                             EMFILE, once per process: out of descriptors
 //
 // Faults apply only to file descriptors whose path (/proc/self/fd/N) is
 // LOCKD_FAULTFS_DIR or under it; everything else (logs, sockets) passes
@@ -23,6 +26,8 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -37,12 +42,13 @@
 
 namespace {
 
-enum class Op { kWrite, kFdatasync, kFsync };
+enum class Op { kWrite, kFdatasync, kFsync, kOpen };
 
 struct Fault {
   bool active = false;
   int error = 0;          // errno to fail with (0: none)
   long delay_us = 0;      // sleep before the real call
+  long times = 0;         // open: how many opens fail, per process
 };
 
 using WriteFn = ssize_t (*)(int, const void*, size_t);
@@ -87,7 +93,8 @@ Fault read_fault(Op op) {
   Fault f;
   const char* path = getenv("LOCKD_FAULTFS_CONTROL");
   if (path == nullptr) return f;
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  // A raw syscall: open() is intercepted here too.
+  const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
   if (fd < 0) return f;
   char buf[128];
   const ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -96,13 +103,19 @@ Fault read_fault(Op op) {
   buf[n] = '\0';
   char what[32] = {0};
   char arg[64] = {0};
-  if (std::sscanf(buf, "%31s %63s", what, arg) != 2) return f;
+  long times = 1;
+  const int got = std::sscanf(buf, "%31s %63s %ld", what, arg, &times);
+  if (got < 2) return f;
   const bool match = (op == Op::kWrite && std::strcmp(what, "write") == 0) ||
                      (op == Op::kFdatasync && std::strcmp(what, "fdatasync") == 0) ||
-                     (op == Op::kFsync && std::strcmp(what, "fsync") == 0);
+                     (op == Op::kFsync && std::strcmp(what, "fsync") == 0) ||
+                     (op == Op::kOpen && std::strcmp(what, "open") == 0);
   if (!match) return f;
   if (std::strcmp(arg, "EIO") == 0) {
     f.error = EIO;
+  } else if (op == Op::kOpen && std::strcmp(arg, "EMFILE") == 0) {
+    f.error = EMFILE;
+    f.times = times;
   } else if (std::strcmp(arg, "ENOSPC") == 0) {
     f.error = ENOSPC;
   } else if (std::strncmp(arg, "delay_us=", 9) == 0) {
@@ -131,9 +144,66 @@ bool inject(Op op, int fd) {
   return false;
 }
 
+// open EMFILE: true (errno set) if this open of `path` must fail.
+bool inject_open(const char* path, int flags) {
+  static long failed = 0;
+  if (fault_dir() == nullptr || path == nullptr || (flags & O_CREAT) == 0) return false;
+  const char* base = std::strrchr(path, '/');
+  base = base == nullptr ? path : base + 1;
+  if (std::strncmp(base, "wal-", 4) != 0) return false;
+  const Fault f = read_fault(Op::kOpen);
+  if (!f.active || failed >= f.times) return false;
+  ++failed;
+  errno = f.error;
+  return true;
+}
+
+using OpenFn = int (*)(const char*, int, ...);
+using OpenatFn = int (*)(int, const char*, int, ...);
+
 }  // namespace
 
 extern "C" {
+
+int open(const char* path, int flags, ...) {
+  static OpenFn real = next<OpenFn>("open");
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = static_cast<mode_t>(va_arg(ap, int));
+    va_end(ap);
+  }
+  if (inject_open(path, flags)) return -1;
+  return real(path, flags, mode);
+}
+
+int open64(const char* path, int flags, ...) {
+  static OpenFn real = next<OpenFn>("open64");
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = static_cast<mode_t>(va_arg(ap, int));
+    va_end(ap);
+  }
+  if (inject_open(path, flags)) return -1;
+  return real(path, flags, mode);
+}
+
+int openat(int dirfd, const char* path, int flags, ...) {
+  static OpenatFn real = next<OpenatFn>("openat");
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = static_cast<mode_t>(va_arg(ap, int));
+    va_end(ap);
+  }
+  if (inject_open(path, flags)) return -1;
+  return real(dirfd, path, flags, mode);
+}
+
 
 ssize_t write(int fd, const void* buf, size_t count) {
   static WriteFn real = next<WriteFn>("write");

@@ -10,12 +10,16 @@
 // (single mode) or applied batch (cluster mode), with the key's last state
 // only, so several changes in one turn cost one push per watcher.
 //
-// `rev`: single mode counts changes (every key_changed() adds one); cluster
-// mode sets it to the index of the entry being applied (set_rev()).
+// `rev`: single mode counts changes (every key_changed() adds one) from
+// `first_rev`, seeded like single-mode tokens (the wall clock in ns at start,
+// above --token-floor) so a restarted process never hands out a rev below
+// one its predecessor did; cluster mode sets it to the index of the entry
+// being applied (set_rev()).
 //
 // Runs on the reactor thread; not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,8 +61,8 @@ proto::WatchState watch_state_of(const locks::KeyState* state);
 
 class WatchHub final : public locks::KeyObserver {
  public:
-  WatchHub(WatchLimits limits, bool log_revs)
-      : limits_(limits), log_revs_(log_revs), rev_(log_revs ? 0 : 1) {}
+  WatchHub(WatchLimits limits, bool log_revs, std::uint64_t first_rev = 1)
+      : limits_(limits), log_revs_(log_revs), rev_(log_revs ? 0 : std::max<std::uint64_t>(first_rev, 1)) {}
 
   enum class WatchOutcome { kWatching, kBusy };
   // `W key` from `client`: appends `W key rev state` (or `B key` at a cap)
@@ -81,7 +85,7 @@ class WatchHub final : public locks::KeyObserver {
   // may have changed.
   void all_changed();
 
-  // The current rev: single mode the change counter, cluster mode the
+  // The current rev: single mode the change counter (from first_rev), cluster mode the
   // index of the entry applied last. 0 only in a cluster member that has
   // applied nothing yet.
   std::uint64_t rev() const { return rev_; }
