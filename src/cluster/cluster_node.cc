@@ -346,6 +346,12 @@ bool ClusterNode::open(std::string& error) {
         fail_storage(err);
       }
     }
+    if (h.data_state == DataState::kEmpty && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
+      // Issue 37 case 6: a member (a learner wiped and rejoined) says its
+      // data dir is empty: what it acknowledged before is gone, so it is
+      // not caught up (promotion) until it acknowledges again.
+      spdlog::info("node {} says its data dir is empty: replicating to it from the start", h.sender);
+    }
     on_peer_handshake(h);
   });
   // Issue 37 case 1: a node whose --peer names only itself, wiped, hears

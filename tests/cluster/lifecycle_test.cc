@@ -152,6 +152,36 @@ TEST(Lifecycle, UndecodableMembershipEntryStopsWithOneLine) {
       << err;
 }
 
+// Case 6: a learner wiped and rejoined says in its handshake that its data
+// dir is empty; the leader forgets what it had acknowledged, so an idle
+// leader's promotion check does not pass on the old log.
+TEST(Lifecycle, WipedLearnerIsReplicatedFromTheStart) {
+  LockdCluster c(4, {}, {}, /*formed=*/3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  const std::string body = "{\"id\":4,\"client_addr\":\"" + c.client_addr(4) + "\",\"raft_addr\":\"" +
+                           c.raft_addr(4) + "\"}";
+  ASSERT_EQ(post(c.admin_port(leader), "/v1/cluster/members", body).status, 200);
+  c.set_peers(4, {1, 2, 3, 4});
+  c.start(4);
+  ASSERT_TRUE(eventually([&] {
+    const std::string st = c.status_json(4);
+    const auto at = st.find("\"applied_index\":");
+    return at != std::string::npos && std::stoull(st.substr(at + 16)) >= 3;
+  })) << c.status_json(4);
+  c.kill9(4);
+  c.wipe(4);
+  c.start(4);
+  EXPECT_TRUE(c.process(leader).wait_for_line("node 4 says its data dir is empty", 10000ms))
+      << c.process(leader).stderr_text();
+  // It catches up again from the start, and then may be promoted.
+  EXPECT_TRUE(eventually([&] {
+    return post(c.admin_port(leader), "/v1/cluster/members/4/promote", "").status == 200;
+  }, 20000ms, 100ms));
+  EXPECT_EQ(call_leader(c, "A bob held 1000"), "T bob held");
+}
+
 // Case 4: IDENTITY says the node belongs to a formed group, but the log
 // and snapshot files are gone: refused at start with one line (exit 2).
 TEST(Lifecycle, PartlyDeletedDataDirIsRefused) {
