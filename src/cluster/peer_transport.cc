@@ -982,14 +982,16 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       continue;
     }
     if (ev == PeerInput::Event::kConfirmed) {
+      if (s.stranger) {
+        // Proved now; never adopted, even if it became a member meanwhile
+        // (its hello skipped the member checks).
+        const Handshake hello = s.input.handshake();
+        close_inbound(s);
+        if (on_stranger_) on_stranger_(hello);
+        return;
+      }
       Peer* p = find_peer(s.input.peer());
-      if (p == nullptr) {  // a stranger (now proved), or removed since its hello
-        if (s.stranger && on_stranger_) {
-          const Handshake hello = s.input.handshake();
-          close_inbound(s);
-          on_stranger_(hello);
-          return;
-        }
+      if (p == nullptr) {  // removed from the configuration since its hello
         close_inbound(s);
         return;
       }
