@@ -120,6 +120,36 @@ TEST(Lifecycle, GrownFromOneNodeWipedIsRefused) {
   EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
 }
 
+// Case 1 with --insecure-peers (rule 4): an unauthenticated hello from an
+// id outside its --peer list is refused as "not a member", never believed:
+// the wiped node keeps waiting and never grants.
+TEST(Lifecycle, GrownFromOneNodeWipedWithInsecurePeersKeepsWaiting) {
+  LockdCluster c(3, {"--insecure-peers"}, {}, /*formed=*/1);
+  ASSERT_EQ(c.wait_leader(), 1);
+  for (int id : {2, 3}) {
+    const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
+                             "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
+    ASSERT_EQ(post(c.admin_port(1), "/v1/cluster/members", body).status, 200);
+    c.set_peers(id, {1, 2, 3});
+    c.start(id);
+    ASSERT_TRUE(eventually([&] {
+      return post(c.admin_port(1), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
+    }, 20000ms, 100ms));
+  }
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(1);
+  c.wipe(1);
+  c.start(1);
+  // The members dial it and are refused: heard, not believed.
+  EXPECT_TRUE(c.process(1).wait_for_line("is not a member", 10000ms)) << c.process(1).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
+  const std::string reply = call_once(c.client_port(1), "A bob held 1000");
+  EXPECT_EQ(reply.rfind("A ", 0), std::string::npos) << reply;
+  // Still waiting (no exit), not refused on an unauthenticated word.
+  EXPECT_FALSE(c.process(1).wait_exit(1000ms).has_value()) << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).stderr_text().find("heard from it before"), std::string::npos);
+}
+
 // Entry versions (protocol.md §10): a stored entry this binary cannot
 // apply — here a membership change in an encoding it does not know —
 // stops the node at start with one line naming the entry, never an abort.
