@@ -46,6 +46,13 @@ constexpr bool kSyncWal = false;
 constexpr bool kSyncWal = true;
 #endif
 
+std::string undecodable_conf_line(raft::Index index, const std::string& why) {
+  return "log entry " + std::to_string(index) +
+         " is a membership change this binary cannot decode (" + why +
+         "): stopping (an entry is never skipped; run a lockd that applies it, docs/cluster.md "
+         "\"Upgrading\"; else a bug or a corrupt log)";
+}
+
 }  // namespace
 
 ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
@@ -85,6 +92,18 @@ bool ClusterNode::open(std::string& error) {
   error = claim_data_dir(config_.data_dir, identity(), kSyncWal, /*write_if_absent=*/false,
                          &identity_);
   if (!error.empty()) return false;
+  // An entry this binary cannot apply stops the node with one line naming
+  // it (protocol.md §10 "Entry versions"), never an abort in the core: a
+  // membership change whose encoding it does not know, say.
+  for (const raft::Entry& e : storage_->entries()) {
+    if (e.type != raft::EntryType::kConfChange) continue;
+    raft::Membership conf;
+    std::string why;
+    if (!raft::decode_membership(e.data, conf, why)) {
+      error = undecodable_conf_line(e.index, why);
+      return false;
+    }
+  }
   snapshots_ = std::make_unique<storage::SnapshotWriter>(*storage_);
   if (config_.wal_sync_thread) {
     // The WAL's fdatasync runs there, off the loop (sync_thread.h). The
@@ -255,6 +274,27 @@ bool ClusterNode::open(std::string& error) {
         }
         const raft::NodeId from = m.from;
         const raft::MessageType type = m.type;
+        if (m.type == raft::MessageType::kAppend &&
+            (!config_.peer_security.secret.empty() || config_.peer_security.tls_server != nullptr)) {
+          // A member's entry we cannot decode: stop with one line rather
+          // than refuse its appends for ever (the core would call the
+          // message malformed and the leader resend it). Only on the word
+          // of an authenticated member (rule 4).
+          for (const raft::Entry& e : m.entries) {
+            if (e.type != raft::EntryType::kConfChange) continue;
+            raft::Membership conf;
+            std::string why;
+            if (!raft::decode_membership(e.data, conf, why)) {
+              const std::string line = undecodable_conf_line(e.index, why) + " (sent by node " +
+                                       std::to_string(from) + ")";
+              spdlog::critical("{}", line);
+              spdlog::default_logger()->flush();
+              std::fprintf(stderr, "lockd: %s\n", line.c_str());
+              std::fflush(stderr);
+              std::_Exit(1);
+            }
+          }
+        }
         if (!heard_.contains(from)) record_heard(from);
         const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
@@ -306,7 +346,19 @@ bool ClusterNode::open(std::string& error) {
         fail_storage(err);
       }
     }
+    if (h.data_state == DataState::kEmpty && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
+      // Issue 37 case 6: a member (a learner wiped and rejoined) says its
+      // data dir is empty: what it acknowledged before is gone, so it is
+      // not caught up (promotion) until it acknowledges again.
+      spdlog::info("node {} says its data dir is empty: replicating to it from the start", h.sender);
+    }
     on_peer_handshake(h);
+  });
+  // Issue 37 case 1: a node whose --peer names only itself, wiped, hears
+  // from the members it no longer lists (authenticated: the transport asks
+  // for it only with peer authentication on) what they say of it.
+  transport_->set_on_stranger([this](const Handshake& h) {
+    if (gate_ == Gate::kWaiting) on_peer_handshake(h);
   });
   {
     PeerLocal l = transport_->local();

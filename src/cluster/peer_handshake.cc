@@ -301,12 +301,14 @@ HandshakeError check_handshake(const Handshake& got, const HandshakeExpect& expe
   }
   const std::optional<Member> m =
       expect.member && got.sender != raft::kNoNode ? expect.member(got.sender) : std::nullopt;
-  if (!m || got.sender == expect.self) return HandshakeError::kUnknownSender;
+  const bool stranger = !m && expect.accept_strangers && expect.kind == HandshakeKind::kHello &&
+                        got.sender != raft::kNoNode;
+  if ((!m && !stranger) || got.sender == expect.self) return HandshakeError::kUnknownSender;
   if (expect.peer != raft::kNoNode && got.sender != expect.peer) return HandshakeError::kWrongSender;
   if (got.receiver != raft::kNoNode && got.receiver != expect.self) {
     return HandshakeError::kWrongReceiver;
   }
-  if (!got.raft_addr.empty() && got.raft_addr != m->raft.to_string()) {
+  if (m && !got.raft_addr.empty() && got.raft_addr != m->raft.to_string()) {
     return HandshakeError::kWrongAddress;
   }
   if (expect.entry_versions.known() && !got.entry_versions.overlaps(expect.entry_versions)) {

@@ -122,6 +122,9 @@ struct PeerTransport::Socket {
   std::string wire;
   std::size_t wire_off = 0;
   bool inbound_write_armed = false;  // accepted: write_ev waits for room for `wire`
+  // Accepted from a non-member for its status words only (accept_strangers):
+  // closed once its hello is authenticated, never adopted as a link.
+  bool stranger = false;
   PeerInput input;
 };
 
@@ -272,6 +275,11 @@ HandshakeExpect PeerTransport::expect(HandshakeKind kind, raft::NodeId peer) con
   e.kind = kind;
   e.peer = peer;
   e.member = [this](raft::NodeId id) { return member(id); };
+  // An empty node waiting to be let in hears an authenticated stranger's
+  // status words (never its Raft messages): see on_stranger_.
+  e.accept_strangers = kind == HandshakeKind::kHello && on_stranger_ &&
+                       local_.data_state == DataState::kEmpty &&
+                       (!security_.secret.empty() || security_.tls_server != nullptr);
   return e;
 }
 
@@ -818,6 +826,41 @@ void PeerTransport::on_accept(int fd) {
   inbound_.push_back(std::move(s));
 }
 
+void PeerTransport::on_stranger_hello(Socket& s) {
+  const Handshake& hello = s.input.handshake();
+  const std::string who = "node " + std::to_string(hello.sender) + " (not in our member list)";
+  if (s.tls) {
+    const auto& cert = s.tls->peer_certificate();
+    if (!cert || !cert->names(member_cert_name(hello.sender))) {
+      refuse(TransportRefusal::kCertName, s.remote, nullptr,
+             "its certificate (CN " + (cert ? cert->subject_cn : std::string("none")) +
+                 ") has no SAN DNS:" + member_cert_name(hello.sender) + ", the member its hello claims");
+      close_inbound(s);
+      return;
+    }
+  }
+  if (!s.input.awaiting_confirm()) {
+    // TLS alone: the certificate proved who it is.
+    spdlog::debug("peer transport: {} says what it knows of us; hearing that only", who);
+    const Handshake copy = hello;
+    close_inbound(s);
+    on_stranger_(copy);
+    return;
+  }
+  // The secret: our proof and challenge; its confirm proves it (kConfirmed).
+  spdlog::debug("peer transport: {} says what it knows of us; hearing that only, once it proves "
+               "the peer secret",
+               who);
+  s.stranger = true;
+  Handshake reply = own_handshake(HandshakeKind::kReply, hello.sender);
+  reply.nonce = s.nonce;
+  reply.proof = reply_proof(security_.secret, *hello.nonce, s.nonce, self_, hello.sender,
+                            reply.cluster_id);
+  std::string out;
+  encode_handshake(reply, out);
+  send_inbound(s, out);
+}
+
 bool PeerTransport::adopt_inbound(Socket& s, Peer& p) {
   if (p.inbound.size() >= limits_.max_links_per_member) {
     if (security_.secret.empty()) {
@@ -888,7 +931,12 @@ void PeerTransport::on_inbound_readable(Socket& s) {
     if (ev == PeerInput::Event::kError) break;
     if (ev == PeerInput::Event::kHandshake) {
       Peer* p = find_peer(s.input.peer());
-      LOCKD_CHECK(p != nullptr);  // check_handshake accepted only members other than us
+      if (p == nullptr) {
+        // check_handshake let a non-member through (accept_strangers): its
+        // status words count once it is authenticated, nothing else does.
+        on_stranger_hello(s);
+        return;
+      }
       if (s.tls) {
         // The certificate (verified against --peer-tls-ca, default
         // --tls-ca, in the TLS handshake) must name the member the hello
@@ -920,6 +968,14 @@ void PeerTransport::on_inbound_readable(Socket& s) {
       continue;
     }
     if (ev == PeerInput::Event::kConfirmed) {
+      if (s.stranger) {
+        // Proved now; never adopted, even if it became a member meanwhile
+        // (its hello skipped the member checks).
+        const Handshake hello = s.input.handshake();
+        close_inbound(s);
+        if (on_stranger_) on_stranger_(hello);
+        return;
+      }
       Peer* p = find_peer(s.input.peer());
       if (p == nullptr) {  // removed from the configuration since its hello
         close_inbound(s);

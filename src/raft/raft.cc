@@ -170,6 +170,18 @@ Membership Raft::conf_at(Index i) const {
   return snapshot_meta_.conf;
 }
 
+bool Raft::forget_progress(NodeId id) {
+  if (role_ != Role::kLeader || id == cfg_.id) return false;
+  Progress* pr = trk_.find(id);
+  if (pr == nullptr || pr->match == 0) return false;
+  // Commit never moves back (only a larger quorum index advances it), so a
+  // voter's lower match is safe too; it only stops counting until it acks.
+  pr->match = 0;
+  pr->next = 1;
+  pr->become_probe();
+  return true;
+}
+
 void Raft::index_confs(std::size_t from) {
   for (std::size_t i = from; i < entries_.size(); ++i) {
     if (entries_[i].type != EntryType::kConfChange) continue;

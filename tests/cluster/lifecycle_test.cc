@@ -14,8 +14,12 @@
 #include <vector>
 
 #include "eventually.h"
+#include "lockd/raft/types.h"
+#include "lockd/storage/file_storage.h"
+#include "temp_dir.h"
 #include "http_get.h"
 #include "lockd_cluster.h"
+#include "lockd_process.h"
 #include "run_program.h"
 
 namespace lockd::testing {
@@ -82,9 +86,10 @@ TEST(Lifecycle, FoundingMemberStartedLateJoinsUnderItsId) {
 }
 
 // Case 1: the group grew from one node (its --peer lists only itself);
-// node 1's disk is lost and its unit restarts it with the same flags. It
-// never forms a group of its own and never grants; the others hold on.
-TEST(Lifecycle, GrownFromOneNodeWipedNeverGrants) {
+// node 1's disk is lost and its unit restarts it with the same flags. The
+// members it no longer lists tell it (authenticated) it is a voter they
+// heard from: it refuses itself (exit 2, rule 2's line); the others hold on.
+TEST(Lifecycle, GrownFromOneNodeWipedIsRefused) {
   LockdCluster c(3, {}, {}, /*formed=*/1);
   ASSERT_EQ(c.wait_leader(), 1);
   for (int id : {2, 3}) {
@@ -100,19 +105,111 @@ TEST(Lifecycle, GrownFromOneNodeWipedNeverGrants) {
   ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
   c.kill9(1);
   c.wipe(1);
-  c.start(1);
-  EXPECT_NE(c.process(1).stderr_text().find("waiting to be let in"), std::string::npos)
-      << c.process(1).stderr_text();
+  // Its --peer still names only itself: the members' authenticated hellos
+  // (the cluster has a peer secret) tell it it is a voter they heard from.
+  try {
+    c.start(1);
+  } catch (const std::runtime_error&) {
+    // It may refuse itself before it answers as started.
+  }
+  EXPECT_EQ(c.process(1).wait_exit(20000ms), 2) << c.process(1).stderr_text();
+  const std::string err = c.process(1).stderr_text();
+  EXPECT_NE(err.find("heard from it before, but its data dir is empty"), std::string::npos) << err;
+  EXPECT_NE(err.find("lockctl member remove 1"), std::string::npos) << err;
   // Nodes 2 and 3 are a majority of {1, 2, 3}: they go on, alice holds.
   EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
-  // Node 1 answers with no leader, never with a grant.
-  const auto until = std::chrono::steady_clock::now() + 3s;
-  while (std::chrono::steady_clock::now() < until) {
-    const std::string reply = call_once(c.client_port(1), "A bob held 1000");
-    EXPECT_EQ(reply.rfind("A ", 0), std::string::npos) << reply;
-    if (!c.running(1)) break;
-    std::this_thread::sleep_for(100ms);
+}
+
+// Case 1 with --insecure-peers (rule 4): an unauthenticated hello from an
+// id outside its --peer list is refused as "not a member", never believed:
+// the wiped node keeps waiting and never grants.
+TEST(Lifecycle, GrownFromOneNodeWipedWithInsecurePeersKeepsWaiting) {
+  LockdCluster c(3, {"--insecure-peers"}, {}, /*formed=*/1);
+  ASSERT_EQ(c.wait_leader(), 1);
+  for (int id : {2, 3}) {
+    const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
+                             "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
+    ASSERT_EQ(post(c.admin_port(1), "/v1/cluster/members", body).status, 200);
+    c.set_peers(id, {1, 2, 3});
+    c.start(id);
+    ASSERT_TRUE(eventually([&] {
+      return post(c.admin_port(1), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
+    }, 20000ms, 100ms));
   }
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(1);
+  c.wipe(1);
+  c.start(1);
+  // The members dial it and are refused: heard, not believed.
+  EXPECT_TRUE(c.process(1).wait_for_line("is not a member", 10000ms)) << c.process(1).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
+  const std::string reply = call_once(c.client_port(1), "A bob held 1000");
+  EXPECT_EQ(reply.rfind("A ", 0), std::string::npos) << reply;
+  // Still waiting (no exit), not refused on an unauthenticated word.
+  EXPECT_FALSE(c.process(1).wait_exit(1000ms).has_value()) << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).stderr_text().find("heard from it before"), std::string::npos);
+}
+
+// Entry versions (protocol.md §10): a stored entry this binary cannot
+// apply — here a membership change in an encoding it does not know —
+// stops the node at start with one line naming the entry, never an abort.
+TEST(Lifecycle, UndecodableMembershipEntryStopsWithOneLine) {
+  TempDir dir("lockd-undecodable");
+  {
+    storage::FileStorageOptions o{dir.path()};
+    o.sync = false;
+    storage::FileStorage st(o);
+    ASSERT_TRUE(st.open().ok());
+    std::vector<raft::Entry> entries(2);
+    entries[0] = raft::Entry{1, 1, raft::EntryType::kNoop, ""};
+    entries[1] = raft::Entry{1, 2, raft::EntryType::kConfChange, std::string("\xfe\x01future", 8)};
+    bool sync_pending = false;
+    ASSERT_TRUE(st.write(raft::HardState{1, 1, 1}, entries, sync_pending).ok());
+    if (sync_pending) {
+      ASSERT_TRUE(st.synced(0).ok());
+    }
+  }
+  ChildProcess p;
+  ASSERT_TRUE(p.start({lockd_binary(), "--mode", "cluster", "--node-id", "1", "--data-dir", dir.path(),
+                       "--admin", "off", "--insecure-peers", "--peer",
+                       "1=127.0.0.1:1/127.0.0.1:2"}));
+  const std::optional<int> code = p.wait_exit(20000ms);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2) << p.stderr_text();
+  const std::string err = p.stderr_text();
+  EXPECT_NE(err.find("log entry 2 is a membership change this binary cannot decode"),
+            std::string::npos)
+      << err;
+}
+
+// Case 6: a learner wiped and rejoined says in its handshake that its data
+// dir is empty; the leader forgets what it had acknowledged, so an idle
+// leader's promotion check does not pass on the old log.
+TEST(Lifecycle, WipedLearnerIsReplicatedFromTheStart) {
+  LockdCluster c(4, {}, {}, /*formed=*/3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  const std::string body = "{\"id\":4,\"client_addr\":\"" + c.client_addr(4) + "\",\"raft_addr\":\"" +
+                           c.raft_addr(4) + "\"}";
+  ASSERT_EQ(post(c.admin_port(leader), "/v1/cluster/members", body).status, 200);
+  c.set_peers(4, {1, 2, 3, 4});
+  c.start(4);
+  ASSERT_TRUE(eventually([&] {
+    const std::string st = c.status_json(4);
+    const auto at = st.find("\"applied_index\":");
+    return at != std::string::npos && std::stoull(st.substr(at + 16)) >= 3;
+  })) << c.status_json(4);
+  c.kill9(4);
+  c.wipe(4);
+  c.start(4);
+  EXPECT_TRUE(c.process(leader).wait_for_line("node 4 says its data dir is empty", 10000ms))
+      << c.process(leader).stderr_text();
+  // It catches up again from the start, and then may be promoted.
+  EXPECT_TRUE(eventually([&] {
+    return post(c.admin_port(leader), "/v1/cluster/members/4/promote", "").status == 200;
+  }, 20000ms, 100ms));
+  EXPECT_EQ(call_leader(c, "A bob held 1000"), "T bob held");
 }
 
 // Case 4: IDENTITY says the node belongs to a formed group, but the log

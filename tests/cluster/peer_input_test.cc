@@ -256,6 +256,28 @@ TEST(Handshake, ChecksNameWhatDiffers) {
   EXPECT_EQ(check_handshake(make(HandshakeKind::kReply, 1, 2), dialer), HandshakeError::kWrongSender);
 }
 
+// Issue 37 case 1: an empty waiting node hears a non-member's hello (for
+// its status words only) when its owner asks for it; never a reply, never
+// its own id, and the member checks (address) apply to members only.
+TEST(Handshake, StrangersPassOnlyWhenAsked) {
+  HandshakeExpect e = accept_side(1);
+  e.member = [](raft::NodeId id) -> std::optional<Member> {
+    if (id == 1) return Member{1, {"127.0.0.1", 7001}, {"127.0.0.1", 8001}};
+    return std::nullopt;
+  };
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kHello, 2, 1), e), HandshakeError::kUnknownSender);
+  e.accept_strangers = true;
+  Handshake stranger = make(HandshakeKind::kHello, 2, 1);
+  stranger.raft_addr = "127.0.0.9:8002";
+  EXPECT_EQ(check_handshake(stranger, e), HandshakeError::kOk);
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kHello, 1, 1), e), HandshakeError::kUnknownSender);
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kHello, 2, 3), e), HandshakeError::kWrongReceiver);
+  HandshakeExpect dialer = expect_of(1, HandshakeKind::kReply, 2);
+  dialer.member = e.member;
+  dialer.accept_strangers = true;
+  EXPECT_EQ(check_handshake(make(HandshakeKind::kReply, 2, 1), dialer), HandshakeError::kUnknownSender);
+}
+
 TEST(PeerInput, VersionOneFrameIsRefusedNamingBothVersions) {
   // lockd 1.1's 36-byte hello from node 2.
   std::string v1;

@@ -456,5 +456,46 @@ TEST(Membership, WipedFollowerUnderTheSameIdCatchesUp) {
   EXPECT_EQ(g.nodes[3]->commit(), g.lead().commit());
 }
 
+// Issue 37 case 6: a learner wiped and rejoined (an empty log under its
+// id) must not pass promotion's caught-up check on what it acknowledged
+// before. An idle leader never learns it by itself: heartbeats do not
+// compare logs. The cluster node calls forget_progress when the member's
+// handshake says its data dir is empty.
+TEST(Membership, WipedLearnerIsNotCaughtUpUntilItAcknowledgesAgain) {
+  Group g(3);
+  g.elect();
+  for (int i = 0; i < 5; ++i) g.lead().propose("x");
+  g.settle();
+  g.start(4, {});
+  ASSERT_EQ(g.change(ConfChangeType::kAddLearner, 4).error, ProposeError::kOk);
+  g.settle();
+  g.tick_all(10);
+  ASSERT_EQ(g.nodes[4]->last_index(), g.lead().last_index());
+  // Wiped: a new core on an empty disk, under the same id.
+  g.crash(4);
+  g.disks.erase(4);
+  g.start(4, {});
+  g.tick_all(10);
+  const auto match_of_4 = [&] {
+    for (const PeerProgress& p : g.lead().progress()) {
+      if (p.id == 4) return p.match;
+    }
+    return Index{0};
+  };
+  EXPECT_EQ(g.nodes[4]->last_index(), 0u);
+  EXPECT_EQ(match_of_4(), g.lead().last_index()) << "the idle leader still counts the old log";
+  ASSERT_TRUE(g.lead().forget_progress(4));
+  EXPECT_EQ(match_of_4(), 0u);
+  EXPECT_EQ(g.change(ConfChangeType::kPromote, 4).error, ProposeError::kNotCaughtUp);
+  // It catches up again, and only then may be promoted.
+  g.tick_all(10);
+  EXPECT_EQ(g.nodes[4]->last_index(), g.lead().last_index());
+  EXPECT_EQ(match_of_4(), g.lead().last_index());
+  EXPECT_FALSE(g.lead().forget_progress(g.leader()));
+  EXPECT_EQ(g.change(ConfChangeType::kPromote, 4).error, ProposeError::kOk);
+  g.settle();
+  EXPECT_TRUE(g.nodes[4]->status().voter);
+}
+
 }  // namespace
 }  // namespace lockd::raft

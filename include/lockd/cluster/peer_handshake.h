@@ -205,6 +205,12 @@ struct HandshakeExpect {
   // included once there are any), or nullopt. The transport's owner decides
   // (today the --peer list; with membership, the configuration from the log).
   std::function<std::optional<Member>(raft::NodeId)> member;
+  // kHello only: a sender `member` does not know (not us) passes too, for
+  // its status words alone (tags 11-13): an empty node waiting to be let in
+  // whose --peer names only itself learns so that it was a voter (issue
+  // 37, case 1). The transport sets it only with peer authentication on,
+  // and never lets such a connection carry a Raft message.
+  bool accept_strangers = false;
 };
 
 // The policy check of a decoded handshake.

@@ -221,6 +221,11 @@ class PeerTransport {
   void set_local(PeerLocal local) { local_ = std::move(local); }
   const PeerLocal& local() const { return local_; }
   void set_on_handshake(HandshakeFn fn) { on_handshake_ = std::move(fn); }
+  // An authenticated hello from an id outside our member list, accepted
+  // only while our data dir is empty and peer authentication is on (issue
+  // 37 case 1: a node grown from one, wiped, restarted with its flags). The
+  // connection is closed before the call; nothing it sent reaches Raft.
+  void set_on_stranger(HandshakeFn fn) { on_stranger_ = std::move(fn); }
   // How members authenticate; set before listen().
   void set_security(PeerSecurity security) { security_ = std::move(security); }
 
@@ -253,6 +258,7 @@ class PeerTransport {
   void refuse(TransportRefusal r, const std::string& address, Peer* p, const std::string& what);
   // The accepted connection `s` is now `p`'s link: messages may flow.
   bool adopt_inbound(Socket& s, Peer& p);
+  void on_stranger_hello(Socket& s);
   std::optional<PeerInputAuth> auth(const Nonce& own_nonce) const;
   bool from_member_host(const std::string& ip);
   // TLS: plaintext read from `s` (through its session when it has one);
@@ -280,6 +286,7 @@ class PeerTransport {
   std::size_t pending_strangers_ = 0;     // accepted, not handshaken, from anywhere else
   MessageFn on_message_;
   HandshakeFn on_handshake_;
+  HandshakeFn on_stranger_;
   PeerTransportLimits limits_;
   RandomFn random_;
   net::Endpoint self_raft_;

@@ -321,6 +321,12 @@ class Raft {
   // rule 3). Only while nothing is recorded (no configuration in the log
   // or snapshot); returns false otherwise, or if `voters` is empty.
   bool set_bootstrap(std::vector<NodeId> voters, const std::vector<Member>& members);
+  // Leader: forget what `id` was known to hold (match 0, probe from the
+  // start): it said its data dir is empty (a learner wiped and rejoined,
+  // issue 37 case 6), so what it acknowledged before is gone, and an idle
+  // leader's promotion check must not pass on it. Returns whether there
+  // was anything to forget.
+  bool forget_progress(NodeId id);
   // Leader: hand leadership to `target` once it is caught up. Returns false
   // if not the leader, `target` is not another voter (learners never lead),
   // or this leader was removed and is already handing over.
