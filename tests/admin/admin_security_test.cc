@@ -154,6 +154,9 @@ struct TenantFiles {
       c << "[[credential]]\nidentity = \"" << identity << "\"\nhash = \""
         << auth::credential_hash(std::string(identity) + "-token", auth::random_bytes(16)) << "\"\n";
     }
+    c.flush();
+    // lockd refuses a credentials file others may read (§11a).
+    fs::permissions(dir / "credentials.toml", fs::perms::owner_read | fs::perms::owner_write);
     std::ofstream a(dir / "acl.toml");
     // billing: everything on billing/; auditor: may take billing/ keys but
     // not release them (no R: it sees billing/ keys, not their tokens);
