@@ -61,6 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           } else {
             append_acquired(out, 1, req->owner, req->key);
           }
+        } else if (req->verb == Verb::kWatch || req->verb == Verb::kUnwatch) {
+          // `W <key>` / `U <key>` (v1.3, §5c): the key alone.
+          require(req->token == 0 && req->owner.empty());
         } else if (req->verb == Verb::kKeep) {
           require(req->token >= 1);
           require(req->lease_ms >= 1 && req->lease_ms <= limits.max_lease_ms);
