@@ -39,7 +39,7 @@ void return_freed_memory() {
 }
 
 // A measurement build (CMake option LOCKD_UNSAFE_NO_FSYNC) never syncs the
-// WAL; docs/benchmarks.md uses it to bound what the disk costs.
+// WAL; docs/benchmarks/cluster.md ("The no-fsync ceiling") uses it to bound what the disk costs.
 #ifdef LOCKD_UNSAFE_NO_FSYNC
 constexpr bool kSyncWal = false;
 #else

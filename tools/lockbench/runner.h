@@ -17,7 +17,7 @@
 
 namespace lockbench {
 
-// Exit statuses (documented in docs/benchmarks.md).
+// Exit statuses (documented in docs/benchmarks/lockbench.md).
 enum ExitCode : int {
   kExitOk = 0,
   kExitFailed = 1,      // ran, but protocol errors, lost waiters, FIFO broken or keeps refused

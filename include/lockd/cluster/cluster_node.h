@@ -75,7 +75,7 @@ constexpr std::size_t kDroppedEntriesFreedPerTurn = 2048;
 // cost stays O(1) per byte of log (at most 4 bytes of snapshot written per
 // byte of log). The log since the snapshot is held in memory (~2x its WAL
 // bytes): 25% keeps it near 30 bytes per held lock at most; 100% cost
-// ~55 B per lock at 1 M locks (docs/benchmarks.md, memory).
+// ~55 B per lock at 1 M locks (docs/benchmarks/membership.md, "Memory at 1 M locks").
 constexpr std::uint64_t kSnapshotLogPercent = 25;
 // A table of at most this many keys, holders and waiters in all is
 // snapshotted without a fork (storage::SnapshotWriter::Where::kThread):
@@ -85,7 +85,7 @@ constexpr std::uint64_t kSnapshotLogPercent = 25;
 // then a copy-on-write fault for every page the loop writes afterwards.
 // Under 64 clients churning fresh keys (a tiny table snapshotted every
 // 10,000 entries) it was most of the leader's page faults and of its p99
-// (docs/benchmarks.md "Snapshots of a small table").
+// (docs/benchmarks/cluster.md "Snapshots of a small table").
 constexpr std::size_t kNoForkSnapshotMaxItems = 4096;
 // Entries a compaction keeps behind the snapshot (Raft::compact's
 // keep_entries; etcd keeps 5,000): a follower that is only slower than the

@@ -168,7 +168,7 @@ class ReplicatedLockService final : public server::LockService {
   };
   // 56 bytes, one per holder: the key as the table stores it (a
   // std::string here cost 32 bytes plus a 32-byte heap block for any key
-  // over 15 bytes, most real keys; docs/benchmarks.md "Memory").
+  // over 15 bytes, most real keys; docs/benchmarks/membership.md "Memory at 1 M locks").
   struct TimedLease {
     TimeNs at_table_ns;
     locks::Token token;

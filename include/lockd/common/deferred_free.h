@@ -4,7 +4,7 @@
 // entries, each with its own heap payload — is one free() per object,
 // and after a snapshot's fork() nearly every page it touches faults
 // first: measured at 45-263 ms on one loop turn with 1 M locks held,
-// long enough to miss heartbeats (docs/benchmarks.md). Redis frees big
+// long enough to miss heartbeats (docs/benchmarks/membership.md, "The end of a snapshot at 1 M locks"). Redis frees big
 // values lazily for the same reason. Here the batch is parked and
 // destroyed a few thousand objects per loop turn, from the back (no
 // moves); the memory is back in the allocator a few dozen turns later.

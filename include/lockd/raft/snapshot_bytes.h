@@ -5,7 +5,7 @@
 // snapshot_chunk_bytes), so they need not sit in memory: with 1 M held
 // locks a snapshot is ~60 MB, and keeping it resident on every node for a
 // transfer that rarely happens cost each node ~60 bytes per held lock
-// (docs/benchmarks.md, memory at 1 M locks). The daemon hands the core
+// (docs/benchmarks/membership.md, "Memory at 1 M locks"). The daemon hands the core
 // its snapshot file (storage/file_snapshot_bytes.h): chunks are read from
 // it when sent, through a descriptor opened when the snapshot was made,
 // so that a newer snapshot replacing the file does not cut a transfer

@@ -85,7 +85,7 @@ struct SnapshotPolicy {
 // A member receiving the leader's snapshot, or replaying the log after it,
 // needs that log: compacting it away under it sends the whole snapshot
 // again (a learner joining a group with 1 M locks was sent two 60 MB
-// snapshots in a row, docs/benchmarks.md). So the snapshot waits while a
+// snapshots in a row, docs/benchmarks/membership.md). So the snapshot waits while a
 // member heard from this election period is in the snapshot state, or is
 // a learner more than `lag_entries` behind `applied` — as long as the log
 // written since the last snapshot stays under `max_log_percent`% of that
@@ -98,7 +98,7 @@ struct SnapshotPolicy {
 // by the election period's activity flag: a learner decoding a 60 MB
 // snapshot on its loop answers nothing for a second or two, and with the
 // flag the hold ended then, the log was compacted under it, and it was
-// sent the whole snapshot a second time (docs/benchmarks.md).
+// sent the whole snapshot a second time (docs/benchmarks/membership.md, "sent the snapshot twice").
 struct CatchUpHold {
   std::uint64_t lag_entries = 10'000;
   std::uint64_t max_log_percent = 50;
