@@ -321,6 +321,12 @@ bool ClusterNode::open(std::string& error) {
                                                identity_.cluster_id != 0)
                          ? DataState::kHasData
                          : DataState::kEmpty;
+  // Which start of this process (handshake tag 14): a leader believes an
+  // "empty" only from a new one (PeerIncarnations).
+  {
+    std::random_device rd;
+    while (local.incarnation == 0) local.incarnation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }
   transport_->set_local(std::move(local));
   transport_->set_security(config_.peer_security);
   if (!config_.peer_security.secret.empty()) {
@@ -346,10 +352,12 @@ bool ClusterNode::open(std::string& error) {
         fail_storage(err);
       }
     }
-    if (h.data_state == DataState::kEmpty && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
+    if (incarnations_.lost_data(h) && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
       // Issue 37 case 6: a member (a learner wiped and rejoined) says its
       // data dir is empty: what it acknowledged before is gone, so it is
-      // not caught up (promotion) until it acknowledges again.
+      // not caught up (promotion) until it acknowledges again. Only a new
+      // start of it says so: a handshake of the start already seen was
+      // written before what it acknowledged since (peer_handshake.h).
       spdlog::info("node {} says its data dir is empty: replicating to it from the start", h.sender);
     }
     on_peer_handshake(h);
