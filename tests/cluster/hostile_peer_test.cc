@@ -85,6 +85,42 @@ class ForgedPeer {
     if (!write(hello)) return false;
     return read_handshake(milliseconds(10'000));
   }
+  // The same as a member that knows the peer secret: hello with a nonce,
+  // the node's reply, then the confirm that proves the secret.
+  bool authenticated_handshake_as(raft::NodeId self, raft::NodeId to, const std::string& raft_addr,
+                                  const std::string& secret) {
+    cluster::Handshake h;
+    h.kind = cluster::HandshakeKind::kHello;
+    h.sender = self;
+    h.receiver = to;
+    h.entry_versions = {cluster::kEntryVersionMin, cluster::kEntryVersionMax};
+    h.raft_addr = raft_addr;
+    h.data_state = cluster::DataState::kHasData;
+    const cluster::Nonce own = cluster::random_nonce();
+    h.nonce = own;
+    std::string hello;
+    cluster::encode_handshake(h, hello);
+    if (!write(hello) || !read_handshake(milliseconds(10'000))) return false;
+    std::size_t size = 0;
+    std::uint16_t version = 0;
+    cluster::Handshake reply;
+    if (cluster::peek_handshake(received_, size, version) != cluster::HandshakeError::kOk ||
+        cluster::decode_handshake(std::string_view(received_).substr(0, size), reply) !=
+            cluster::HandshakeError::kOk ||
+        !reply.nonce) {
+      return false;
+    }
+    received_.erase(0, size);
+    cluster::Handshake confirm;
+    confirm.kind = cluster::HandshakeKind::kConfirm;
+    confirm.sender = self;
+    confirm.receiver = to;
+    confirm.cluster_id = 0;
+    confirm.proof = cluster::confirm_proof(secret, *reply.nonce, own, self, to, 0);
+    std::string frame;
+    cluster::encode_handshake(confirm, frame);
+    return write(frame);
+  }
   bool send_message(const raft::Message& m) {
     std::string frame;
     raft::encode_message(m, frame);
@@ -406,6 +442,44 @@ TEST(HostilePeer, OnlyANewIncarnationSayingEmptyResetsALearnersProgress) {
   EXPECT_TRUE(c.process(1).wait_for_line("node 2 says its data dir is empty", milliseconds(10'000)))
       << c.process(1).stderr_text();
   EXPECT_EQ(node_metric(c, 1, lag), commit);
+}
+
+// Entry versions (protocol.md §10): an entry of a type this binary does
+// not know (a newer version's), sent by an authenticated member, stops the
+// follower with one line naming it (exit 1, as an undecodable membership
+// entry does). Before, the codec refused the whole append: the follower
+// dropped the connection, the leader resent it, for ever.
+TEST(HostilePeer, AnUnknownEntryTypeStopsTheFollowerWithOneLine) {
+  LockdCluster c(3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int follower = leader == 3 ? 2 : 3;
+  const int other = 6 - leader - follower;
+  std::string error;
+  const std::optional<std::string> secret = cluster::load_peer_secret(c.peer_secret_file(), error);
+  ASSERT_TRUE(secret) << error;
+  c.kill9(other);  // the forged connection speaks for it
+  ForgedPeer forged(c.raft_port(follower));
+  ASSERT_TRUE(forged.authenticated_handshake_as(static_cast<raft::NodeId>(other),
+                                                static_cast<raft::NodeId>(follower),
+                                                raft_addr(c, other), *secret));
+  const auto term = static_cast<raft::Term>(node_metric(c, follower, "lockd_raft_term"));
+  const auto last = static_cast<raft::Index>(node_metric(c, follower, "lockd_raft_commit_index"));
+  raft::Message append;
+  append.type = raft::MessageType::kAppend;
+  append.from = static_cast<raft::NodeId>(other);
+  append.to = static_cast<raft::NodeId>(follower);
+  append.term = term + 1;
+  append.index = last;
+  append.log_term = term;
+  append.entries.push_back(raft::Entry{term + 1, last + 1, static_cast<raft::EntryType>(7), "future"});
+  ASSERT_TRUE(forged.send_message(append));
+  EXPECT_EQ(c.process(follower).wait_exit(milliseconds(10'000)), 1) << c.process(follower).stderr_text();
+  const std::string err = c.process(follower).stderr_text();
+  EXPECT_NE(err.find("lockd: log entry " + std::to_string(last + 1) +
+                     " has entry type 7, which this binary does not know"),
+            std::string::npos)
+      << err;
 }
 
 TEST(HostilePeer, AShortSecretStopsTheStartWithOneLine) {
