@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <string>
 #include <vector>
@@ -269,6 +271,53 @@ TEST(Lifecycle, SharedLocksWorkWhileAVoterIsUnheardSinceTheLeaderStarted) {
   const std::string reply = call_leader(c, "S b sem 2 60000");
   EXPECT_EQ(reply.rfind("S ", 0), 0u) << "a down voter switched S off: " << reply << "\n" << c.process(1).stderr_text()
                                      << c.process(2).stderr_text();
+}
+
+// --token-floor raised on a running cluster (issue 37): every node
+// restarts with a floor far above the tokens granted so far, while
+// clients keep asking every node. Every token granted after the restart is
+// above the floor: the leader proposes the Config entry carrying it right
+// after its LeaderStart, before any request (before, requests that reached
+// a new leader before its LeaderStart applied were granted below it).
+TEST(Lifecycle, TokensAfterARaisedTokenFloorAreAboveIt) {
+  LockdCluster c(3);
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::string first = call_leader(c, "A alice before 60000");
+  ASSERT_EQ(first.rfind("A ", 0), 0u) << first;
+  const std::uint64_t before = std::stoull(first.substr(2));
+  const std::uint64_t floor = before + 1'000'000'000;
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) c.set_node_flags(i, {"--token-floor", std::to_string(floor)});
+  // Clients on every node from before the restart: the first requests a
+  // new leader takes are the ones that could slip in before the Config.
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::uint64_t> granted;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 6; ++t) {
+    clients.emplace_back([&, t] {
+      for (int n = 0; !stop.load(); ++n) {
+        const int id = 1 + (n + t) % 3;
+        const std::string r = call_once(c.client_port(id), "A w" + std::to_string(t) + " k" +
+                                                              std::to_string(t) + "-" + std::to_string(n) + " 60000",
+                                        200ms);
+        if (r.rfind("A ", 0) == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          granted.push_back(std::stoull(r.substr(2)));
+        }
+      }
+    });
+  }
+  for (int i = 1; i <= 3; ++i) c.start(i);
+  const bool enough = eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return granted.size() >= 50;
+  });
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  ASSERT_TRUE(enough);
+  for (std::uint64_t t : granted) EXPECT_GT(t, floor) << "granted at or below --token-floor";
+  EXPECT_GT(std::stoull(call_leader(c, "A bob after 60000").substr(2)), floor);
 }
 
 }  // namespace
