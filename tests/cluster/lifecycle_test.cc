@@ -41,6 +41,34 @@ std::vector<std::string> lockctl(std::uint16_t admin_port, std::vector<std::stri
   return argv;
 }
 
+// Adds node `id` as a learner through node `via`'s admin API and starts
+// it with --peer `peers` (it waits until a member lets it in).
+void add_learner(LockdCluster& c, int via, int id, std::vector<int> peers) {
+  const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
+                           "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
+  ASSERT_EQ(post(c.admin_port(via), "/v1/cluster/members", body).status, 200);
+  c.set_peers(id, std::move(peers));
+  c.start(id);
+}
+
+// Promotes learner `id` through node `via` once it has caught up.
+void promote(LockdCluster& c, int via, int id) {
+  ASSERT_TRUE(eventually([&] {
+    return post(c.admin_port(via), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
+  }, 20000ms, 100ms));
+}
+
+// Case 1's group: formed by node 1 alone (its --peer lists only itself),
+// grown to the voters {1, 2, 3}; alice holds `held`.
+void grow_from_one_node(LockdCluster& c) {
+  ASSERT_EQ(c.wait_leader(), 1);
+  for (int id : {2, 3}) {
+    ASSERT_NO_FATAL_FAILURE(add_learner(c, 1, id, {1, 2, 3}));
+    ASSERT_NO_FATAL_FAILURE(promote(c, 1, id));
+  }
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+}
+
 // Rule 1: nodes started with `new` (or nothing) form nothing; init on one
 // forms the group (200, the member table from lockctl), once (409).
 TEST(Lifecycle, InitFormsTheGroupOnceAndNothingElseDoes) {
@@ -93,18 +121,7 @@ TEST(Lifecycle, FoundingMemberStartedLateJoinsUnderItsId) {
 // heard from: it refuses itself (exit 2, rule 2's line); the others hold on.
 TEST(Lifecycle, GrownFromOneNodeWipedIsRefused) {
   LockdCluster c(3, {}, {}, /*formed=*/1);
-  ASSERT_EQ(c.wait_leader(), 1);
-  for (int id : {2, 3}) {
-    const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
-                             "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
-    ASSERT_EQ(post(c.admin_port(1), "/v1/cluster/members", body).status, 200);
-    c.set_peers(id, {1, 2, 3});
-    c.start(id);
-    ASSERT_TRUE(eventually([&] {
-      return post(c.admin_port(1), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
-    }, 20000ms, 100ms));
-  }
-  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  ASSERT_NO_FATAL_FAILURE(grow_from_one_node(c));
   c.kill9(1);
   c.wipe(1);
   // Its --peer still names only itself: the members' authenticated hellos
@@ -127,18 +144,7 @@ TEST(Lifecycle, GrownFromOneNodeWipedIsRefused) {
 // the wiped node keeps waiting and never grants.
 TEST(Lifecycle, GrownFromOneNodeWipedWithInsecurePeersKeepsWaiting) {
   LockdCluster c(3, {"--insecure-peers"}, {}, /*formed=*/1);
-  ASSERT_EQ(c.wait_leader(), 1);
-  for (int id : {2, 3}) {
-    const std::string body = "{\"id\":" + std::to_string(id) + ",\"client_addr\":\"" + c.client_addr(id) +
-                             "\",\"raft_addr\":\"" + c.raft_addr(id) + "\"}";
-    ASSERT_EQ(post(c.admin_port(1), "/v1/cluster/members", body).status, 200);
-    c.set_peers(id, {1, 2, 3});
-    c.start(id);
-    ASSERT_TRUE(eventually([&] {
-      return post(c.admin_port(1), "/v1/cluster/members/" + std::to_string(id) + "/promote", "").status == 200;
-    }, 20000ms, 100ms));
-  }
-  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  ASSERT_NO_FATAL_FAILURE(grow_from_one_node(c));
   c.kill9(1);
   c.wipe(1);
   c.start(1);
@@ -150,6 +156,44 @@ TEST(Lifecycle, GrownFromOneNodeWipedWithInsecurePeersKeepsWaiting) {
   // Still waiting (no exit), not refused on an unauthenticated word.
   EXPECT_FALSE(c.process(1).wait_exit(1000ms).has_value()) << c.process(1).stderr_text();
   EXPECT_EQ(c.process(1).stderr_text().find("heard from it before"), std::string::npos);
+}
+
+// Case 3: `existing` must not let a wiped voter in because a lagging
+// member, answering first, still calls it a learner. Node 4 was added as a
+// learner and promoted while node X was down (X's log: 4 is a learner);
+// node 4's disk is lost. X alone is up when node 4 restarts: node 4 waits
+// for a majority of the voters; then the others answer "voter, heard
+// from": refused with rule 2's line (exit 2), never admitted as a learner.
+TEST(Lifecycle, WipedVoterIsNotAdmittedWhenALaggingMemberCallsItALearnerFirst) {
+  LockdCluster c(4, {}, {}, /*formed=*/3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  const int lagging = leader == 3 ? 2 : 3;
+  const int other = 6 - leader - lagging;
+  ASSERT_NO_FATAL_FAILURE(add_learner(c, leader, 4, {1, 2, 3, 4}));
+  ASSERT_TRUE(eventually([&] { return node_metric(c, lagging, "lockd_raft_learners") == 1; }));
+  c.kill9(lagging);
+  ASSERT_NO_FATAL_FAILURE(promote(c, leader, 4));
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  for (int id : {4, leader, other}) c.kill9(id);
+  c.wipe(4);
+  c.start(lagging);
+  c.set_node_flags(4, {"--initial-cluster-state", "existing"});
+  c.start(4);
+  EXPECT_TRUE(c.process(4).wait_for_line("is called a learner: waiting for a majority", 10000ms))
+      << c.process(4).stderr_text();
+  c.start(leader);
+  try {
+    c.start(other);
+  } catch (const std::runtime_error&) {
+    // Not expected; the exit code below says what happened to node 4.
+  }
+  EXPECT_EQ(c.process(4).wait_exit(20000ms), 2) << c.process(4).stderr_text();
+  const std::string err = c.process(4).stderr_text();
+  EXPECT_NE(err.find("node 4 is a voter of the group and node"), std::string::npos) << err;
+  EXPECT_EQ(err.find("was added as a learner: joining the group"), std::string::npos) << err;
+  // The voters {1, 2, 3} (a majority of the four) go on; alice holds.
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/4), "T bob held");
 }
 
 // Entry versions (protocol.md §10): a stored entry this binary cannot
@@ -192,11 +236,7 @@ TEST(Lifecycle, WipedLearnerIsReplicatedFromTheStart) {
   const int leader = c.wait_leader();
   ASSERT_NE(leader, 0);
   ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
-  const std::string body = "{\"id\":4,\"client_addr\":\"" + c.client_addr(4) + "\",\"raft_addr\":\"" +
-                           c.raft_addr(4) + "\"}";
-  ASSERT_EQ(post(c.admin_port(leader), "/v1/cluster/members", body).status, 200);
-  c.set_peers(4, {1, 2, 3, 4});
-  c.start(4);
+  ASSERT_NO_FATAL_FAILURE(add_learner(c, leader, 4, {1, 2, 3, 4}));
   ASSERT_TRUE(eventually([&] {
     const std::string st = c.status_json(4);
     const auto at = st.find("\"applied_index\":");
