@@ -53,6 +53,12 @@ std::string undecodable_conf_line(raft::Index index, const std::string& why) {
          "\"Upgrading\"; else a bug or a corrupt log)";
 }
 
+std::string unknown_entry_type_line(raft::Index index, std::uint8_t type) {
+  return "log entry " + std::to_string(index) + " has entry type " + std::to_string(type) +
+         ", which this binary does not know (it knows 0..2): stopping (an entry is never skipped; "
+         "run a lockd that applies it, docs/cluster.md \"Upgrading\")";
+}
+
 }  // namespace
 
 ClusterNode::ClusterNode(event_base* base, ClusterNodeConfig config)
@@ -281,18 +287,24 @@ bool ClusterNode::open(std::string& error) {
           // message malformed and the leader resend it). Only on the word
           // of an authenticated member (rule 4).
           for (const raft::Entry& e : m.entries) {
-            if (e.type != raft::EntryType::kConfChange) continue;
-            raft::Membership conf;
-            std::string why;
-            if (!raft::decode_membership(e.data, conf, why)) {
-              const std::string line = undecodable_conf_line(e.index, why) + " (sent by node " +
-                                       std::to_string(from) + ")";
-              spdlog::critical("{}", line);
-              spdlog::default_logger()->flush();
-              std::fprintf(stderr, "lockd: %s\n", line.c_str());
-              std::fflush(stderr);
-              std::_Exit(1);
+            std::string line;
+            const auto entry_type = static_cast<std::uint8_t>(e.type);
+            if (!raft::known_entry_type(entry_type)) {
+              // A newer version's kind of entry (the codec keeps it for
+              // this line; the core would refuse the whole message).
+              line = unknown_entry_type_line(e.index, entry_type);
+            } else if (e.type == raft::EntryType::kConfChange) {
+              raft::Membership conf;
+              std::string why;
+              if (!raft::decode_membership(e.data, conf, why)) line = undecodable_conf_line(e.index, why);
             }
+            if (line.empty()) continue;
+            line += " (sent by node " + std::to_string(from) + ")";
+            spdlog::critical("{}", line);
+            spdlog::default_logger()->flush();
+            std::fprintf(stderr, "lockd: %s\n", line.c_str());
+            std::fflush(stderr);
+            std::_Exit(1);
           }
         }
         if (!heard_.contains(from)) record_heard(from);
@@ -321,6 +333,12 @@ bool ClusterNode::open(std::string& error) {
                                                identity_.cluster_id != 0)
                          ? DataState::kHasData
                          : DataState::kEmpty;
+  // Which start of this process (handshake tag 14): a leader believes an
+  // "empty" only from a new one (PeerIncarnations).
+  {
+    std::random_device rd;
+    while (local.incarnation == 0) local.incarnation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }
   transport_->set_local(std::move(local));
   transport_->set_security(config_.peer_security);
   if (!config_.peer_security.secret.empty()) {
@@ -346,10 +364,12 @@ bool ClusterNode::open(std::string& error) {
         fail_storage(err);
       }
     }
-    if (h.data_state == DataState::kEmpty && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
+    if (incarnations_.lost_data(h) && gate_ == Gate::kOpen && raft_->forget_progress(h.sender)) {
       // Issue 37 case 6: a member (a learner wiped and rejoined) says its
       // data dir is empty: what it acknowledged before is gone, so it is
-      // not caught up (promotion) until it acknowledges again.
+      // not caught up (promotion) until it acknowledges again. Only a new
+      // start of it says so: a handshake of the start already seen was
+      // written before what it acknowledged since (peer_handshake.h).
       spdlog::info("node {} says its data dir is empty: replicating to it from the start", h.sender);
     }
     on_peer_handshake(h);

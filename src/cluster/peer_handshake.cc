@@ -140,6 +140,7 @@ void encode_handshake(const Handshake& h, std::string& out) {
     put_tlv(out, HandshakeTag::kHeardReceiver,
             std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.heard_receiver))));
   }
+  if (h.incarnation != 0) put_tlv(out, HandshakeTag::kIncarnation, u64_bytes(h.incarnation));
   if (!h.voters.empty()) {
     std::string ids;
     for (std::size_t i = 0; i < h.voters.size() && i < kMaxHandshakeVoters; ++i) {
@@ -223,7 +224,7 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
     if (covered - at < len) return HandshakeError::kBadFrame;
     const std::string_view v = frame.substr(at, len);
     at += len;
-    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kVoters)) continue;  // a newer field
+    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kIncarnation)) continue;  // a newer field
     if ((seen & (1u << tag)) != 0) return HandshakeError::kBadFrame;
     seen |= 1u << tag;
     switch (static_cast<HandshakeTag>(tag)) {
@@ -272,6 +273,10 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
           h.voters.push_back(id);
         }
         break;
+      case HandshakeTag::kIncarnation:
+        if (len != 8 || get_u64(v, 0) == 0) return HandshakeError::kBadFrame;
+        h.incarnation = get_u64(v, 0);
+        break;
       case HandshakeTag::kNonce:
       case HandshakeTag::kProof: {
         if (len != 32) return HandshakeError::kBadFrame;
@@ -290,6 +295,19 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
   }
   out = std::move(h);
   return HandshakeError::kOk;
+}
+
+bool PeerIncarnations::lost_data(const Handshake& h) {
+  const bool empty = h.data_state == DataState::kEmpty;
+  if (h.incarnation == 0) return empty;  // an older binary: every "empty" counts
+  for (auto& [id, inc] : seen_) {
+    if (id != h.sender) continue;
+    const bool fresh = inc != h.incarnation;
+    inc = h.incarnation;
+    return empty && fresh;
+  }
+  seen_.emplace_back(h.sender, h.incarnation);
+  return empty;
 }
 
 HandshakeError check_handshake(const Handshake& got, const HandshakeExpect& expect) {

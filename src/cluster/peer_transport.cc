@@ -296,6 +296,7 @@ Handshake PeerTransport::own_handshake(HandshakeKind kind, raft::NodeId receiver
   }
   h.admin_addr = local_.admin_addr;
   h.data_state = local_.data_state;
+  h.incarnation = local_.incarnation;
   if (local_.status_of && receiver != raft::kNoNode) h.receiver_status = local_.status_of(receiver);
   if (local_.heard_of && receiver != raft::kNoNode) h.heard_receiver = local_.heard_of(receiver);
   if (local_.voters) h.voters = local_.voters();

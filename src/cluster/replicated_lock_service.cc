@@ -71,6 +71,13 @@ bool ReplicatedLockService::is_leader() const {
 
 bool ReplicatedLockService::handle(locks::ClientId client, const proto::Request& req,
                                    TimeNs now_ns, std::string& out, server::ServerStats& stats) {
+  if (floor_pending_ && is_leader() && accepting_) {
+    // Our --token-floor's Config is not proposed yet (retried each turn):
+    // nothing may be proposed before it. Not processed: the client retries.
+    stats.count(server::ReplyKind::kError);
+    proto::append_error_echo(out, "no_leader", req);
+    return true;
+  }
   if (!is_leader() || !accepting_) {
     // After a hand-over the node we handed to (raft.h leader_hint).
     const raft::NodeId leader = raft_.leader_hint();
@@ -564,6 +571,7 @@ void ReplicatedLockService::lose_leadership() {
   leader_start_index_ = 0;
   leader_ready_ = false;
   config_index_ = 0;
+  floor_pending_ = false;
 }
 
 void ReplicatedLockService::maybe_propose_config(TimeNs now_ns) {
@@ -576,6 +584,18 @@ void ReplicatedLockService::maybe_propose_config(TimeNs now_ns) {
   const bool floor_above = options_.token_floor != 0 &&
                            options_.token_floor >= sm_.next_token_lower_bound();
   if (!caps_differ && !floor_above) return;
+  propose_config(now_ns, floor_above);
+}
+
+bool ReplicatedLockService::floor_config_due() const {
+  // Our --token-floor above what the log recorded: a Config entry must
+  // carry it before anything this leader proposes can grant.
+  return options_.token_floor != 0 && options_.token_floor > sm_.token_floor() &&
+         cluster_supports(kEntryVersionConfig);
+}
+
+bool ReplicatedLockService::propose_config(TimeNs now_ns, bool floor_above) {
+  const locks::Limits& want = options_.limits;
   LockCommand c;
   c.type = LockCommandType::kConfig;
   c.now_ns = now_ns;
@@ -584,12 +604,13 @@ void ReplicatedLockService::maybe_propose_config(TimeNs now_ns) {
   c.max_waiters = std::min<std::uint64_t>(want.max_waiters, kMaxConfigCap);
   c.token_floor = std::max(options_.token_floor, sm_.token_floor());
   const raft::ProposeResult r = propose(std::move(c), Pending{});
-  if (r.error != raft::ProposeError::kOk) return;  // retried next turn
+  if (r.error != raft::ProposeError::kOk) return false;  // retried next turn
   config_index_ = r.index;
   spdlog::info("leader proposes the cluster configuration: caps {}/{}/{} (keys/waiters per key/"
                "waiters){}",
                want.max_keys, want.max_waiters_per_key, want.max_waiters,
                floor_above ? ", token floor " + std::to_string(options_.token_floor) : "");
+  return true;
 }
 
 void ReplicatedLockService::sync(TimeNs now_ns) {
@@ -620,7 +641,13 @@ void ReplicatedLockService::sync(TimeNs now_ns) {
     leader_start_proposed_ = true;
     leader_start_index_ = r.index;
     last_proposal_ns_ = now_ns;
+    // --token-floor raised (this node restarted with a higher one): the
+    // Config entry carrying it goes right after the LeaderStart, before
+    // any request of ours, so every token this leader grants is above it
+    // on every replica (the state machine rebases at the Config's index).
+    floor_pending_ = floor_config_due();
   }
+  if (floor_pending_ && (!floor_config_due() || propose_config(now_ns, true))) floor_pending_ = false;
   // Waiters whose client left: take them out of the queue, no reply.
   propose_cancels(now_ns);
   // Grants nobody heard of: release them (the token check makes a late or

@@ -36,11 +36,16 @@ void write_entry_fields(Writer& w, const Entry& e) {
   w.bytes(e.data);
 }
 
-void read_entry_fields(Reader& r, Entry& e) {
+// `any_type`: a peer's message keeps an entry type this build does not
+// know (a newer version's), so the node can stop naming it rather than
+// refuse the whole message for ever (cluster_node.cc); the core refuses
+// such an entry (validate_message), so it is never stored. The WAL holds
+// only known types.
+void read_entry_fields(Reader& r, Entry& e, bool any_type = false) {
   e.term = r.u64();
   e.index = r.u64();
   std::uint8_t t = r.u8();
-  if (t > static_cast<std::uint8_t>(EntryType::kConfChange)) r.fail(DecodeError::kBadField);
+  if (!any_type && !known_entry_type(t)) r.fail(DecodeError::kBadField);
   e.type = static_cast<EntryType>(t);
   e.data = r.bytes();
 }
@@ -168,7 +173,7 @@ DecodeError decode_message(std::string_view bytes, Message& out) {
   // before reserving memory for them.
   if (static_cast<std::size_t>(n) * 21 > r.remaining()) return DecodeError::kTruncated;
   m.entries.resize(n);
-  for (Entry& e : m.entries) read_entry_fields(r, e);
+  for (Entry& e : m.entries) read_entry_fields(r, e, /*any_type=*/true);
   m.snapshot.index = r.u64();
   m.snapshot.term = r.u64();
   m.offset = r.u64();

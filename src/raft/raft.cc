@@ -695,6 +695,7 @@ StepError Raft::validate_message(const Message& m) const {
     Term prev = m.log_term;
     for (const Entry& e : m.entries) {
       if (e.index != want || e.term < prev || e.term > m.term) return StepError::kMalformed;
+      if (!known_entry_type(static_cast<std::uint8_t>(e.type))) return StepError::kMalformed;
       if (e.type == EntryType::kConfChange) {
         Membership c;
         std::string error;

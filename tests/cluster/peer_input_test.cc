@@ -115,6 +115,7 @@ TEST(Handshake, RoundTripsEveryField) {
   for (std::size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<std::uint8_t>(i * 7);
   h.nonce = nonce;
   h.proof = nonce;
+  h.incarnation = 0x0123456789abcdefULL;
   std::string bytes;
   encode_handshake(h, bytes);
   EXPECT_EQ(bytes.substr(0, 4), "LKDP");
@@ -158,6 +159,11 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(13, "short")), h), HandshakeError::kBadFrame);
   EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(13, std::string(8, '\0'))), h),
             HandshakeError::kBadFrame);
+  // Tag 14 (v1.3): the sender's incarnation, 8 bytes, never 0.
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(14, u64le(7))), h), HandshakeError::kOk);
+  EXPECT_EQ(h.incarnation, 7u);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(14, u64le(0))), h), HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(14, "short")), h), HandshakeError::kBadFrame);
   // Tag 11 (membership): what the sender's configuration says of us.
   ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, std::string("\x04", 1))), h),
             HandshakeError::kOk);
@@ -189,6 +195,30 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   std::size_t size = 0;
   std::uint16_t version = 0;
   EXPECT_EQ(peek_handshake(huge, size, version), HandshakeError::kBadFrame);
+}
+
+// Case 6 (issue 37): a leader forgets a member's progress on "empty" only
+// from a new incarnation of it; a handshake of the one already seen was
+// written before what it acknowledged since. Without tag 14 (an older
+// binary) every "empty" counts, as before.
+TEST(Handshake, OnlyANewIncarnationSayingEmptyLostData) {
+  PeerIncarnations seen;
+  const auto hello = [](raft::NodeId from, DataState d, std::uint64_t inc) {
+    Handshake h = make(HandshakeKind::kHello, from, 1);
+    h.data_state = d;
+    h.incarnation = inc;
+    return h;
+  };
+  EXPECT_TRUE(seen.lost_data(hello(4, DataState::kEmpty, 10)));     // first seen, empty
+  EXPECT_FALSE(seen.lost_data(hello(4, DataState::kEmpty, 10)));    // the same start, late
+  EXPECT_FALSE(seen.lost_data(hello(4, DataState::kHasData, 10)));
+  EXPECT_FALSE(seen.lost_data(hello(4, DataState::kHasData, 11)));  // restarted with its data
+  EXPECT_TRUE(seen.lost_data(hello(4, DataState::kEmpty, 12)));     // restarted wiped
+  EXPECT_FALSE(seen.lost_data(hello(4, DataState::kEmpty, 12)));
+  EXPECT_TRUE(seen.lost_data(hello(5, DataState::kEmpty, 12)));     // another member
+  EXPECT_TRUE(seen.lost_data(hello(6, DataState::kEmpty, 0)));      // an older binary
+  EXPECT_TRUE(seen.lost_data(hello(6, DataState::kEmpty, 0)));
+  EXPECT_FALSE(seen.lost_data(hello(6, DataState::kHasData, 0)));
 }
 
 // Tag 11 says "removed" only once the removal is committed in the

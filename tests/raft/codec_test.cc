@@ -94,6 +94,24 @@ TEST(Codec, EntryRoundTrips) {
   EXPECT_EQ(decode_entry(msg, back), DecodeError::kBadKind);
 }
 
+// A newer version's entry type: a message keeps it (the node stops naming
+// it, cluster_node.cc), a WAL record refuses it, the core never takes it.
+TEST(Codec, UnknownEntryTypeIsKeptInAMessageOnly) {
+  Message m = sample_append();
+  m.entries.back().type = static_cast<EntryType>(7);
+  std::string bytes;
+  encode_message(m, bytes);
+  Message back;
+  ASSERT_EQ(decode_message(bytes, back), DecodeError::kOk);
+  EXPECT_EQ(static_cast<int>(back.entries.back().type), 7);
+  EXPECT_FALSE(known_entry_type(7));
+  EXPECT_TRUE(known_entry_type(static_cast<std::uint8_t>(EntryType::kConfChange)));
+  std::string record;
+  encode_entry(m.entries.back(), record);
+  Entry e;
+  EXPECT_EQ(decode_entry(record, e), DecodeError::kBadField);
+}
+
 TEST(Codec, RejectsEveryTruncation) {
   std::string bytes;
   encode_message(sample_append(), bytes);

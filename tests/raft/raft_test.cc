@@ -264,6 +264,8 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   EXPECT_EQ(r.step(m), StepError::kMalformed);
   m.entries = {Entry{1, 1, EntryType::kConfChange, "\x01junk"}};  // a configuration that does not decode
   EXPECT_EQ(r.step(m), StepError::kMalformed);
+  m.entries = {Entry{1, 1, static_cast<EntryType>(7), ""}};  // a newer version's entry type
+  EXPECT_EQ(r.step(m), StepError::kMalformed);
   Message s;
   s.type = MessageType::kSnapshot;
   s.from = 1;
@@ -274,7 +276,7 @@ TEST(RaftStep, PeerGarbageIsAnErrorValue) {
   s.offset = 2;
   s.chunk = "abc";  // runs past total
   EXPECT_EQ(r.step(s), StepError::kMalformed);
-  EXPECT_EQ(r.stats().rejected_messages, 7u);
+  EXPECT_EQ(r.stats().rejected_messages, 8u);
   EXPECT_EQ(r.term(), 0u);  // none of it changed any state
 }
 

@@ -406,6 +406,8 @@ class ClusterNode final : private raft::ReadyHandler {
   std::optional<TimeNs> armed_service_ns_;
   CommitLatency commit_latency_;  // the leader's entries: WAL write -> applied
   std::map<raft::NodeId, PeerHello> peer_hellos_;
+  // Each member's latest incarnation (handshake tag 14): case 6.
+  PeerIncarnations incarnations_;
   NodeIdentity identity_;           // as IDENTITY has it (cluster id included)
   locks::Limits caps_noted_;        // the cluster caps last compared with our flags
   bool caps_noted_once_ = false;

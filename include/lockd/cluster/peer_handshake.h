@@ -23,7 +23,9 @@
 // (0 empty, 1 has data), 9 nonce (32 bytes), 10 proof (32 bytes), 11 the
 // receiver's place in the sender's configuration u8 (MemberStatus; absent:
 // unknown), 12 whether the sender ever heard from the receiver u8 (HeardReceiver),
-// 13 the voters of the sender's latest configuration (u64 each). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
+// 13 the voters of the sender's latest configuration (u64 each), 14 the
+// sender's incarnation (u64, random per start of the process, never 0;
+// absent: an older binary). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
 //
 // A version-1 frame (lockd 1.1's fixed 36 bytes) is recognised by its
 // version field and refused with a line naming both versions; the
@@ -72,6 +74,7 @@ enum class HandshakeTag : std::uint16_t {
   kReceiverStatus = 11,  // membership (issue 20): what the sender's configuration says of the receiver
   kHeardReceiver = 12,   // v1.3: u8 1 = the sender never heard from the receiver, 2 = it did
   kVoters = 13,          // v1.3: the voters of the sender's latest configuration, u64 each
+  kIncarnation = 14,     // v1.3: u64, random per start of the sender's process (0 never sent)
 };
 // At most this many ids in tag 13.
 constexpr std::size_t kMaxHandshakeVoters = 64;
@@ -151,6 +154,7 @@ struct Handshake {
   MemberStatus receiver_status = MemberStatus::kUnknown;  // tag 11 when not kUnknown
   HeardReceiver heard_receiver = HeardReceiver::kUnknown;  // tag 12 when not kUnknown
   std::vector<raft::NodeId> voters;  // tag 13 when not empty: the sender's configuration's voters
+  std::uint64_t incarnation = 0;     // tag 14 when not 0: which start of the sender's process
   std::optional<std::array<std::uint8_t, kHandshakeNonceBytes>> nonce;  // tag 9 when present
   std::optional<std::array<std::uint8_t, kHandshakeProofBytes>> proof;  // tag 10 when present
 
@@ -219,6 +223,22 @@ HandshakeError check_handshake(const Handshake& got, const HandshakeExpect& expe
 // One line naming what differs, for the warning a refusal logs:
 // "node 2 belongs to cluster 0x.., we are cluster 0x..", ...
 std::string describe_mismatch(HandshakeError e, const Handshake& got, const HandshakeExpect& expect);
+
+// Issue 37 case 6: whether a member's handshake says it lost what it
+// acknowledged (a learner wiped and restarted), so a leader must forget
+// its progress. Only a *new* incarnation of the peer that says "empty"
+// has lost anything: a handshake of the incarnation already seen was
+// written earlier (a hello or reply still in flight when the member
+// installed the leader's snapshot) and says nothing new. A peer without
+// tag 14 (an older binary) is believed on every "empty" handshake, as
+// before. Remembers each peer's latest incarnation.
+class PeerIncarnations {
+ public:
+  bool lost_data(const Handshake& h);
+
+ private:
+  std::vector<std::pair<raft::NodeId, std::uint64_t>> seen_;
+};
 
 // "0x0123456789abcdef": how cluster ids are printed everywhere.
 std::string cluster_id_text(std::uint64_t id);

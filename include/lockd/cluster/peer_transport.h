@@ -162,6 +162,8 @@ struct PeerLocal {
   EntryVersionRange entry_versions{kEntryVersionMin, kEntryVersionMax};
   std::string admin_addr;             // "" when admin is off
   DataState data_state = DataState::kEmpty;
+  // Handshake tag 14: random per start of this process (0: not sent).
+  std::uint64_t incarnation = 0;
   // What our configuration says of the node we talk to (handshake tag 11);
   // empty: nothing said.
   std::function<MemberStatus(raft::NodeId)> status_of;

@@ -210,6 +210,10 @@ class ReplicatedLockService final : public server::LockService {
   // Proposes a kConfig when the cluster's configuration (caps, token
   // floor) is not this leader's and every member applies entry version 3.
   void maybe_propose_config(TimeNs now_ns);
+  // Proposes a Config entry with our caps and floor; false: not proposed.
+  bool propose_config(TimeNs now_ns, bool floor_above);
+  // Whether our --token-floor is above the log's: see floor_pending_.
+  bool floor_config_due() const;
   // The encoding proposals use: the newest every member applies.
   std::uint16_t entry_version() const;
 
@@ -230,6 +234,7 @@ class ReplicatedLockService final : public server::LockService {
   bool leader_start_proposed_ = false;
   raft::Index leader_start_index_ = 0;
   bool leader_ready_ = false;       // our LeaderStart is applied: offset is ours
+  bool floor_pending_ = false;      // our --token-floor's Config still to propose (nothing else first)
   raft::Index config_index_ = 0;    // our kConfig in flight; 0: none
   TimeNs last_proposal_ns_ = 0;     // for the idle clock entry
   TimeNs clock_retry_at_ns_ = 0;    // a refused clock entry is retried no sooner

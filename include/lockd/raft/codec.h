@@ -52,7 +52,8 @@ enum class DecodeError {
   kBadVersion,     // a version this build does not speak
   kBadKind,        // unknown message type or record kind
   kBadChecksum,    // CRC mismatch: corrupted in flight or on disk
-  kBadField,       // a field out of its range (a bool that is 7, an entry type 9)
+  kBadField,       // a field out of its range (a bool that is 7, an entry type 9 in a WAL
+                   // record; a message keeps unknown entry types: types.h known_entry_type)
   kTrailingBytes,  // the frame is longer than its fields
 };
 

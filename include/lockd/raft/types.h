@@ -26,6 +26,8 @@ enum class EntryType : std::uint8_t {
   kCommand = 1,  // opaque payload proposed by the application
   kConfChange = 2,  // a new configuration (membership.h encoding); in force from the moment it is appended
 };
+// Whether this build knows entry type `t` (a newer version may add types).
+constexpr bool known_entry_type(std::uint8_t t) { return t <= static_cast<std::uint8_t>(EntryType::kConfChange); }
 
 // One replicated log entry. `data` is opaque to the core.
 struct Entry {
