@@ -196,5 +196,27 @@ TEST(StartGate, EachMutationBreaksItsRule) {
   }
 }
 
+// Open (found by lockd-sim --lifecycle, soak seed 1001077 at 5 nodes:
+// `lockd-sim --nodes 5 --seeds 1 --steps 5000 --seed 1001077 --lifecycle`).
+// Node 5 voted and acknowledged only to leader 3; both lose their data
+// dirs (two of five). Node 3, restarted empty, answers node 5 "never heard"
+// with no configuration, like a founder that never started, and that
+// counts as its confirmation: node 5 joins as a voter with an empty log
+// (rule 2 broken; committed entries then live on one node of the three).
+// An empty node's "never" cannot vouch for a record it may have lost, but
+// refusing it outright would deadlock two founders started late together
+// (each waits for the other's word); the fix needs a member with data to
+// vouch for the empty one (e.g. tag 12 naming ids). Disabled until then:
+// run with --gtest_also_run_disabled_tests to see it fail.
+TEST(StartGate, DISABLED_AWipedVotersNeverIsNoConfirmationOnceFormed) {
+  const StartDecision d = decide_start(
+      empty_disk(), GateFlags{5, {1, 2, 3, 4, 5}},
+      Answers{{1, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})},
+              {2, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})},
+              {3, waiting_answer()},  // node 3, wiped: it heard from node 5 before
+              {4, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})}});
+  EXPECT_NE(to_string(d.verdict), to_string(StartVerdict::kJoinVoter)) << d.reason;
+}
+
 }  // namespace
 }  // namespace lockd::cluster

@@ -963,7 +963,7 @@ class Simulation {
       capsules_.erase(capsules_.begin() + static_cast<std::ptrdiff_t>(i));
       Message m;
       if (raft::decode_message(c.bytes, m) != raft::DecodeError::kOk) continue;
-      if (opts_.lifecycle && !lifecycle_admits(c.from, to)) continue;
+      if (opts_.lifecycle && !lifecycle_admits(c.from, to, m.type)) continue;
       trace("time capsule %s n%llu->n%llu term %llu", std::string(raft::to_string(m.type)).c_str(), ull(c.from),
             ull(c.to), ull(m.term));
       to.raft->step(m);
@@ -1001,7 +1001,7 @@ class Simulation {
         ++decode_errors_;
         continue;
       }
-      if (opts_.lifecycle && !lifecycle_admits(f.from, to)) continue;
+      if (opts_.lifecycle && !lifecycle_admits(f.from, to, m.type)) continue;
       if (opts_.trace_messages) {
         trace("deliver %s n%llu->n%llu term %llu idx %llu logterm %llu commit %llu rej %d hint %llu n=%zu snap %llu off %llu done %d",
               std::string(raft::to_string(m.type)).c_str(), ull(m.from), ull(m.to), ull(m.term), ull(m.index),
@@ -1979,10 +1979,20 @@ class Simulation {
 
   // A message reaches `to`'s core only through an open gate, from a peer
   // whose secret is right; the sender is recorded in HEARD (durably, before
-  // it counts) and, in the simulator's ground truth, took part.
-  bool lifecycle_admits(NodeId from, Node& to) {
+  // it counts) and, in the simulator's ground truth, took part. Not for a
+  // PreVote or its answer: they are sent with nothing durable behind them
+  // (a founder that answered one and crashed before its first write never
+  // voted or acknowledged anything, and must still join: rule 3).
+  bool lifecycle_admits(NodeId from, Node& to, raft::MessageType type) {
     Node& s = nodes_[from - 1];
     if (s.bad_secret || to.bad_secret || !to.gate_open) return false;
+    const bool prevote = type == raft::MessageType::kPreVote || type == raft::MessageType::kPreVoteResp;
+    if (prevote && opts_.bug != PlantedBug::kHeardCountsPreVotes) return true;
+    if (prevote) {
+      // The planted bug records it, as any message; the ground truth does not.
+      if (to.heard.insert(from).second) to.heard_disk.insert(from);
+      return true;
+    }
     if (!to.heard.contains(from)) {
       to.heard.insert(from);
       if (opts_.bug != PlantedBug::kHeardNotDurable) to.heard_disk.insert(from);
@@ -2485,7 +2495,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kGateAdmitCalledVoter, PlantedBug::kGateIdentityIsData,
                        PlantedBug::kGateLearnersConfirm, PlantedBug::kGateSkipConfirmations,
                        PlantedBug::kGatePeerCountOnly, PlantedBug::kGateRestoreVotes,
-                       PlantedBug::kHeardNotDurable}) {
+                       PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -2522,6 +2532,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kGatePeerCountOnly: return "gate-peer-count-only";
     case PlantedBug::kGateRestoreVotes: return "gate-restore-votes";
     case PlantedBug::kHeardNotDurable: return "heard-not-durable";
+    case PlantedBug::kHeardCountsPreVotes: return "heard-counts-prevotes";
   }
   return "?";
 }

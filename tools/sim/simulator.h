@@ -64,6 +64,8 @@ enum class PlantedBug {
   kGatePeerCountOnly,         // --peer checked against IDENTITY by size only
   kGateRestoreVotes,          // a member re-seeded from a backup (staged restore) votes
   kHeardNotDurable,           // HEARD is written lazily: a crash forgets ids already counted
+  kHeardCountsPreVotes,       // HEARD records PreVote messages too (lockd before 2026-12-06): a
+                              // founder that answered one and crashed before its first write is locked out
 };
 
 // Parses a --bug name; false when unknown.
