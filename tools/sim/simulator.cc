@@ -2063,6 +2063,13 @@ class Simulation {
     }
     n.lost_data = n.lost_data || n.took_part;
     n.disk_lost = true;
+    // The machine went down with its disk: its connections die with it,
+    // and nothing the old incarnation sent arrives after (an acknowledgement
+    // it no longer backs would reach a leader as the new one's word).
+    // Plain crashes keep theirs: the disk still backs what they said.
+    auto from_it = [&](const InFlight& f) { return f.from == n.id; };
+    std::erase_if(network_, from_it);
+    std::erase_if(capsules_, from_it);
   }
 
   // Restarted with another --peer list: its own id only (the "start one,
