@@ -307,7 +307,14 @@ bool ClusterNode::open(std::string& error) {
             std::_Exit(1);
           }
         }
-        if (!heard_.contains(from)) record_heard(from);
+        // A PreVote and its answer are sent with nothing durable behind
+        // them: a founder that answered one and crashed before its first
+        // write never voted or acknowledged, and must still join under its
+        // id (rule 3; found by lockd-sim --lifecycle, bug heard-counts-prevotes).
+        if (!heard_.contains(from) && type != raft::MessageType::kPreVote &&
+            type != raft::MessageType::kPreVoteResp) {
+          record_heard(from);
+        }
         const raft::StepError e = raft_->step(std::move(m));
         if (e != raft::StepError::kOk) {
           spdlog::debug("peer message from {} refused: {}", from, raft::to_string(e));

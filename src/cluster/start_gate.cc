@@ -39,12 +39,17 @@ std::string_view to_string(StartVerdict v) {
 StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
                            const std::map<raft::NodeId, PeerAnswer>& answers) {
   const std::string me = "node " + std::to_string(flags.self);
+  const GateMutations& mut = flags.mutations;
   // Rule 2, from the disk alone: the hard state (term, vote) lives in the
   // WAL. Anything that says the node took part — a cluster id in IDENTITY,
   // a snapshot, a restore marker — without it is a partly deleted data dir.
   if (disk.staged_restore) {
     // Like an empty node (below): let in, or formed by cluster init.
+    if (mut.restore_votes && disk.restored) return {StartVerdict::kVote, "mutation: a staged restore votes", {}};
   } else if (!disk.log) {
+    if (mut.identity_is_data && disk.identity_cluster_id != 0 && !disk.snapshot && !disk.restored) {
+      return {StartVerdict::kVote, "mutation: IDENTITY counts as data", {}};
+    }
     if (disk.identity_cluster_id != 0 || disk.snapshot || disk.restored) {
       std::string what = disk.identity_cluster_id != 0 ? "IDENTITY names cluster " +
                                                              cluster_id_text(disk.identity_cluster_id)
@@ -56,7 +61,9 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
   } else {
     // The --peer list of a group that never recorded a configuration is
     // its configuration: compared id by id with the one it was written by.
-    if (disk.identity && !disk.recorded_conf && disk.identity_members != flags.peers) {
+    const bool peers_differ = mut.peer_count_only ? disk.identity_members.size() != flags.peers.size()
+                                                  : disk.identity_members != flags.peers;
+    if (disk.identity && !disk.recorded_conf && peers_differ) {
       return refuse("the data dir was written by a member of {" + ids_text(disk.identity_members) +
                     "}, but --peer names {" + ids_text(flags.peers) +
                     "}: this group never changed membership through the log, so its --peer lists "
@@ -81,6 +88,11 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
     called_learner = called_learner || a.status == MemberStatus::kLearner;
   }
   called_voter = called_voter || voters.contains(flags.self);
+  if (called_voter && mut.admit_called_voter) {
+    std::vector<raft::NodeId> conf(voters.begin(), voters.end());
+    if (!voters.contains(flags.self)) conf.insert(std::lower_bound(conf.begin(), conf.end(), flags.self), flags.self);
+    return {StartVerdict::kJoinVoter, "mutation: called a voter, joins at once", conf};
+  }
   if (called_voter) {
     // Rule 2: a voter some member heard from took part, and its data is gone.
     for (const auto& [from, a] : answers) {
@@ -97,6 +109,14 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
       const auto it = answers.find(v);
       if (it == answers.end() || it->second.heard != HeardReceiver::kNever) missing.push_back(v);
     }
+    if (mut.learners_confirm) {
+      // Any answering node's "never heard" stands in for a voter's.
+      std::size_t never = 0;
+      for (const auto& [from, a] : answers) never += from != flags.self && a.heard == HeardReceiver::kNever ? 1 : 0;
+      const std::size_t others = voters.size() - (voters.contains(flags.self) ? 1 : 0);
+      if (never >= others) missing.clear();
+    }
+    if (mut.skip_confirmations) missing.clear();
     if (!missing.empty()) {
       return {StartVerdict::kWait,
               me + " is a voter that has not taken part yet: waiting until every voter confirms "

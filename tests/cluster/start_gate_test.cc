@@ -156,5 +156,67 @@ TEST(StartGate, FoundingVoterJoinsTheConfigurationTheVotersGave) {
   EXPECT_EQ(d.voters, (std::vector<raft::NodeId>{1, 2, 3}));
 }
 
+// The test-only mutations the simulator plants (GateMutations,
+// tools/sim --lifecycle): each one changes the verdict of a row above, so
+// a lifecycle run that catches it is catching that rule.
+TEST(StartGate, EachMutationBreaksItsRule) {
+  struct Case {
+    const char* name;
+    void (*plant)(GateMutations&);
+    DataDirState disk;
+    GateFlags flags;
+    Answers answers;
+    StartVerdict real;
+    StartVerdict mutated;
+  };
+  const Answers heard_by_one{{1, voter_answer(HeardReceiver::kHeard)}, {2, voter_answer(HeardReceiver::kNever)}};
+  const std::vector<Case> cases = {
+      {"admit_called_voter", [](GateMutations& m) { m.admit_called_voter = true; }, empty_disk(), kNode3,
+       heard_by_one, StartVerdict::kRefuse, StartVerdict::kJoinVoter},
+      {"identity_is_data", [](GateMutations& m) { m.identity_is_data = true; },
+       [] { DataDirState d = with_data({1, 2, 3}); d.log = false; return d; }(), kNode3, {}, StartVerdict::kRefuse,
+       StartVerdict::kVote},
+      {"learners_confirm", [](GateMutations& m) { m.learners_confirm = true; }, empty_disk(), kNode3,
+       Answers{{2, voter_answer(HeardReceiver::kNever)}, {4, waiting_answer()}}, StartVerdict::kWait,
+       StartVerdict::kJoinVoter},
+      {"skip_confirmations", [](GateMutations& m) { m.skip_confirmations = true; }, empty_disk(), kNode3,
+       Answers{{2, voter_answer(HeardReceiver::kNever)}}, StartVerdict::kWait, StartVerdict::kJoinVoter},
+      {"peer_count_only", [](GateMutations& m) { m.peer_count_only = true; }, with_data({1, 2, 3}),
+       GateFlags{3, {3, 4, 5}}, {}, StartVerdict::kRefuse, StartVerdict::kVote},
+      {"restore_votes", [](GateMutations& m) { m.restore_votes = true; },
+       [] { DataDirState d; d.staged_restore = true; d.restored = true; d.snapshot = true; d.log = true;
+            return d; }(),
+       kNode3, {}, StartVerdict::kWait, StartVerdict::kVote},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(to_string(decide_start(c.disk, c.flags, c.answers).verdict), to_string(c.real)) << c.name;
+    GateFlags f = c.flags;
+    c.plant(f.mutations);
+    EXPECT_EQ(to_string(decide_start(c.disk, f, c.answers).verdict), to_string(c.mutated)) << c.name;
+  }
+}
+
+// Open (found by lockd-sim --lifecycle, soak seed 1001077 at 5 nodes:
+// `lockd-sim --nodes 5 --seeds 1 --steps 5000 --seed 1001077 --lifecycle`).
+// Node 5 voted and acknowledged only to leader 3; both lose their data
+// dirs (two of five). Node 3, restarted empty, answers node 5 "never heard"
+// with no configuration, like a founder that never started, and that
+// counts as its confirmation: node 5 joins as a voter with an empty log
+// (rule 2 broken; committed entries then live on one node of the three).
+// An empty node's "never" cannot vouch for a record it may have lost, but
+// refusing it outright would deadlock two founders started late together
+// (each waits for the other's word); the fix needs a member with data to
+// vouch for the empty one (e.g. tag 12 naming ids). Disabled until then:
+// run with --gtest_also_run_disabled_tests to see it fail.
+TEST(StartGate, DISABLED_AWipedVotersNeverIsNoConfirmationOnceFormed) {
+  const StartDecision d = decide_start(
+      empty_disk(), GateFlags{5, {1, 2, 3, 4, 5}},
+      Answers{{1, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})},
+              {2, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})},
+              {3, waiting_answer()},  // node 3, wiped: it heard from node 5 before
+              {4, voter_answer(HeardReceiver::kNever, {1, 2, 3, 4, 5})}});
+  EXPECT_NE(to_string(d.verdict), to_string(StartVerdict::kJoinVoter)) << d.reason;
+}
+
 }  // namespace
 }  // namespace lockd::cluster

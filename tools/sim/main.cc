@@ -1,6 +1,7 @@
 // lockd-sim: runs the deterministic cluster simulator over a range of seeds.
 //
-//   lockd-sim --nodes 1..9 --seeds N --steps M [--seed S] [--bug NAME] [--max-failures K] [-v]
+//   lockd-sim --nodes 1..9 --seeds N --steps M [--seed S] [--bug NAME] [--membership | --lifecycle]
+//             [--max-failures K] [-v]
 //
 // Runs seeds S .. S+N-1 (S defaults to 1). A failing seed prints the
 // invariant it broke and the one command that replays it. The last line is
@@ -49,9 +50,16 @@ int main(int argc, char** argv) {
                  "plant a bug: none, commit-old-term, vote-before-persist, keep-vote-on-new-term, "
                  "skip-log-up-to-date, heartbeat-full-commit, ack-before-persist, expire-ignores-lease, "
                  "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, accept-stale-append-responses, "
-                 "assume-followers-committed");
+                 "assume-followers-committed; with --lifecycle: gate-admit-called-voter, gate-identity-is-data, "
+                 "gate-learners-confirm, gate-skip-confirmations, gate-peer-count-only, gate-restore-votes, "
+                 "heard-not-durable, heard-counts-prevotes");
   app.add_flag("--membership", opts.membership,
                "membership changes under the faults (add, promote, remove, replace)");
+  app.add_flag("--lifecycle", opts.lifecycle,
+               "a node's lifecycle: data dirs and flags, the real start gate, cluster init, disk loss "
+               "(whole and partial), re-seeding from a backup, stale flags, late start, wrong then right "
+               "secret (docs/raft.md)")
+      ->excludes(app.get_option("--membership"));
   app.add_flag("--exclusive-only", opts.exclusive_only, "clients issue A only (no S), as before issue 22");
   app.add_flag("--compact-keep", opts.compact_keep,
                "compactions keep some entries behind the snapshot (as the daemon does)");

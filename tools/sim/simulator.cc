@@ -7,12 +7,15 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "lockd/cluster/lock_command.h"
 #include "lockd/cluster/lock_state_machine.h"
+#include "lockd/cluster/peer_handshake.h"
+#include "lockd/cluster/start_gate.h"
 #include "lockd/common/check.h"
 #include "lockd/locks/lock_table.h"
 #include "lockd/raft/codec.h"
@@ -59,6 +62,12 @@ constexpr std::size_t kMaxCapsules = 2000;
 // added (ids are never reused, so a replacement takes a fresh slot).
 constexpr int kSpareNodes = 4;
 constexpr std::uint64_t kMaxStopDelaySteps = 200;  // a removed node runs on this long at most
+// --lifecycle: a waiting node asks one peer again (a handshake) with this
+// chance per step; a founder let in holds its campaigns this long (as
+// ClusterNode::open_gate: 4 election timeouts, unless it hears a leader).
+constexpr double kGateHandshakeChance = 0.3;
+constexpr std::uint64_t kFounderHoldSteps = 4 * kElectionTicks;
+constexpr std::size_t kMaxBackups = 6;  // snapshots kept as backup files to re-seed from
 
 // xoshiro256** seeded by splitmix64: fast, good, and ours (no global RNG).
 class Prng {
@@ -184,6 +193,30 @@ struct Node {
   Term durable_term = 0;    // highest term ever persisted
   locks::Token max_token = 0;
   std::map<std::string, std::map<locks::Token, Holding>> holders;
+  // --lifecycle. The data dir's files beside the log and snapshot:
+  bool identity = false;                // IDENTITY (claimed at listen, with the --peer ids)
+  std::uint64_t identity_cluster = 0;   // its cluster id, once the node applied one
+  std::vector<NodeId> identity_members;
+  bool heard_file = false;              // HEARD
+  std::set<NodeId> heard_disk;          // what HEARD holds
+  std::set<NodeId> heard;               // the running node's record (heard_disk + not yet written)
+  bool restored = false;                // RESTORED
+  bool storage_broken = false;          // the WAL names a snapshot file that is gone: exit 1
+  // Its flags:
+  std::vector<NodeId> flag_peers;       // --peer ids, self included, sorted
+  bool flags_stale = false;             // flag_peers are not its group's (fixed after a refusal)
+  std::optional<raft::Snapshot> restore_from;  // --restore-from FILE left in its unit
+  bool bad_secret = false;              // a wrong peer secret: every handshake refused
+  // The running node:
+  bool gate_open = false;               // the start gate let it in (or it formed the group)
+  std::map<NodeId, cluster::PeerAnswer> answers;  // what each peer said of it (waiting)
+  std::uint64_t hold_until = 0;         // founder hold (steps)
+  bool gone = false;                    // refused or unable to start, for good (exit 2 / 1)
+  // Ground truth, kept by the simulator (never read by the node):
+  bool took_part = false;               // some member counted a message of this id
+  bool lost_data = false;               // lost data after it took part: never votes again (rule 2)
+  bool disk_lost = false;               // lost part of its data dir (HEARD aside), took part or not
+  bool cannot_join = false;             // empty when faults stopped, and a founder is gone: it waits for ever
 };
 
 class Simulation {
@@ -210,7 +243,11 @@ class Simulation {
             stall_chance_);
     }
     if (opts_.membership) conf_rate_ = 0.005 + mrng_.unit() * 0.03;
-    int n = opts_.nodes + (opts_.membership ? kSpareNodes : 0);
+    // --lifecycle: one node more, a stranger (started, waiting, never added).
+    int n = opts_.nodes + (opts_.membership ? kSpareNodes : 0) + (opts_.lifecycle ? 1 : 0);
+    // Steady phases ask for progress with a minority down; lost members
+    // are down for good here, so those phases are off.
+    if (opts_.lifecycle) w_.steady_phases = 0;
     // Every node's monotonic clock has its own origin: a fixed offset of
     // 0 to max_clock_skew_ms (whole ticks, so leases end exactly on steps).
     clock_offset_ns_.assign(static_cast<std::size_t>(n + 1), 0);
@@ -223,7 +260,14 @@ class Simulation {
     for (int i = 0; i < n; ++i) {
       Node& x = nodes_[static_cast<std::size_t>(i)];
       x.id = static_cast<NodeId>(i + 1);
-      if (i < opts_.nodes) {
+      if (opts_.lifecycle) {
+        // Started by the lifecycle plan (run()), every one with its flags.
+        x.up = false;
+        x.joined = false;
+        std::vector<NodeId> peers = voters_;
+        if (i >= opts_.nodes) peers.push_back(x.id);  // the stranger lists the group and itself
+        x.flag_peers = peers;
+      } else if (i < opts_.nodes) {
         start_node(x);
       } else {
         x.up = false;  // a spare: started when it is added
@@ -240,6 +284,7 @@ class Simulation {
     if (w_.steady_phases > 0 && opts_.nodes >= 3 && opts_.steps >= kSteadyMinSeedSteps) {
       next_steady_step_ = rng_.range(100, faults_end_ / 2);
     }
+    if (opts_.lifecycle) plan_lifecycle();
     for (step_ = 0; step_ < opts_.steps && result_.passed; ++step_) {
       if (step_ < faults_end_) {
         if (!steady_ && step_ == next_steady_step_) start_steady();
@@ -247,7 +292,15 @@ class Simulation {
       } else if (step_ == faults_end_) {
         if (steady_) end_steady();  // the liveness phase takes over
         calm_down();
+        if (opts_.lifecycle && !quorum_left()) {
+          // More founders refused than planned (one that answered a
+          // heartbeat and crashed before its first durable write is
+          // refused: HEARD records any message): nothing to ask of liveness.
+          trace("no majority of the founders can vote any more: liveness not checked");
+          break;
+        }
       }
+      if (opts_.lifecycle) lifecycle_step();
       restart_due_nodes();
       leader_entries();
       if (step_ < faults_end_) {
@@ -262,7 +315,7 @@ class Simulation {
       deliver_capsules();
       for (Node& n : nodes_) {
         if (!n.up) continue;
-        n.raft->tick();
+        if (!opts_.lifecycle || ticks_now(n)) n.raft->tick();
         process(n);
       }
       if (pipelined_) {
@@ -285,6 +338,7 @@ class Simulation {
         ++opts_.steps;  // a snapshot is still streaming: its budget is not spent yet
       }
     }
+    if (opts_.lifecycle && step_ >= faults_end_ && !quorum_left()) liveness_done_ = converged_ = true;
     if (result_.passed && liveness_done_ && !converged_) {
       fail("replicas converge", "replicas did not settle on one applied index after faults stopped" +
                                     cluster_summary());
@@ -355,11 +409,16 @@ class Simulation {
           w_.partition, w_.clog, w_.crash, w_.crash_in_io, pre_vote_ ? 1 : 0, check_quorum_ ? 1 : 0);
   }
 
-  raft::Config node_config(NodeId id) {
+  raft::Config node_config(NodeId id, const std::vector<NodeId>* voters = nullptr) {
     raft::Config c;
     c.id = id;
-    // Spares join a running group: no bootstrap configuration.
-    if (id <= static_cast<NodeId>(opts_.nodes)) c.voters = voters_;
+    // Spares join a running group: no bootstrap configuration. --lifecycle:
+    // the --peer ids of a node the gate lets vote, none while it waits.
+    if (voters != nullptr) {
+      c.voters = *voters;
+    } else if (!opts_.lifecycle && id <= static_cast<NodeId>(opts_.nodes)) {
+      c.voters = voters_;
+    }
     c.election_ticks = kElectionTicks;
     c.heartbeat_ticks = heartbeat_ticks_;
     c.pre_vote = pre_vote_;
@@ -389,6 +448,7 @@ class Simulation {
       case PlantedBug::kLearnerCountsAsVoter: c.faults.learner_counts_as_voter = true; break;
       case PlantedBug::kRemovedLeaderKeepsLeading: c.faults.removed_leader_keeps_leading = true; break;
       case PlantedBug::kConcurrentChanges: c.faults.concurrent_changes = true; break;
+      default: break;  // --lifecycle's: in the gate (gate_mutations) and the node model
     }
     return c;
   }
@@ -396,6 +456,10 @@ class Simulation {
   // (Re)builds a node's volatile half from its disk: the state machine
   // from the snapshot, then the Raft core.
   void start_node(Node& n) {
+    if (opts_.lifecycle) {
+      lifecycle_start(n);
+      return;
+    }
     n.up = true;
     n.leader_start_term = 0;
     restore_sm(n, n.disk.snapshot());
@@ -712,6 +776,14 @@ class Simulation {
       snap.meta = raft::SnapshotMeta{n.applied, *n.raft->term_at(n.applied), n.raft->conf_at(n.applied)};
       snap.data = n.sm->snapshot();
       n.disk.save_snapshot(snap);
+      if (opts_.lifecycle) {
+        // An operator's backup file (lockctl backup) of this moment.
+        backups_.push_back(snap);
+        if (backups_.size() > kMaxBackups) backups_.erase(backups_.begin());
+        if (opts_.bug == PlantedBug::kHeardNotDurable) {
+          n.heard_disk = n.heard;  // written lazily (the planted bug): with the snapshot
+        }
+      }
       n.raft->compact(n.applied, std::move(snap.data), compact_keep_);
     }
   }
@@ -790,6 +862,16 @@ class Simulation {
                                          std::to_string(n.durable_term));
       }
       n.durable_term = std::max(n.durable_term, hard_state->term);
+      if (opts_.lifecycle && hard_state->vote != raft::kNoNode) {
+        // Across every incarnation of the id, whatever its disk lost.
+        auto [it, fresh] = votes_.try_emplace({n.id, hard_state->term}, hard_state->vote);
+        if (!fresh && it->second != hard_state->vote) {
+          fail("one vote per term under one id",
+               "n" + std::to_string(n.id) + " voted for n" + std::to_string(it->second) + " in term " +
+                   std::to_string(hard_state->term) + " and now for n" + std::to_string(hard_state->vote) +
+                   (n.lost_data ? " (after losing its data)" : ""));
+        }
+      }
       n.disk.set_hard_state(*hard_state);
     }
   }
@@ -820,7 +902,7 @@ class Simulation {
         n.raft.reset();
         n.sm.reset();
       }
-      if (!n.joined || n.removed) continue;
+      if (!n.joined || n.removed || n.gone) continue;
       if (!n.up && (step_ >= n.restart_step || step_ >= faults_end_)) {
         trace("n%llu restarts at term %llu", ull(n.id), ull(n.disk.hard_state().term));
         start_node(n);
@@ -832,6 +914,7 @@ class Simulation {
 
   void send(const Message& m) {
     if (network_.size() >= kMaxNetworkMessages) return;
+    if (m.to == raft::kNoNode || m.to > nodes_.size()) return;  // stale --peer flags name ids nobody has
     std::string bytes;
     raft::encode_message(m, bytes);
     std::uint64_t due = step_ + rng_.range(0, w_.max_delay_steps);
@@ -880,6 +963,7 @@ class Simulation {
       capsules_.erase(capsules_.begin() + static_cast<std::ptrdiff_t>(i));
       Message m;
       if (raft::decode_message(c.bytes, m) != raft::DecodeError::kOk) continue;
+      if (opts_.lifecycle && !lifecycle_admits(c.from, to, m.type)) continue;
       trace("time capsule %s n%llu->n%llu term %llu", std::string(raft::to_string(m.type)).c_str(), ull(c.from),
             ull(c.to), ull(m.term));
       to.raft->step(m);
@@ -917,6 +1001,7 @@ class Simulation {
         ++decode_errors_;
         continue;
       }
+      if (opts_.lifecycle && !lifecycle_admits(f.from, to, m.type)) continue;
       if (opts_.trace_messages) {
         trace("deliver %s n%llu->n%llu term %llu idx %llu logterm %llu commit %llu rej %d hint %llu n=%zu snap %llu off %llu done %d",
               std::string(raft::to_string(m.type)).c_str(), ull(m.from), ull(m.to), ull(m.term), ull(m.index),
@@ -1166,6 +1251,7 @@ class Simulation {
 
   void calm_down() {
     trace("faults stop");
+    if (opts_.lifecycle) lifecycle_calm();
     for (auto& row : blocked_) std::fill(row.begin(), row.end(), false);
     for (auto& row : clogged_until_) std::fill(row.begin(), row.end(), 0);
   }
@@ -1203,6 +1289,12 @@ class Simulation {
   // committed configuration; a removed node or a spare whose addition was lost with
   // an uncommitted entry owes nothing.
   bool counts_for_liveness(const Node& n) const {
+    if (opts_.lifecycle) {
+      // Every founder that did not lose its data: the honest ones started
+      // late or with a wrong secret included (rule 3: they join).
+      return n.id <= static_cast<NodeId>(opts_.nodes) && !n.gone && !n.lost_data && !n.storage_broken &&
+             !n.cannot_join;
+    }
     if (!opts_.membership) return true;
     if (!n.joined || n.removed) return false;
     if (committed_conf_.empty()) return n.id <= static_cast<NodeId>(opts_.nodes);
@@ -1303,6 +1395,8 @@ class Simulation {
       if (raft::decode_membership(it->data, c, error)) return c;
     }
     if (!r.snapshot_meta().conf.empty()) return r.snapshot_meta().conf;
+    // --lifecycle: a waiting node has none; one let in has the group's.
+    if (opts_.lifecycle) return n.gate_open ? raft::voters_only(voters_) : raft::Membership{};
     return n.id <= static_cast<NodeId>(opts_.nodes) ? raft::voters_only(voters_) : raft::Membership{};
   }
 
@@ -1382,7 +1476,12 @@ class Simulation {
       auto held = [&](const raft::Membership& conf, std::size_t& holders) {
         std::vector<NodeId> voters = raft::voter_ids(conf);
         holders = 0;
-        for (NodeId v : voters) holders += disk_holds(v, c, r.term()) ? 1 : 0;
+        for (NodeId v : voters) {
+          // --lifecycle: a voter whose disk was lost may have held it (its
+          // acknowledgement can still be on the way); it never counts again.
+          const bool lost = opts_.lifecycle && v <= nodes_.size() && nodes_[v - 1].disk_lost;
+          holders += lost || disk_holds(v, c, r.term()) ? 1 : 0;
+        }
         return holders >= voters.size() / 2 + 1;
       };
       std::size_t holders = 0;
@@ -1537,6 +1636,502 @@ class Simulation {
     trace("liveness ok: marker %llu committed everywhere", ull(marker_index_));
   }
 
+  // --- a node's lifecycle (--lifecycle; protocol.md §10, docs/raft.md) ---
+
+  enum Loss { kLossWhole, kLossLog, kLossSnapshot, kLossAllButIdentity, kLossReseed, kLossHeard, kLossKinds };
+  static const char* loss_name(int l) {
+    switch (l) {
+      case kLossWhole: return "whole data dir";
+      case kLossLog: return "log (WAL) only";
+      case kLossSnapshot: return "snapshot file only";
+      case kLossAllButIdentity: return "all but IDENTITY";
+      case kLossReseed: return "whole, re-seeded from a backup (--restore-from left in its unit)";
+      case kLossHeard: return "HEARD only";
+    }
+    return "?";
+  }
+
+  // The gate-rule mutation planted (none unless --bug names one).
+  cluster::GateMutations gate_mutations() const {
+    cluster::GateMutations m;
+    m.admit_called_voter = opts_.bug == PlantedBug::kGateAdmitCalledVoter;
+    m.identity_is_data = opts_.bug == PlantedBug::kGateIdentityIsData;
+    m.learners_confirm = opts_.bug == PlantedBug::kGateLearnersConfirm;
+    m.skip_confirmations = opts_.bug == PlantedBug::kGateSkipConfirmations;
+    m.peer_count_only = opts_.bug == PlantedBug::kGatePeerCountOnly;
+    m.restore_votes = opts_.bug == PlantedBug::kGateRestoreVotes;
+    return m;
+  }
+
+  // This seed's story: who runs cluster init and when, and which nodes
+  // meet which lifecycle fault. Troubles that keep a founder out for good
+  // (a lost member) or for a while (started late, wrong secret) take at
+  // most a minority, and a seed has one kind or the other: a founder can
+  // join only once every voter confirms, a lost one never answers.
+  void plan_lifecycle() {
+    const int n = opts_.nodes;
+    const std::uint64_t end = faults_end_;
+    init_step_ = lrng_.range(2, std::max<std::uint64_t>(3, std::min<std::uint64_t>(60, end / 4)));
+    init_node_ = static_cast<NodeId>(lrng_.range(1, static_cast<std::uint64_t>(n)));
+    std::vector<NodeId> others;
+    for (NodeId id = 1; id <= static_cast<NodeId>(n); ++id) {
+      if (id != init_node_) others.push_back(id);
+    }
+    for (std::size_t i = others.size(); i > 1; --i) std::swap(others[i - 1], others[lrng_.below(i)]);
+    const std::uint64_t troubled = lrng_.range(0, static_cast<std::uint64_t>((n - 1) / 2));
+    const bool formation = lrng_.chance(0.4);
+    const std::uint64_t late_end = std::max(init_step_ + 2, end * 3 / 4);
+    std::set<NodeId> late;
+    for (std::uint64_t k = 0; k < troubled && formation; ++k) {
+      const NodeId id = others[k];
+      if (lrng_.chance(0.5)) {
+        late.insert(id);
+        life_events_.push_back({LifeEvent::kStart, lrng_.range(init_step_ + 1, late_end), id});
+        trace("plan: n%llu starts late", ull(id));
+      } else {
+        nodes_[id - 1].bad_secret = true;
+        life_events_.push_back({LifeEvent::kFixSecret, lrng_.range(init_step_ + 1, late_end), id});
+        trace("plan: n%llu starts with a wrong peer secret", ull(id));
+      }
+    }
+    for (NodeId id = 1; id <= static_cast<NodeId>(n); ++id) {
+      if (!late.contains(id)) life_events_.push_back({LifeEvent::kStart, lrng_.below(init_step_), id});
+    }
+    // The stranger: started before anyone adds it (nobody ever does).
+    const std::uint64_t stranger_at = lrng_.chance(0.7) ? lrng_.below(init_step_ + 1) : lrng_.below(end / 2 + 1);
+    life_events_.push_back({LifeEvent::kStart, stranger_at, static_cast<NodeId>(n + 1)});
+    const std::uint64_t lo = init_step_ + 30;
+    if (lo + 100 >= end) return;
+    if (!formation) {
+      // Any founder, the one that ran init included.
+      std::vector<NodeId> all = others;
+      all.push_back(init_node_);
+      for (std::size_t i = all.size(); i > 1; --i) std::swap(all[i - 1], all[lrng_.below(i)]);
+      for (std::uint64_t k = 0; k < troubled; ++k) {
+        // Half of them while the group is young: only its first leader
+        // may have heard from the node, the others must say "never".
+        const int loss = static_cast<int>(lrng_.below(kLossHeard));
+        const std::uint64_t at = lrng_.chance(0.5) ? lrng_.range(lo, std::min(lo + 120, end - 100))
+                                                   : lrng_.range(lo, end - 100);
+        life_events_.push_back({LifeEvent::kLoss, at, all[k], loss});
+        trace("plan: n%llu loses its %s", ull(all[k]), loss_name(loss));
+      }
+    }
+    // Faults an honest member recovers from: HEARD lost, stale flags (half
+    // of them while the group is young: no snapshot records it yet).
+    for (std::uint64_t k = lrng_.below(3); k > 0; --k) {
+      const NodeId id = static_cast<NodeId>(lrng_.range(1, static_cast<std::uint64_t>(n)));
+      life_events_.push_back({LifeEvent::kLoss, lrng_.range(lo, end - 100), id, kLossHeard});
+    }
+    for (std::uint64_t k = lrng_.below(3); k > 0; --k) {
+      const NodeId id = static_cast<NodeId>(lrng_.range(1, static_cast<std::uint64_t>(n)));
+      const std::uint64_t at = lrng_.chance(0.5) ? lrng_.range(init_step_ + 5, init_step_ + 60) : lrng_.range(lo, end - 100);
+      life_events_.push_back({LifeEvent::kStaleFlags, at, id});
+    }
+  }
+
+  // Once per step: the plan's events, cluster init, handshakes of waiting
+  // nodes, IDENTITY's cluster id.
+  void lifecycle_step() {
+    for (std::size_t i = 0; i < life_events_.size();) {
+      if (life_events_[i].step > step_) {
+        ++i;
+        continue;
+      }
+      const LifeEvent e = life_events_[i];
+      life_events_.erase(life_events_.begin() + static_cast<std::ptrdiff_t>(i));
+      Node& n = nodes_[e.node - 1];
+      switch (e.kind) {
+        case LifeEvent::kStart:
+          if (!n.joined) {
+            n.joined = true;
+            trace("n%llu starts for the first time (--peer %s)", ull(n.id), ids_text(n.flag_peers).c_str());
+            start_node(n);
+          }
+          break;
+        case LifeEvent::kFixSecret:
+          n.bad_secret = false;
+          trace("n%llu: the peer secret is fixed", ull(n.id));
+          if (n.up) crash(n, "restarted with the right peer secret");
+          break;
+        case LifeEvent::kLoss: lose(n, e.loss); break;
+        case LifeEvent::kStaleFlags: stale_flags(n); break;
+      }
+    }
+    // The operator retries init until the group's first entry commits
+    // (a 504: the node crashed before anything it did was durable).
+    if (step_ >= init_step_ && history_.empty()) cluster_init();
+    for (Node& w : nodes_) {
+      if (w.up && !w.gate_open && lrng_.chance(kGateHandshakeChance)) handshake(w);
+    }
+    for (Node& n : nodes_) {
+      if (n.up && n.gate_open && n.identity_cluster == 0 && n.sm->cluster_id() != 0) {
+        n.identity_cluster = n.sm->cluster_id();
+      }
+    }
+  }
+
+  // POST /v1/cluster/init on one waiting founder (ClusterNode::init_group):
+  // it forms the group with its --peer ids and campaigns. 200 once that
+  // commits; until then the operator tries again.
+  void cluster_init() {
+    Node& n = nodes_[init_node_ - 1];
+    if (!n.up || n.gate_open || n.bad_secret) return;  // tried again next step
+    if (formed_ && n.disk_lost) return;  // not retried on a node whose disk was lost since
+    for (const auto& [from, a] : n.answers) {
+      if (!a.voters.empty()) return;  // 409 already_formed: a founder joined its first try
+    }
+    // The node knows only the answers it has: a retry right after its
+    // restart, before they come, would form again over members that
+    // joined the first try. The operator retries only while none did
+    // (docs/raft.md: the 409 rests on the answers the node has).
+    for (const Node& x : nodes_) {
+      if (x.id != n.id && x.gate_open) return;
+    }
+    if (!n.raft->set_bootstrap(n.flag_peers, members_of(n.flag_peers))) return;
+    n.heard_file = true;  // an empty record
+    n.gate_open = true;
+    formed_ = true;
+    trace("cluster init on n%llu: voters %s", ull(n.id), ids_text(n.flag_peers).c_str());
+    n.raft->campaign();
+    process(n);
+  }
+
+  static std::vector<raft::Member> members_of(const std::vector<NodeId>& ids) {
+    std::vector<raft::Member> out;
+    for (NodeId id : ids) out.push_back(raft::Member{id, true, "c" + std::to_string(id), "r" + std::to_string(id)});
+    return out;
+  }
+  static std::string ids_text(const std::vector<NodeId>& ids) {
+    std::string out;
+    for (NodeId id : ids) out += (out.empty() ? "{" : ",") + std::to_string(id);
+    return out + "}";
+  }
+
+  // The daemon's open(): --restore-from stages the file into an empty
+  // data dir, the gate decides from the disk alone, listen() claims
+  // IDENTITY; a waiting node then asks its peers (handshake()).
+  void lifecycle_start(Node& n) {
+    n.leader_start_term = 0;
+    n.answers.clear();
+    n.gate_open = false;
+    n.hold_until = 0;
+    if (n.storage_broken) {
+      trace("n%llu cannot open its WAL (its snapshot file is gone): exit 1", ull(n.id));
+      n.gone = true;
+      return;
+    }
+    const raft::HardState hs0 = n.disk.hard_state();
+    if (n.restore_from && n.disk.snapshot().meta.index == 0 && n.disk.entries().empty() &&
+        hs0 == raft::HardState{}) {
+      const raft::Snapshot& b = *n.restore_from;
+      n.restored = true;
+      n.disk.save_snapshot(raft::Snapshot{raft::SnapshotMeta{b.meta.index, b.meta.term, {}}, b.data});
+      n.disk.set_hard_state(raft::HardState{b.meta.term, raft::kNoNode, b.meta.index});
+      n.durable_term = b.meta.term;
+      trace("n%llu stages --restore-from (snapshot @%llu term %llu)", ull(n.id), ull(b.meta.index), ull(b.meta.term));
+    }
+    cluster::DataDirState d;
+    d.identity = n.identity;
+    d.identity_cluster_id = n.identity_cluster;
+    d.identity_members = n.identity_members;
+    const raft::HardState hs = n.disk.hard_state();
+    const raft::SnapshotMeta& sm = n.disk.snapshot().meta;
+    d.log = hs.term != 0 || !n.disk.entries().empty();
+    d.snapshot = sm.index != 0;
+    d.restored = n.restored;
+    d.heard = n.heard_file && !n.heard_disk.empty();
+    d.recorded_conf = !sm.conf.empty() || std::any_of(n.disk.entries().begin(), n.disk.entries().end(),
+                                                      [](const Entry& e) { return e.type == EntryType::kConfChange; });
+    d.staged_restore = d.restored && d.snapshot && hs.vote == raft::kNoNode && hs.term == sm.term &&
+                       n.disk.entries().empty();
+    const cluster::GateFlags flags{n.id, n.flag_peers, gate_mutations()};
+    const cluster::StartDecision dec = cluster::decide_start(d, flags, {});
+    if (dec.verdict == cluster::StartVerdict::kRefuse) {
+      refuse(n, dec.reason, true);
+      return;
+    }
+    n.up = true;
+    if (!n.identity) {
+      n.identity = true;
+      n.identity_members = n.flag_peers;
+    }
+    const bool vote = dec.verdict == cluster::StartVerdict::kVote;
+    if (vote && !n.heard_file) {
+      // ClusterNode::open: no record (older data, or the file was lost):
+      // every --peer member may have been heard from (written in listen()).
+      for (NodeId id : n.flag_peers) {
+        if (id == n.id) continue;
+        n.heard_disk.insert(id);
+        heard_assumed_.insert(id);
+      }
+      n.heard_file = true;
+    }
+    n.heard = n.heard_disk;
+    restore_sm(n, n.disk.snapshot());
+    static const std::vector<NodeId> kNone;
+    n.raft = std::make_unique<Raft>(node_config(n.id, vote ? &n.flag_peers : &kNone), n.disk);
+    n.applied = n.disk.snapshot().meta.index;
+    n.seen_commit = n.applied;
+    n.running_term = n.raft->term();
+    trace("n%llu starts: %s", ull(n.id), dec.reason.c_str());
+    if (vote) open_gate(n, dec);
+  }
+
+  void open_gate(Node& n, const cluster::StartDecision& d) {
+    const bool votes = d.verdict == cluster::StartVerdict::kVote || d.verdict == cluster::StartVerdict::kJoinVoter;
+    if (votes && n.lost_data) {
+      fail("a member that lost its data never votes (rule 2)",
+           "n" + std::to_string(n.id) + " took part, lost its data, and the gate says " +
+               std::string(cluster::to_string(d.verdict)) + ": " + d.reason);
+      return;
+    }
+    if (d.verdict == cluster::StartVerdict::kJoinVoter) {
+      if (!n.raft->set_bootstrap(d.voters, members_of(d.voters))) {
+        refuse(n, "cannot take the group's configuration", false);
+        return;
+      }
+      n.hold_until = step_ + kFounderHoldSteps;
+    }
+    if (d.verdict != cluster::StartVerdict::kVote) n.heard_file = true;  // an empty record, written
+    n.gate_open = true;
+    trace("n%llu let in: %s", ull(n.id), d.reason.c_str());
+  }
+
+  // Exit 2 with the gate's line. A refusal on the members' word (the disk
+  // empty) of a founder that never took part locks an honest member out
+  // (rule 3), unless a member's lost HEARD was replaced by "heard from
+  // every --peer member" (the conservative answer).
+  void refuse(Node& n, const std::string& why, bool from_disk) {
+    trace("n%llu refused: %s", ull(n.id), why.c_str());
+    if (!from_disk && !n.took_part && !n.flags_stale && !heard_assumed_.contains(n.id) &&
+        n.id <= static_cast<NodeId>(opts_.nodes)) {
+      fail("an honest member is never locked out (rule 3)",
+           "n" + std::to_string(n.id) + " never took part and was refused: " + why);
+    }
+    n.up = false;
+    n.pending.reset();
+    n.awaiting_sync = false;
+    n.raft.reset();
+    n.sm.reset();
+    if (n.flags_stale) {
+      // The operator reads the line and fixes the unit file.
+      n.flags_stale = false;
+      n.flag_peers = voters_;
+      n.restart_step = step_ + lrng_.range(5, 50);
+      trace("n%llu: its --peer flags are fixed", ull(n.id));
+    } else {
+      n.gone = true;
+    }
+  }
+
+  // One handshake between waiting node `w` and a peer that lists it, or
+  // that it lists (PeerTransport dials --peer and the configuration's
+  // members; an authenticated stranger's hello reaches a waiting node).
+  void handshake(Node& w) {
+    if (w.bad_secret) return;  // every hello refused, both ways
+    std::vector<Node*> peers;
+    for (Node& x : nodes_) {
+      if (&x == &w || !x.up || x.bad_secret || blocked_[x.id][w.id] || blocked_[w.id][x.id]) continue;
+      const bool lists = std::binary_search(w.flag_peers.begin(), w.flag_peers.end(), x.id) ||
+                         std::binary_search(x.flag_peers.begin(), x.flag_peers.end(), w.id) ||
+                         raft::find_member(x.raft->conf(), w.id) != nullptr;
+      if (lists) peers.push_back(&x);
+    }
+    if (peers.empty()) return;
+    Node& x = *peers[lrng_.below(peers.size())];
+    w.answers[x.id] = answer_of(x, w.id);
+    // What `x` makes of w's hello: w says its data dir is empty (case 6),
+    // and a waiting x records w's answer too.
+    if (x.gate_open && x.raft->role() == Role::kLeader) x.raft->forget_progress(w.id);
+    if (!x.gate_open) {
+      x.answers[w.id] = answer_of(w, x.id);
+      run_gate(x);
+    }
+    if (w.up) run_gate(w);
+  }
+
+  // Tags 11-13 of a handshake from `x` to `about` (ClusterNode::status_of,
+  // heard_of, conf_voters) and its cluster id.
+  cluster::PeerAnswer answer_of(const Node& x, NodeId about) const {
+    cluster::PeerAnswer a;
+    a.cluster_id = x.identity_cluster;
+    a.status = cluster::member_status(x.raft->conf(), x.raft->conf(), about);
+    a.heard = x.heard.contains(about) ? cluster::HeardReceiver::kHeard : cluster::HeardReceiver::kNever;
+    a.voters = raft::voter_ids(x.raft->conf());
+    return a;
+  }
+
+  // ClusterNode::run_gate: a waiting node's disk is empty or a staged restore.
+  void run_gate(Node& n) {
+    if (!n.up || n.gate_open) return;
+    cluster::DataDirState d;
+    d.staged_restore = true;
+    const cluster::StartDecision dec = cluster::decide_start(d, {n.id, n.flag_peers, gate_mutations()}, n.answers);
+    switch (dec.verdict) {
+      case cluster::StartVerdict::kRefuse: refuse(n, dec.reason, false); return;
+      case cluster::StartVerdict::kJoinVoter:
+      case cluster::StartVerdict::kJoinLearner: open_gate(n, dec); return;
+      case cluster::StartVerdict::kVote:
+      case cluster::StartVerdict::kWait: return;
+    }
+  }
+
+  // A message reaches `to`'s core only through an open gate, from a peer
+  // whose secret is right; the sender is recorded in HEARD (durably, before
+  // it counts) and, in the simulator's ground truth, took part. Not for a
+  // PreVote or its answer: they are sent with nothing durable behind them
+  // (a founder that answered one and crashed before its first write never
+  // voted or acknowledged anything, and must still join: rule 3).
+  bool lifecycle_admits(NodeId from, Node& to, raft::MessageType type) {
+    Node& s = nodes_[from - 1];
+    if (s.bad_secret || to.bad_secret || !to.gate_open) return false;
+    const bool prevote = type == raft::MessageType::kPreVote || type == raft::MessageType::kPreVoteResp;
+    if (prevote && opts_.bug != PlantedBug::kHeardCountsPreVotes) return true;
+    if (prevote) {
+      // The planted bug records it, as any message; the ground truth does not.
+      if (to.heard.insert(from).second) to.heard_disk.insert(from);
+      return true;
+    }
+    if (!to.heard.contains(from)) {
+      to.heard.insert(from);
+      if (opts_.bug != PlantedBug::kHeardNotDurable) to.heard_disk.insert(from);
+    }
+    s.took_part = true;
+    return true;
+  }
+
+  // A majority of the founders kept their data and were not refused.
+  bool quorum_left() const {
+    std::size_t ok = 0;
+    for (const Node& n : nodes_) ok += counts_for_liveness(n) ? 1 : 0;
+    return ok * 2 > static_cast<std::size_t>(opts_.nodes);
+  }
+
+  // A founder let in holds its campaigns a while; a waiting node does not tick.
+  bool ticks_now(Node& n) {
+    if (!n.gate_open) return false;
+    if (n.hold_until != 0) {
+      if (step_ < n.hold_until && n.raft->leader() == raft::kNoNode) return false;
+      n.hold_until = 0;
+    }
+    return true;
+  }
+
+  // A lifecycle fault: the machine stops and comes back with part of its
+  // data dir gone (or re-seeded from a backup by its unit's stale flag).
+  void lose(Node& n, int loss) {
+    // Before the group's first commit the operator's init retries are the
+    // story (cluster_init); losses come after.
+    if (n.gone || !n.joined || history_.empty()) return;
+    if (n.up) crash(n, "disk loss");
+    trace("n%llu loses its %s%s", ull(n.id), loss_name(loss), n.took_part ? " (it took part)" : "");
+    auto wipe = [&](bool keep_identity) {
+      n.disk = raft::MemoryStorage{};
+      n.durable_term = 0;
+      if (!keep_identity) {
+        n.identity = false;
+        n.identity_cluster = 0;
+        n.identity_members.clear();
+      }
+      n.heard_file = false;
+      n.heard_disk.clear();
+      n.restored = false;
+    };
+    switch (loss) {
+      case kLossWhole: wipe(false); break;
+      case kLossAllButIdentity: wipe(true); break;
+      case kLossReseed:
+        wipe(false);
+        if (!backups_.empty()) n.restore_from = backups_[lrng_.below(backups_.size())];
+        break;
+      case kLossLog: {
+        const raft::Snapshot snap = n.disk.snapshot();
+        n.disk = raft::MemoryStorage{};
+        n.durable_term = 0;
+        if (snap.meta.index != 0) n.disk.save_snapshot(snap);
+        break;
+      }
+      case kLossSnapshot:
+        if (n.disk.snapshot().meta.index == 0) return;  // there was none: nothing lost
+        n.storage_broken = true;
+        break;
+      case kLossHeard:
+        n.heard_file = false;
+        n.heard_disk.clear();
+        return;  // its votes and log are intact
+    }
+    n.lost_data = n.lost_data || n.took_part;
+    n.disk_lost = true;
+    // The machine went down with its disk: its connections die with it,
+    // and nothing the old incarnation sent arrives after (an acknowledgement
+    // it no longer backs would reach a leader as the new one's word).
+    // Plain crashes keep theirs: the disk still backs what they said.
+    auto from_it = [&](const InFlight& f) { return f.from == n.id; };
+    std::erase_if(network_, from_it);
+    std::erase_if(capsules_, from_it);
+  }
+
+  // Restarted with another --peer list: its own id only (the "start one,
+  // grow" unit), one id more, or another group's of the same size.
+  void stale_flags(Node& n) {
+    // A running member with a log (stale flags before its first durable
+    // write would be an operator's wrong init, not the gate's business).
+    if (n.gone || !n.joined || !n.up || !n.gate_open || n.flags_stale || n.disk.hard_state().term == 0) return;
+    std::vector<NodeId> peers;
+    switch (lrng_.below(3)) {
+      case 0: peers = {n.id}; break;
+      case 1:
+        peers = voters_;
+        peers.push_back(static_cast<NodeId>(nodes_.size() + 1));
+        break;
+      default:
+        // Same size, one other id replaced by one this group does not have.
+        peers = voters_;
+        for (NodeId& id : peers) {
+          if (id != n.id) {
+            id = static_cast<NodeId>(nodes_.size() + 1 + id);
+            break;
+          }
+        }
+        std::sort(peers.begin(), peers.end());
+        if (peers == voters_) return;  // a one-node group has no other id
+    }
+    n.flag_peers = peers;
+    n.flags_stale = true;
+    crash(n, ("restarted with --peer " + ids_text(peers)).c_str());
+  }
+
+  // Faults stop: secrets and flags fixed, late founders started. A founder
+  // with nothing durable waits for every voter's word (rule 3): with one
+  // gone for good it waits for ever (the operator removes the gone one
+  // first), so liveness is not asked of it.
+  void lifecycle_calm() {
+    bool one_gone = false;
+    for (const Node& n : nodes_) {
+      one_gone = one_gone || (n.id <= static_cast<NodeId>(opts_.nodes) && (n.gone || n.lost_data || n.storage_broken));
+    }
+    for (Node& n : nodes_) {
+      const bool durable = n.disk.hard_state().term != 0 || !n.disk.entries().empty() || n.disk.snapshot().meta.index != 0;
+      n.cannot_join = one_gone && !durable && !n.gate_open;
+    }
+    for (Node& n : nodes_) {
+      if (n.bad_secret) {
+        n.bad_secret = false;
+        if (n.up) crash(n, "restarted with the right peer secret");
+      }
+      if (n.flags_stale) {
+        n.flags_stale = false;
+        n.flag_peers = voters_;  // read at the next start
+      }
+      if (!n.joined && n.id <= static_cast<NodeId>(opts_.nodes)) {
+        n.joined = true;
+        start_node(n);
+      }
+    }
+    std::erase_if(life_events_, [](const LifeEvent& e) { return e.kind != LifeEvent::kStart; });
+  }
+
   // --- invariants ---
 
   void record_applied(Node& n, const Entry& e, const std::string& outcome) {
@@ -1571,6 +2166,11 @@ class Simulation {
     for (Node& n : nodes_) {
       if (!n.up || !result_.passed) continue;
       Raft& r = *n.raft;
+      if (opts_.lifecycle && !formed_ && r.role() != Role::kFollower) {
+        fail("a group forms only by cluster init", "n" + std::to_string(n.id) + " is a " +
+                                                       std::string(raft::to_string(r.role())) + " before init");
+        return;
+      }
       // Election Safety: at most one leader per term.
       if (r.role() == Role::kLeader) {
         auto [it, fresh] = leaders_.try_emplace(r.term(), n.id);
@@ -1630,6 +2230,10 @@ class Simulation {
       for (const raft::PeerProgress& p : l.raft->progress()) {
         const Node& f = nodes_[p.id - 1];
         if (p.id == l.id || !f.up) continue;
+        // --lifecycle: a disk loss makes a leader's belief about that
+        // follower untrue; what keeps it harmless is that the node never
+        // votes or acknowledges again under its id (the rule-2 checks).
+        if (opts_.lifecycle && (f.lost_data || !f.gate_open)) continue;
         bool ahead = f.raft->term() > l.raft->term();
         Index claim = ahead ? std::min(p.match, committed) : p.match;
         bool ok = claim <= f.raft->last_index();
@@ -1773,6 +2377,10 @@ class Simulation {
     o << " (marker " << marker_index_ << "@" << marker_term_ << ")";
     for (const Node& n : nodes_) {
       o << "\n    n" << n.id;
+      if (opts_.lifecycle) {
+        o << (n.gone ? " gone" : n.up && !n.gate_open ? " waiting" : "") << (n.lost_data ? " lost-data" : "")
+          << (n.took_part ? "" : " never-took-part");
+      }
       if (!n.up) {
         o << " down";
         continue;
@@ -1860,6 +2468,21 @@ class Simulation {
   Term marker_term_ = 0;
   bool liveness_done_ = false;
   bool converged_ = false;
+  // --lifecycle (plan_lifecycle):
+  struct LifeEvent {
+    enum Kind { kStart, kFixSecret, kLoss, kStaleFlags } kind;
+    std::uint64_t step;
+    NodeId node;
+    int loss = 0;  // kLoss: a Loss
+  };
+  std::vector<LifeEvent> life_events_;
+  Prng lrng_{seed_ ^ 0x6c6966656379636cull};  // lifecycle draws: a stream of their own
+  std::uint64_t init_step_ = 0;
+  NodeId init_node_ = raft::kNoNode;
+  bool formed_ = false;                       // cluster init was called
+  std::vector<raft::Snapshot> backups_;       // backup files to re-seed from
+  std::set<NodeId> heard_assumed_;            // ids a lost HEARD was replaced by "heard" for
+  std::map<std::pair<NodeId, Term>, NodeId> votes_;  // (id, term) -> the vote it persisted
   std::vector<std::pair<Index, Term>> accepted_;  // every proposal a leader accepted  // all replicas applied the same prefix and hold equal tables
   SeedResult result_;
 };
@@ -1875,7 +2498,11 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kAcceptStaleAppendResponses,
                        PlantedBug::kAssumeFollowersCommitted, PlantedBug::kConfOnCommit,
                        PlantedBug::kQuorumFromOldConfig, PlantedBug::kLearnerCountsAsVoter,
-                       PlantedBug::kRemovedLeaderKeepsLeading, PlantedBug::kConcurrentChanges}) {
+                       PlantedBug::kRemovedLeaderKeepsLeading, PlantedBug::kConcurrentChanges,
+                       PlantedBug::kGateAdmitCalledVoter, PlantedBug::kGateIdentityIsData,
+                       PlantedBug::kGateLearnersConfirm, PlantedBug::kGateSkipConfirmations,
+                       PlantedBug::kGatePeerCountOnly, PlantedBug::kGateRestoreVotes,
+                       PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -1905,6 +2532,14 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kLearnerCountsAsVoter: return "learner-counts-as-voter";
     case PlantedBug::kRemovedLeaderKeepsLeading: return "removed-leader-keeps-leading";
     case PlantedBug::kConcurrentChanges: return "concurrent-changes";
+    case PlantedBug::kGateAdmitCalledVoter: return "gate-admit-called-voter";
+    case PlantedBug::kGateIdentityIsData: return "gate-identity-is-data";
+    case PlantedBug::kGateLearnersConfirm: return "gate-learners-confirm";
+    case PlantedBug::kGateSkipConfirmations: return "gate-skip-confirmations";
+    case PlantedBug::kGatePeerCountOnly: return "gate-peer-count-only";
+    case PlantedBug::kGateRestoreVotes: return "gate-restore-votes";
+    case PlantedBug::kHeardNotDurable: return "heard-not-durable";
+    case PlantedBug::kHeardCountsPreVotes: return "heard-counts-prevotes";
   }
   return "?";
 }
@@ -1921,6 +2556,7 @@ std::string replay_command(const SimOptions& opts, std::uint64_t seed) {
   if (opts.membership) s << " --membership";
   if (opts.exclusive_only) s << " --exclusive-only";
   if (opts.compact_keep) s << " --compact-keep";
+  if (opts.lifecycle) s << " --lifecycle";
   return s.str();
 }
 

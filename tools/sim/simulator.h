@@ -54,6 +54,18 @@ enum class PlantedBug {
   kLearnerCountsAsVoter,      // learners count toward commit, election and CheckQuorum
   kRemovedLeaderKeepsLeading, // a leader whose removal committed keeps leading
   kConcurrentChanges,         // changes proposed before the previous one (and the term's first entry) commit
+  // A node's lifecycle (issue 37; run with --lifecycle): one rule of the
+  // real start gate broken (cluster::GateMutations), or the HEARD record
+  // of the simulated node not made durable before a message counts.
+  kGateAdmitCalledVoter,      // an empty node a member calls a voter joins at once
+  kGateIdentityIsData,        // IDENTITY with a cluster id, the log gone: votes
+  kGateLearnersConfirm,       // any answering node (not only voters) confirms "never heard"
+  kGateSkipConfirmations,     // a founder joins without every voter's confirmation
+  kGatePeerCountOnly,         // --peer checked against IDENTITY by size only
+  kGateRestoreVotes,          // a member re-seeded from a backup (staged restore) votes
+  kHeardNotDurable,           // HEARD is written lazily: a crash forgets ids already counted
+  kHeardCountsPreVotes,       // HEARD records PreVote messages too (lockd before 2026-12-06): a
+                              // founder that answered one and crashed before its first write is locked out
 };
 
 // Parses a --bug name; false when unknown.
@@ -78,6 +90,15 @@ struct SimOptions {
   // (Raft::compact's keep_entries), so that followers a little behind are
   // caught up from the log rather than sent the snapshot.
   bool compact_keep = false;
+  // A node's lifecycle (protocol.md §10 rules 1-4, docs/raft.md): every
+  // node has a data dir (IDENTITY, HEARD, RESTORED beside the log and
+  // snapshot) and flags, starts through the real start gate
+  // (cluster::decide_start) with handshake answers from the simulated
+  // peers, and the group forms only by a cluster-init event; lifecycle
+  // faults: disk loss (whole, log, snapshot, all but IDENTITY, HEARD),
+  // re-seeding from a backup, stale flags, late start, a wrong then right
+  // peer secret.
+  bool lifecycle = false;
 };
 
 // What one seed did.

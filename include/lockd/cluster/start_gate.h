@@ -32,9 +32,22 @@ struct DataDirState {
   bool staged_restore = false;
 };
 
+// Test-only: each switch breaks one rule of the gate on purpose, so that
+// the simulator's lifecycle runs (tools/sim --lifecycle, docs/raft.md) can
+// prove they catch it. The daemon never sets them (all false).
+struct GateMutations {
+  bool admit_called_voter = false;  // an empty node a member calls a voter joins at once (no heard checks)
+  bool identity_is_data = false;    // IDENTITY with a cluster id and no log counts as data: votes
+  bool learners_confirm = false;    // any answering node (learners, waiting nodes) confirms rule 3
+  bool skip_confirmations = false;  // rule 3 joins without waiting for every voter's "never heard"
+  bool peer_count_only = false;     // --peer vs IDENTITY compares the number of members only
+  bool restore_votes = false;       // a staged restore (re-seeded from a backup) votes
+};
+
 struct GateFlags {
   raft::NodeId self = raft::kNoNode;
   std::vector<raft::NodeId> peers;  // the --peer ids, self included, sorted
+  GateMutations mutations = {};     // test-only (above)
 };
 
 // What one peer said of us in its latest handshake.
