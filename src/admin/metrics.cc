@@ -280,6 +280,9 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
            [](const PeerLinkMetrics& p) { return p.messages_dropped; });
   per_peer("lockd_peer_reconnects_total", "Dial attempts to the peer after the first.",
            [](const PeerLinkMetrics& p) { return p.reconnects; });
+  per_peer("lockd_peer_resolve_failures_total",
+           "Lookups of the peer's raft host name that failed (retried with back-off).",
+           [](const PeerLinkMetrics& p) { return p.resolve_failures; });
   w.family("lockd_peer_refused_total", "counter",
            "Peer handshakes refused, ours by a peer or a peer's by us, by reason "
            "(wrong_cluster: a node of another or a re-created cluster).");

@@ -308,6 +308,7 @@ bool Daemon::start_cluster(std::string& error) {
         pm.messages_received = p.messages_received;
         pm.messages_dropped = p.messages_dropped;
         pm.reconnects = p.reconnects;
+        pm.resolve_failures = p.resolve_failures;
         if (p.last_contact_ns != 0) {
           pm.last_contact_seconds = static_cast<double>(now - p.last_contact_ns) / 1e9;
         }

@@ -109,6 +109,7 @@ struct PeerLinkMetrics {
   std::uint64_t messages_received = 0;
   std::uint64_t messages_dropped = 0;  // link down, queue full, unsent at close
   std::uint64_t reconnects = 0;
+  std::uint64_t resolve_failures = 0;  // lookups of its raft host name that failed
   std::optional<double> last_contact_seconds;  // since its last byte; none: never
 };
 

@@ -46,6 +46,7 @@
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
 #include "lockd/net/listener.h"
+#include "lockd/net/resolver.h"
 #include "lockd/raft/message.h"
 #include "lockd/tls/tls_context.h"
 
@@ -102,6 +103,7 @@ struct PeerStats {
   std::uint64_t decode_errors = 0;     // its connections closed for bad input
   std::uint64_t handshake_rejected = 0;  // handshakes with or from it refused
   std::uint64_t reconnects = 0;        // dial attempts after the first
+  std::uint64_t resolve_failures = 0;  // lookups of its raft host name that failed
   std::uint64_t writes = 0;            // send() syscalls on its link
   std::uint64_t write_stalls = 0;      // links closed by write_stall_timeout_ns
   std::size_t queued_bytes = 0;        // unsent bytes now
@@ -261,6 +263,10 @@ class PeerTransport {
   void on_stranger_hello(Socket& s);
   std::optional<PeerInputAuth> auth(const Nonce& own_nonce) const;
   bool from_member_host(const std::string& ip);
+  // p.addr from the resolver's answer for its raft host when kReady.
+  // Never blocks.
+  net::Resolver::State resolve_member(Peer& p);
+  void on_resolved(const std::string& host);
   // TLS: plaintext read from `s` (through its session when it has one);
   // false when the connection must close (`why` set for a TLS failure).
   bool read_plain(Socket& s, std::string_view cipher, std::string& plain, std::string& why);
@@ -289,6 +295,7 @@ class PeerTransport {
   HandshakeFn on_stranger_;
   PeerTransportLimits limits_;
   RandomFn random_;
+  std::unique_ptr<net::Resolver> resolver_;  // member names, off the loop
   net::Endpoint self_raft_;
   sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
   socklen_t src_len_ = 0;   // 0: not resolved yet
