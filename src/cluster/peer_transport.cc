@@ -66,6 +66,7 @@ std::string_view to_string(TransportRefusal r) {
     case TransportRefusal::kMemberLinksFull: return "member_links_full";
     case TransportRefusal::kTls: return "tls";
     case TransportRefusal::kCertName: return "cert_name";
+    case TransportRefusal::kTlsHandshakes: return "max_tls_handshakes";
   }
   return "unknown";
 }
@@ -819,6 +820,21 @@ void PeerTransport::on_accept(int fd) {
            std::string("too many connections still handshaking (") + std::to_string(cap) + " from " +
                (member_pool ? "members' hosts" : "non-member hosts") + ")");
     return;
+  }
+  if (security_.tls_server != nullptr) {
+    // §11a: TLS handshakes in progress per port are capped, on the raft
+    // port too (the pools above bound them as well, but by their own sizes).
+    std::size_t handshaking = 0;
+    for (const auto& s : inbound_) {
+      if (s->tls != nullptr && !s->tls->handshake_done() && s->fd >= 0) handshaking += 1;
+    }
+    if (handshaking >= security_.max_tls_handshakes) {
+      stats_.inbound_refused += 1;
+      ::close(fd);
+      refuse(TransportRefusal::kTlsHandshakes, remote, nullptr,
+             std::to_string(handshaking) + " TLS handshakes in progress (--max-tls-handshakes)");
+      return;
+    }
   }
   set_nodelay(fd);
   // A member whose host vanished leaves a half-open connection behind;

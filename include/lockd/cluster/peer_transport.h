@@ -118,8 +118,9 @@ enum class TransportRefusal : std::uint8_t {
   kMemberLinksFull,    // the member already had max_links_per_member connections (no auth)
   kTls,                // --peer-tls: the TLS handshake failed (no or a bad certificate, plaintext)
   kCertName,           // --peer-tls: the certificate does not name the member the hello claims
+  kTlsHandshakes,      // --peer-tls: PeerSecurity::max_tls_handshakes accepted handshakes in progress
 };
-constexpr std::size_t kTransportRefusalCount = 5;
+constexpr std::size_t kTransportRefusalCount = 6;
 std::string_view to_string(TransportRefusal r);
 
 // Transport-wide counters, including input that names no known peer.
@@ -151,6 +152,9 @@ struct PeerSecurity {
   // the members' own.
   const tls::TlsContext* tls_server = nullptr;
   const tls::TlsContext* tls_client = nullptr;
+  // --max-tls-handshakes: accepted TLS handshakes in progress at once; one
+  // more connection is closed at once (refused: max_tls_handshakes).
+  std::size_t max_tls_handshakes = 64;
 };
 
 // The name a member's certificate carries (interfaces.md "Security files").
