@@ -394,6 +394,8 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Storage opens that failed for want of descriptors (EMFILE/ENFILE) and were retried, by what.");
   w.sample("lockd_fd_exhausted_total", {{"what", "wal"}},
            storage::fd_exhausted_wal.load(std::memory_order_relaxed));
+  w.sample("lockd_fd_exhausted_total", {{"what", "snapshot"}},
+           storage::fd_exhausted_snapshot.load(std::memory_order_relaxed));
 
   w.single("lockd_grants_total", "counter",
            "Fencing tokens handed out (every grant).",
