@@ -459,7 +459,7 @@ void AdminServer::handle(evhttp_request* req) {
         }
         limit = std::min(*n, kMaxTopLimit);
       }
-      start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now));
+      start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now, view));
       return;
     }
     case Route::kSnapshot: {

@@ -277,8 +277,10 @@ class ListScan final : public KeyScan {
 class TopScan final : public KeyScan {
  public:
   // `started_ns`: the monotonic time of the request, for the status part.
+  // `view` (§11a, as /v1/locks): keys it hides are in no list (the status
+  // part's totals still count them); empty: every key.
   TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
-          TimeNs started_ns);
+          TimeNs started_ns, KeyViewFn view = {});
   void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override;
   nlohmann::ordered_json finish(TimeNs now_ns) override;
@@ -291,6 +293,7 @@ class TopScan final : public KeyScan {
   const NodeInfo& node_;  // owned by the AdminServer, which outlives its scans
   std::size_t limit_;
   TimeNs started_ns_;
+  KeyViewFn view_;
   std::vector<Ranked> queues_;  // rank: -waiters
   std::vector<Ranked> oldest_;  // rank: granted_at_ns
   std::size_t holders_ = 0;
