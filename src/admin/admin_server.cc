@@ -117,12 +117,15 @@ bufferevent* AdminServer::make_bufferevent(event_base* base, void* arg) {
   LOCKD_CHECK(bev != nullptr);
   bufferevent_incref(bev);
   Conn c{bev, net::monotonic_now_ns(), false, false};
-  if (self->open_connections() >= self->max_connections_) {
+  const bool over_connections = self->open_connections() >= self->max_connections_;
+  const bool over_handshakes =
+      !over_connections && self->tls_ != nullptr && self->tls_handshakes() >= self->max_tls_handshakes_;
+  if (over_connections || over_handshakes) {
     // evhttp gives the fd to the bufferevent after this returns: the next
     // sweep (armed for this loop turn) shuts it down, evhttp reads EOF and
     // frees the connection. Nothing it sent is read as a request.
     c.closing = true;
-    self->stats_.refused_max_connections += 1;
+    (over_connections ? self->stats_.refused_max_connections : self->stats_.refused_tls_handshakes) += 1;
     self->sweep_timer_.arm_after(0);
   } else {
     self->stats_.accepted += 1;
@@ -130,6 +133,16 @@ bufferevent* AdminServer::make_bufferevent(event_base* base, void* arg) {
   }
   self->conns_.push_back(c);
   return bev;
+}
+
+std::size_t AdminServer::tls_handshakes() const {
+  std::size_t n = 0;
+  for (const Conn& c : conns_) {
+    if (c.closing) continue;
+    SSL* ssl = bufferevent_openssl_get_ssl(c.bev);
+    if (ssl != nullptr && SSL_is_init_finished(ssl) == 0) n += 1;
+  }
+  return n;
 }
 
 std::size_t AdminServer::open_connections() const {
@@ -184,12 +197,14 @@ void AdminServer::append_admin_metrics(std::string& out) const {
   w.family("lockd_admin_refused_total", "counter",
            "Admin connections closed and requests answered 403 before they were read, by "
            "reason: max_connections (over --admin-max-connections), first_request_timeout (no "
-           "request within 10 s), host, origin, content_type (a changing request or the "
+           "request within 10 s), max_tls_handshakes (over --max-tls-handshakes with --admin-tls), host, origin, content_type (a changing request or the "
            "snapshot that a web page could have sent).");
   w.sample("lockd_admin_refused_total", {{"reason", "max_connections"}},
            stats_.refused_max_connections);
   w.sample("lockd_admin_refused_total", {{"reason", "first_request_timeout"}},
            stats_.refused_first_request);
+  w.sample("lockd_admin_refused_total", {{"reason", "max_tls_handshakes"}},
+           stats_.refused_tls_handshakes);
   w.sample("lockd_admin_refused_total", {{"reason", "host"}}, stats_.refused_host);
   w.sample("lockd_admin_refused_total", {{"reason", "origin"}}, stats_.refused_origin);
   w.sample("lockd_admin_refused_total", {{"reason", "content_type"}},
@@ -444,7 +459,7 @@ void AdminServer::handle(evhttp_request* req) {
         }
         limit = std::min(*n, kMaxTopLimit);
       }
-      start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now));
+      start_scan(req, std::make_unique<TopScan>(server_, node_, limit, now, view));
       return;
     }
     case Route::kSnapshot: {

@@ -280,6 +280,9 @@ void render_cluster_metrics(MetricsWriter& w, const NodeInfo& node, TimeNs now_n
            [](const PeerLinkMetrics& p) { return p.messages_dropped; });
   per_peer("lockd_peer_reconnects_total", "Dial attempts to the peer after the first.",
            [](const PeerLinkMetrics& p) { return p.reconnects; });
+  per_peer("lockd_peer_resolve_failures_total",
+           "Lookups of the peer's raft host name that failed (retried with back-off).",
+           [](const PeerLinkMetrics& p) { return p.resolve_failures; });
   w.family("lockd_peer_refused_total", "counter",
            "Peer handshakes refused, ours by a peer or a peer's by us, by reason "
            "(wrong_cluster: a node of another or a re-created cluster).");
@@ -391,6 +394,8 @@ std::string render_metrics(const server::LockServer& server, const NodeInfo& nod
            "Storage opens that failed for want of descriptors (EMFILE/ENFILE) and were retried, by what.");
   w.sample("lockd_fd_exhausted_total", {{"what", "wal"}},
            storage::fd_exhausted_wal.load(std::memory_order_relaxed));
+  w.sample("lockd_fd_exhausted_total", {{"what", "snapshot"}},
+           storage::fd_exhausted_snapshot.load(std::memory_order_relaxed));
 
   w.single("lockd_grants_total", "counter",
            "Fencing tokens handed out (every grant).",

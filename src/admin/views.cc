@@ -296,8 +296,8 @@ std::optional<json> lock_json(const locks::LockTable& table, std::string_view ke
 }
 
 TopScan::TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
-                 TimeNs started_ns)
-    : server_(server), node_(node), limit_(limit), started_ns_(started_ns) {}
+                 TimeNs started_ns, KeyViewFn view)
+    : server_(server), node_(node), limit_(limit), started_ns_(started_ns), view_(std::move(view)) {}
 
 void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
   if (heap.size() >= limit_ && !(r < heap.front())) return;  // reject before copying more
@@ -305,13 +305,14 @@ void TopScan::keep(std::vector<Ranked>& heap, Ranked r) {
 }
 
 void TopScan::offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) {
-  if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), std::string(key)});
   bool live = false;
   s.for_each_holder([&](const locks::Holder& h) {
     if (h.expires_at_ns <= now_ns) return;
     ++holders_;
     live = true;
   });
+  if (view_ && view_(key) == KeyView::kHidden) return;  // counted above, never named
+  if (s.waiter_count() > 0) keep(queues_, {-static_cast<std::int64_t>(s.waiter_count()), std::string(key)});
   if (live) keep(oldest_, {granted_at_ns(s.oldest()), std::string(key)});
 }
 
@@ -346,7 +347,11 @@ json TopScan::finish(TimeNs now_ns) {
   std::unordered_map<std::string_view, std::uint64_t> counts;
   counts.reserve(recent.size());
   for (std::size_t i = 0; i < recent.size(); ++i) ++counts[recent.at(i)];
-  std::vector<std::pair<std::string_view, std::uint64_t>> by_count(counts.begin(), counts.end());
+  std::vector<std::pair<std::string_view, std::uint64_t>> by_count;
+  by_count.reserve(counts.size());
+  for (const auto& kc : counts) {
+    if (!view_ || view_(kc.first) != KeyView::kHidden) by_count.push_back(kc);
+  }
   const std::size_t n = std::min(limit_, by_count.size());
   std::partial_sort(by_count.begin(), by_count.begin() + static_cast<std::ptrdiff_t>(n),
                     by_count.end(), [](const auto& a, const auto& b) {

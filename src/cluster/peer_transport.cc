@@ -66,6 +66,7 @@ std::string_view to_string(TransportRefusal r) {
     case TransportRefusal::kMemberLinksFull: return "member_links_full";
     case TransportRefusal::kTls: return "tls";
     case TransportRefusal::kCertName: return "cert_name";
+    case TransportRefusal::kTlsHandshakes: return "max_tls_handshakes";
   }
   return "unknown";
 }
@@ -138,8 +139,9 @@ struct PeerTransport::Peer {
   PeerTransport* owner = nullptr;
   Member member;
   PeerStats stats;
-  sockaddr_storage addr{};
+  sockaddr_storage addr{};  // its raft address as last resolved (net::Resolver)
   socklen_t addr_len = 0;  // 0: not resolved yet
+  bool awaiting_name = false;  // dial() waits for a name lookup (on_resolved)
 
   std::unique_ptr<Socket> link;  // the connection we dialed; null while down
   bool tcp_connected = false;    // connect() completed: writes may go out
@@ -167,6 +169,8 @@ PeerTransport::PeerTransport(event_base* base, raft::NodeId self, std::vector<Me
       on_message_(std::move(on_message)),
       limits_(limits),
       random_(std::move(random)),
+      resolver_(std::make_unique<net::Resolver>(
+          base, [this](const std::string& host) { on_resolved(host); })),
       read_buf_(limits.read_chunk_bytes) {
   LOCKD_CHECK(self_ != raft::kNoNode);
   LOCKD_CHECK(limits_.max_queued_bytes_per_peer > 0 && limits_.read_chunk_bytes > 0);
@@ -361,16 +365,61 @@ net::Endpoint PeerTransport::bound() const {
 
 // --- the links we dial (send side) --------------------------------------------
 
+namespace {
+void set_port(sockaddr_storage& ss, std::uint16_t port) {
+  if (ss.ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(port);
+  } else if (ss.ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(port);
+  }
+}
+}  // namespace
+
+net::Resolver::State PeerTransport::resolve_member(Peer& p) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  const net::Resolver::State st = resolver_->lookup(p.member.raft.host, ss, len);
+  if (st == net::Resolver::State::kReady) {
+    set_port(ss, p.member.raft.port);
+    p.addr = ss;
+    p.addr_len = len;
+  }
+  return st;
+}
+
+void PeerTransport::on_resolved(const std::string& host) {
+  (void)host;  // a name may be shared (ours and a peer's): recheck every waiter
+  for (auto& p : peers_) {
+    if (!p->awaiting_name) continue;
+    p->awaiting_name = false;
+    dial(*p);
+  }
+}
+
 void PeerTransport::dial(Peer& p) {
+  using State = net::Resolver::State;
   p.dialed_once = true;
-  p.stats.link = LinkState::kConnecting;
-  std::string error;
-  if (p.addr_len == 0 && !net::resolve(p.member.raft, p.addr, p.addr_len, error)) {
-    p.addr_len = 0;
-    spdlog::debug("peer transport: node {}: {}", p.member.id, error);
+  p.awaiting_name = false;
+  // Names resolve off the loop (§11a): while a name has no answer yet the
+  // dial waits for on_resolved(); a peer name that failed is redialed with
+  // the usual back-off (the resolver asks again after its own).
+  const bool self_named = !is_wildcard(self_raft_.host);
+  State self_state = State::kFailed;
+  if (self_named) self_state = resolver_->lookup(self_raft_.host, src_, src_len_);
+  if (self_state != State::kReady) src_len_ = 0;  // failed: dial from any address
+  const State peer_state = resolve_member(p);
+  if (self_state == State::kWaiting || peer_state == State::kWaiting) {
+    // Down, not connecting: messages for it are dropped (Raft retries)
+    // rather than queued ahead of a hello not written yet.
+    p.stats.link = LinkState::kDown;
+    p.awaiting_name = true;
+    return;
+  }
+  if (peer_state == State::kFailed) {
     close_link(p);
     return;
   }
+  p.stats.link = LinkState::kConnecting;
   const int fd = ::socket(p.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     spdlog::warn("peer transport: socket for node {}: {}", p.member.id, std::strerror(errno));
@@ -381,9 +430,6 @@ void PeerTransport::dial(Peer& p) {
   // Leave from our own raft host, so a link between two nodes is the pair
   // of their raft addresses (a chaos harness cuts links by address).
   if (!is_wildcard(self_raft_.host)) {
-    if (src_len_ == 0 && !net::resolve(net::Endpoint{self_raft_.host, 0}, src_, src_len_, error)) {
-      src_len_ = 0;
-    }
     if (src_len_ != 0 && src_.ss_family == p.addr.ss_family) {
 #ifdef IP_BIND_ADDRESS_NO_PORT
       // Pick the port at connect() time, per destination, not at bind().
@@ -750,11 +796,9 @@ std::optional<PeerInputAuth> PeerTransport::auth(const Nonce& own_nonce) const {
 bool PeerTransport::from_member_host(const std::string& ip) {
   if (ip.empty()) return false;
   for (auto& p : peers_) {
-    if (p->addr_len == 0) {
-      std::string error;
-      if (!net::resolve(p->member.raft, p->addr, p->addr_len, error)) p->addr_len = 0;
-    }
-    if (p->addr_len == 0) continue;
+    // Cached answers only (a lookup starts, never waits): a member whose
+    // name has no answer yet is a stranger until it has one.
+    if (resolve_member(*p) != net::Resolver::State::kReady) continue;
     const std::string host = net::endpoint_of(p->addr).host;
     if (!host.empty() && ip == host) return true;
   }
@@ -777,6 +821,21 @@ void PeerTransport::on_accept(int fd) {
            std::string("too many connections still handshaking (") + std::to_string(cap) + " from " +
                (member_pool ? "members' hosts" : "non-member hosts") + ")");
     return;
+  }
+  if (security_.tls_server != nullptr) {
+    // §11a: TLS handshakes in progress per port are capped, on the raft
+    // port too (the pools above bound them as well, but by their own sizes).
+    std::size_t handshaking = 0;
+    for (const auto& s : inbound_) {
+      if (s->tls != nullptr && !s->tls->handshake_done() && s->fd >= 0) handshaking += 1;
+    }
+    if (handshaking >= security_.max_tls_handshakes) {
+      stats_.inbound_refused += 1;
+      ::close(fd);
+      refuse(TransportRefusal::kTlsHandshakes, remote, nullptr,
+             std::to_string(handshaking) + " TLS handshakes in progress (--max-tls-handshakes)");
+      return;
+    }
   }
   set_nodelay(fd);
   // A member whose host vanished leaves a half-open connection behind;
@@ -1164,7 +1223,10 @@ void PeerTransport::warn_rejected(const std::string& address, Peer* p, std::stri
 std::vector<PeerStats> PeerTransport::peer_stats() const {
   std::vector<PeerStats> out;
   out.reserve(peers_.size());
-  for (const auto& p : peers_) out.push_back(p->stats);
+  for (const auto& p : peers_) {
+    out.push_back(p->stats);
+    out.back().resolve_failures = resolver_->failures(p->member.raft.host);
+  }
   return out;
 }
 

@@ -154,6 +154,7 @@ bool Daemon::start(std::string& error) {
     admin_->require_tls(admin_tls_.get());
     admin_->set_authenticator(auth_.get());
     admin_->set_max_connections(config_.admin_max_connections);
+    admin_->set_max_tls_handshakes(config_.server.max_tls_handshakes);
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   spdlog::info("lockd {} listening on {} (mode=single)", version::full(),
@@ -192,6 +193,7 @@ bool Daemon::start_cluster(std::string& error) {
   }
   cc.peer_security.tls_server = peer_tls_server_.get();
   cc.peer_security.tls_client = peer_tls_client_.get();
+  cc.peer_security.max_tls_handshakes = config_.server.max_tls_handshakes;
   cc.token_floor = config_.token_floor;
   cluster_ = std::make_unique<cluster::ClusterNode>(base_, std::move(cc));
   if (!cluster_->open(error)) return false;
@@ -308,6 +310,7 @@ bool Daemon::start_cluster(std::string& error) {
         pm.messages_received = p.messages_received;
         pm.messages_dropped = p.messages_dropped;
         pm.reconnects = p.reconnects;
+        pm.resolve_failures = p.resolve_failures;
         if (p.last_contact_ns != 0) {
           pm.last_contact_seconds = static_cast<double>(now - p.last_contact_ns) / 1e9;
         }
@@ -330,6 +333,7 @@ bool Daemon::start_cluster(std::string& error) {
     admin_->require_tls(admin_tls_.get());
     admin_->set_authenticator(auth_.get());
     admin_->set_max_connections(config_.admin_max_connections);
+    admin_->set_max_tls_handshakes(config_.server.max_tls_handshakes);
     if (!admin_->listen(*config_.admin, error)) return false;
   }
   if (admin_) cluster_->set_admin_addr(admin_->bound().to_string());

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "lockd/raft/codec.h"
+#include "lockd/storage/fd_exhausted.h"
 #include "lockd/storage/wal_format.h"
 
 namespace lockd::storage {
@@ -54,7 +55,9 @@ std::optional<SnapshotFileFrame> read_snapshot_frame(int fd, const raft::Snapsho
 
 std::shared_ptr<const FileSnapshotBytes> FileSnapshotBytes::open(const std::string& path,
                                                                  const raft::SnapshotMeta& meta, OnError on_error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Read to send or compact against, on the loop: retried in place like a
+  // WAL segment when descriptors run short (fd_exhausted.h).
+  const int fd = open_retrying_fds(path.c_str(), O_RDONLY | O_CLOEXEC, 0, fd_exhausted_snapshot);
   if (fd < 0) {
     on_error(path + ": open failed: " + std::strerror(errno));
     std::abort();  // on_error must not return

@@ -143,9 +143,9 @@ StorageStatus FileStorage::fail_io(const std::string& file, std::uint64_t offset
   return fail(StorageError::kIo, file, offset, std::string(op) + " failed: " + std::strerror(err));
 }
 
-StorageStatus FileStorage::sync_dir() {
+StorageStatus FileStorage::sync_dir(std::atomic<std::uint64_t>& exhausted) {
   if (!options_.sync) return StorageStatus::Ok();
-  const int fd = ::open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int fd = open_retrying_fds(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, exhausted);
   if (fd < 0) return fail(StorageError::kIo, "", 0, std::string("open failed: ") + std::strerror(errno));
   const int rc = ::fsync(fd);
   const int err = errno;
@@ -332,7 +332,10 @@ StorageStatus FileStorage::write_snapshot_file(const raft::Snapshot& snap) {
   const std::uint32_t crc = raft::crc32c(snap.data, raft::crc32c(head));
   for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc >> (8 * i)));
 
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A leader's snapshot arrives inside a save(): retried in place like a
+  // WAL segment (fd_exhausted.h), not put off.
+  const int fd = open_retrying_fds(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600,
+                                   fd_exhausted_snapshot);
   if (fd < 0) return fail_io(tmp_name, 0, "open", errno);
   int err = write_all(fd, head);
   if (err == 0) err = write_all(fd, snap.data);
@@ -349,7 +352,7 @@ StorageStatus FileStorage::write_snapshot_file(const raft::Snapshot& snap) {
   ::close(fd);
   const std::string name = snapshot_name(snap.meta.index);
   if (::rename(tmp.c_str(), path(name).c_str()) != 0) return fail_io(name, 0, "rename", errno);
-  return sync_dir();
+  return sync_dir(fd_exhausted_snapshot);
 }
 
 StorageStatus FileStorage::write(const std::optional<raft::HardState>& hard_state,

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include "lockd/common/check.h"
 #include "lockd/common/forked_child.h"
 #include "lockd/raft/codec.h"
+#include "lockd/storage/fd_exhausted.h"
 #include "lockd/storage/file_snapshot_bytes.h"
 #include "lockd/storage/wal_format.h"
 
@@ -35,19 +39,24 @@ bool write_all(int fd, std::string_view b) {
   return true;
 }
 
-// Writes `data` as the snapshot file under a temporary name, syncs it,
-// renames it into place and syncs the directory: every slow, durable
-// step. Returns 0 when done, or the step that failed (errno says why):
-// 3 open, 4 write, 5 sync, 6 rename, 7 directory sync. A child exits with it.
-int write_snapshot_file(const std::string& temp, const std::string& final_path, const std::string& dir,
+// Writes `data` as the snapshot file through `fd` (the temporary name,
+// opened by start()), syncs it, renames it into place and syncs the
+// directory through `dfd` (-1 without sync): every slow, durable step.
+// Closes both. Returns 0 when done, or the step that failed (errno says
+// why): 4 write, 5 sync, 6 rename, 7 directory sync. A child exits with it.
+int write_snapshot_file(int fd, int dfd, const std::string& temp, const std::string& final_path,
                         const raft::SnapshotMeta& meta, const std::string& data, bool sync) {
   std::string head;
   encode_snapshot_header(meta, data.size(), head);
   const std::uint32_t crc = raft::crc32c(data, raft::crc32c(head));
   std::string tail;
   for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc >> (8 * i)));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return 3;
+  struct CloseDir {
+    int fd;
+    ~CloseDir() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_dir{dfd};
   const bool written = write_all(fd, head) && write_all(fd, data) && write_all(fd, tail);
   const bool synced = written && (!sync || ::fdatasync(fd) == 0);
   const int saved = errno;
@@ -56,19 +65,12 @@ int write_snapshot_file(const std::string& temp, const std::string& final_path, 
   if (!written) return 4;
   if (!synced) return 5;
   if (::rename(temp.c_str(), final_path.c_str()) != 0) return 6;
-  if (sync) {
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return 7;
-    const bool dir_synced = ::fsync(dfd) == 0;
-    ::close(dfd);
-    if (!dir_synced) return 7;
-  }
+  if (sync && (dfd < 0 || ::fsync(dfd) != 0)) return 7;
   return 0;
 }
 
 const char* failed_step(int code) {
   switch (code) {
-    case 3: return "creating the temporary file";
     case 4: return "writing";
     case 5: return "fdatasync";
     case 6: return "rename into place";
@@ -96,9 +98,31 @@ SnapshotWriter::~SnapshotWriter() {
 raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce& produce, Where where) {
   LOCKD_CHECK(state_ == State::kIdle);
   LOCKD_CHECK(meta.index > storage_.snapshot().meta.index);
+  if (backing_off()) return raft::StorageStatus::Ok();  // put off: busy() stays false
   meta_ = meta;
   temp_ = storage_.temp_path("snap-child");
   final_ = storage_.snapshot_path(meta.index);
+  const std::string& dir = storage_.options().dir;
+  const bool sync = storage_.options().sync;
+  // Opened here, not in the child: a child's descriptor table is a copy,
+  // so only the parent can wait for descriptors to come back.
+  const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int open_errno = errno;
+  int dfd = -1;
+  if (fd >= 0 && sync) dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir_errno = errno;
+  if (fd < 0 || (sync && dfd < 0)) {
+    const int err = fd < 0 ? open_errno : dir_errno;
+    if (fd >= 0) ::close(fd);
+    if (err == EMFILE || err == ENFILE) {
+      out_of_descriptors(fd < 0 ? temp_ : dir);
+      return raft::StorageStatus::Ok();
+    }
+    return raft::StorageStatus{raft::StorageError::kIo,
+                               "data dir " + dir + ": snapshot: open of " + (fd < 0 ? temp_ : dir) +
+                                   " failed: " + std::strerror(err)};
+  }
+  fd_failures_in_row_ = 0;
   timing_ = Timing{};
   started_ms_ = now_ms();
   if (where == Where::kThread) {
@@ -106,12 +130,14 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
     // work goes to the thread.
     thread_done_.store(false, std::memory_order_relaxed);
     try {
-      thread_ = std::thread([this, data = produce(), dir = storage_.options().dir, sync = storage_.options().sync] {
-        thread_step_ = write_snapshot_file(temp_, final_, dir, meta_, data, sync);
+      thread_ = std::thread([this, fd, dfd, data = produce(), sync] {
+        thread_step_ = write_snapshot_file(fd, dfd, temp_, final_, meta_, data, sync);
         thread_errno_ = errno;
         thread_done_.store(true, std::memory_order_release);
       });
     } catch (const std::system_error& e) {
+      ::close(fd);
+      if (dfd >= 0) ::close(dfd);
       return raft::StorageStatus{raft::StorageError::kIo, "data dir " + storage_.options().dir +
                                                               ": no thread for a snapshot: " + e.what()};
     }
@@ -121,18 +147,39 @@ raft::StorageStatus SnapshotWriter::start(raft::SnapshotMeta meta, const Produce
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::close(fd);  // the child's copies write the file
+    if (dfd >= 0) ::close(dfd);
+  }
   if (pid < 0) {
     return raft::StorageStatus{raft::StorageError::kIo, "data dir " + storage_.options().dir +
                                                             ": fork for a snapshot failed: " + std::strerror(errno)};
   }
   if (pid == 0) {
-    forked_child_detach(parent);
-    ::_exit(write_snapshot_file(temp_, final_, storage_.options().dir, meta_, produce(), storage_.options().sync));
+    forked_child_detach(parent, fd, dfd);
+    ::_exit(write_snapshot_file(fd, dfd, temp_, final_, meta_, produce(), sync));
   }
   timing_.fork_ms = now_ms() - started_ms_;
   pid_ = pid;
   state_ = State::kChild;
   return raft::StorageStatus::Ok();
+}
+
+bool SnapshotWriter::backing_off() const { return now_ms() < retry_at_ms_; }
+
+void SnapshotWriter::out_of_descriptors(const std::string& what) {
+  fd_exhausted_snapshot.fetch_add(1, std::memory_order_relaxed);
+  double wait_ms = 10;
+  for (int i = 0; i < fd_failures_in_row_ && wait_ms < 1000; ++i) wait_ms *= 2;
+  wait_ms = std::min(wait_ms, 1000.0);
+  if (fd_failures_in_row_ == 0) {
+    // Once per run of failures; the metric counts every one.
+    spdlog::warn("snapshot: out of file descriptors opening {}; retrying with back-off up to 1 s "
+                 "(lockd_fd_exhausted_total{{what=\"snapshot\"}}); raise the descriptor limit",
+                 what);
+  }
+  if (fd_failures_in_row_ < 62) fd_failures_in_row_ += 1;
+  retry_at_ms_ = now_ms() + wait_ms;
 }
 
 SnapshotWriter::Done SnapshotWriter::finish(raft::StorageStatus status, bool adopted) {
@@ -183,8 +230,14 @@ std::optional<SnapshotWriter::Done> SnapshotWriter::poll() {
   }
   if (state_ == State::kWritten) {
     // Header and CRC now; the data in slices on later calls.
+    if (backing_off()) return std::nullopt;
     fd_ = ::open(final_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0 && (errno == EMFILE || errno == ENFILE)) {
+      out_of_descriptors(final_);
+      return std::nullopt;
+    }
     if (fd_ < 0) return io_error(std::string("open failed: ") + std::strerror(errno));
+    fd_failures_in_row_ = 0;
     std::string what;
     const std::optional<SnapshotFileFrame> frame = read_snapshot_frame(fd_, meta_, what);
     if (!frame) return io_error(what);

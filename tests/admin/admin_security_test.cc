@@ -319,6 +319,52 @@ TEST(AdminSecurityTest, TokensAreShownOnlyToWhomTheyBelong) {
   EXPECT_EQ(r.body.find("orders/42"), std::string::npos) << r.body;
 }
 
+// §11a for /v1/top (issue 35): as /v1/locks, the busiest keys, longest
+// queues and oldest holders name only keys under a prefix the identity
+// holds some verb on (no tokens are ever in it); admins see all. Before,
+// every tenant saw every other tenant's key names and owners here.
+TEST(AdminSecurityTest, TopNamesOnlyKeysTheIdentityMaySee) {
+  TenantFiles f;
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--auth", "token", "--credentials",
+                      f.credentials(), "--acl", f.acl()});
+  const auto port = lockd.admin_port();
+  LineClient billing(lockd.port());
+  ASSERT_EQ(billing.call("H billing-token"), "H billing");
+  ASSERT_EQ(billing.call("A alice billing/invoice-7 60000").rfind("A ", 0), 0u);
+  LineClient orders(lockd.port());
+  ASSERT_EQ(orders.call("H orders-token"), "H orders");
+  ASSERT_EQ(orders.call("A bob orders/42 60000").rfind("A ", 0), 0u);
+  // A waiter on each key, so each is in longest_queues too.
+  LineClient billing2(lockd.port());
+  ASSERT_EQ(billing2.call("H billing-token"), "H billing");
+  billing2.send("A carol billing/invoice-7 60000 60000\n");
+  LineClient orders2(lockd.port());
+  ASSERT_EQ(orders2.call("H orders-token"), "H orders");
+  orders2.send("A dave orders/42 60000 60000\n");
+  const auto top = [&](const std::string& who) { return request(port, "GET", "/v1/top", who); };
+  // ops (admin) sees both in every list once the waiters are queued.
+  HttpReply r;
+  ASSERT_TRUE(eventually([&] {
+    r = top("ops-token");
+    return r.body.find("\"longest_queues\":[{") != std::string::npos &&
+           r.body.find("orders/42") != std::string::npos &&
+           r.body.find("billing/invoice-7") != std::string::npos;
+  })) << r.body;
+  r = top("billing-token");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("billing/invoice-7"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("orders/"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("\"bob\""), std::string::npos) << r.body;
+  r = top("orders-token");
+  EXPECT_NE(r.body.find("orders/42"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("billing/"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("\"alice\""), std::string::npos) << r.body;
+  // auditor (A on billing/, no R): billing/ keys, nothing of orders/.
+  r = top("auditor-token");
+  EXPECT_NE(r.body.find("billing/invoice-7"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("orders/"), std::string::npos) << r.body;
+}
+
 // §11a: at most --admin-max-connections connections (one more is closed at
 // once), each must send its first request within 10 s; the node serves
 // throughout, and both refusals are counted.

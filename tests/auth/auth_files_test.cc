@@ -139,6 +139,37 @@ verbs = ["S", "R", "K"]
   EXPECT_FALSE(empty->is_admin("ops"));
 }
 
+// Every byte of the digest is compared: a stored digest that differs from
+// the credential's in one byte only — in its first half, in its second
+// half, or in its last byte — is no match. (Kills the mutant that survived
+// the src/auth mutation pass, docs/safety.md: `CRYPTO_memcmp(..., 16)`, a
+// compare of the first half only; also one that skips the last byte.)
+// Two digests that share a half cannot be found by search, so the file
+// entry is made by hand: the right hash with one hex digit changed.
+TEST(CredentialsTest, EveryByteOfTheDigestIsCompared) {
+  const std::vector<unsigned char> salt{'s', 'a', 'l', 't'};
+  const std::string right = credential_hash("secret", salt);
+  const std::size_t digest_at = right.rfind('$') + 1;
+  ASSERT_EQ(right.size() - digest_at, 64u);
+  // Hex digit 0 (byte 0), 31 (byte 15, last of the first half), 32 (byte
+  // 16, first of the second half), 63 (byte 31).
+  for (const std::size_t digit : {std::size_t{0}, std::size_t{31}, std::size_t{32}, std::size_t{63}}) {
+    std::string wrong = right;
+    char& c = wrong[digest_at + digit];
+    c = c == '0' ? '1' : '0';
+    std::string error;
+    auto creds = Credentials::parse("[[credential]]\nidentity = \"billing\"\nhash = \"" + wrong + "\"\n",
+                                    "creds.toml", error);
+    ASSERT_TRUE(creds) << error;
+    EXPECT_EQ(creds->identify("secret"), std::nullopt) << "hex digit " << digit << " changed";
+  }
+  std::string error;
+  auto creds = Credentials::parse("[[credential]]\nidentity = \"billing\"\nhash = \"" + right + "\"\n",
+                                  "creds.toml", error);
+  ASSERT_TRUE(creds) << error;
+  EXPECT_EQ(creds->identify("secret"), "billing");
+}
+
 // valid_identity() at its edges: 1..128 bytes of 0x21..0x7E.
 TEST(CredentialsTest, IdentityEdges) {
   EXPECT_TRUE(valid_identity(std::string(128, 'a')));

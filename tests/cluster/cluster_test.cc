@@ -587,6 +587,58 @@ TEST(Cluster, WalSegmentOpenOutOfDescriptorsIsRetriedNotAFailure) {
   EXPECT_EQ(b.call("A bob k2 60000").substr(0, 2), "A ");
 }
 
+// §11a, snapshot files: node 1's first four opens of a snapshot file fail
+// with EMFILE (faultfs `open EMFILE 4 snap`): the snapshot is put off with
+// a back-off and taken once descriptors are back, each failure counted in
+// lockd_fd_exhausted_total{what="snapshot"}; the node never exits. Then a
+// restarted node 3 that must install the leader's snapshot finds its first
+// three opens of the file it writes it to (snap.tmp) failing: retried in
+// place, counted, installed. Before, the first failure stopped the node.
+TEST(Cluster, SnapshotFileOpensOutOfDescriptorsAreRetriedNotAFailure) {
+  const TempDir ctl_dir("lockd-faults");
+  const std::string ctl = ctl_dir.sub("node");
+  {
+    std::ofstream f(ctl + "1");
+    f << "open EMFILE 4 snap\n";
+  }
+  LockdCluster c(3, {"--snapshot-entries", "20"},
+                 {"/usr/bin/env", std::string("LD_PRELOAD=") + LOCKD_FAULTFS_LIB,
+                  "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0",
+                  "LOCKD_FAULTFS_DIR={DIR}", "LOCKD_FAULTFS_CONTROL=" + ctl + "{ID}"});
+  ASSERT_NE(c.wait_leader(), 0);
+  const auto grant_and_release = [&](int n, const std::string& prefix) {
+    for (int i = 0; i < n; ++i) {
+      const std::string key = prefix + std::to_string(i);
+      const std::string r = call_leader(c, "A alice " + key + " 60000");
+      ASSERT_EQ(r.substr(0, 2), "A ") << r;
+      call_leader(c, "R " + std::to_string(token_of(r)) + " " + key);
+    }
+  };
+  grant_and_release(30, "a");
+  const std::string series = "lockd_fd_exhausted_total{what=\"snapshot\"}";
+  EXPECT_TRUE(eventually([&] { return node_metric(c, 1, series) == 4; })) << node_metric(c, 1, series);
+  EXPECT_TRUE(c.process(1).wait_for_line("snapshot at index", milliseconds(10000)))
+      << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).wait_exit(milliseconds(0)), std::nullopt) << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).stderr_text().find("storage failed"), std::string::npos);
+
+  // Installing a leader's snapshot: node 3 misses enough for the log it
+  // needs to be compacted away.
+  const int leader = c.wait_leader(milliseconds(10000), 3);
+  ASSERT_NE(leader, 0);
+  c.kill9(3);
+  grant_and_release(60, "b");
+  {
+    std::ofstream f(ctl + "3");
+    f << "open EMFILE 3 snap.tmp\n";
+  }
+  c.start(3);
+  EXPECT_TRUE(eventually([&] { return node_metric(c, 3, series) == 3; }, milliseconds(20000)))
+      << node_metric(c, 3, series) << c.process(3).stderr_text();
+  EXPECT_EQ(c.process(3).wait_exit(milliseconds(0)), std::nullopt) << c.process(3).stderr_text();
+  EXPECT_EQ(c.process(3).stderr_text().find("storage failed"), std::string::npos);
+}
+
 // --wal-sync=thread (issue 23): the sync runs off the loop and the core
 // takes requests and acks meanwhile. A sync that fails there stops the
 // node all the same, before anything it carried is acknowledged.

@@ -12,10 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "eventually.h"
 #include "http_get.h"
@@ -232,6 +235,67 @@ TEST(HardeningTest, TlsHandshakesInProgressAreCapped) {
     TlsLineClient c(lockd.port(), {});
     return c.handshake_ok() && fields(c.call("A a k 1000"))[0] == "A";
   }));
+}
+
+// The body of an HTTPS GET on a --admin-tls port ("" when it fails).
+std::string https_get(std::uint16_t port, const std::string& target) {
+  TlsLineClient c(port, {});
+  if (!c.handshake_ok()) return "";
+  c.send("GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  std::string out;
+  while (const auto line = c.read_line(5s)) out += *line + "\n";
+  return out;
+}
+
+// §11a: --max-tls-handshakes caps each port, the admin port too (before,
+// the client port only: a ClientHello-less flood held admin slots until
+// the 10 s first-request deadline). One more is closed at once, counted.
+TEST(HardeningTest, AdminTlsHandshakesInProgressAreCapped) {
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--admin-tls", "--tls-cert", pki("server.pem"),
+                      "--tls-key", pki("server.key"), "--max-tls-handshakes", "2"});
+  auto silent1 = std::make_unique<LineClient>(lockd.admin_port());
+  LineClient silent2(lockd.admin_port());
+  LineClient third(lockd.admin_port());
+  // Closed long before the first-request deadline (10 s) would close it.
+  EXPECT_TRUE(third.wait_closed(4s));
+  silent1->close();
+  std::string metrics;
+  ASSERT_TRUE(eventually([&] {
+    metrics = https_get(lockd.admin_port(), "/metrics");
+    return !metrics.empty();
+  }));
+  EXPECT_EQ(metric(metrics, "lockd_admin_refused_total{reason=\"max_tls_handshakes\"}"), 1) << metrics;
+}
+
+// The raft port with --peer-tls: connections that never send a ClientHello
+// hold at most --max-tls-handshakes slots; the rest are closed at once and
+// counted (before, only the pending pools' own sizes, 16 and 32, bounded
+// them, for 2 s each); the group goes on serving.
+TEST(HardeningTest, RaftTlsHandshakesInProgressAreCapped) {
+  LockdCluster c(3, {"--peer-tls", "--tls-cert", pki("node-{ID}.pem"), "--tls-key",
+                     pki("node-{ID}.key"), "--tls-ca", pki("ca.pem"), "--max-tls-handshakes", "2"});
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::string series = "lockd_peer_refused_total{reason=\"max_tls_handshakes\"}";
+  const double before = std::max(0.0, node_metric(c, 1, series));  // -1: absent
+  std::vector<std::unique_ptr<LineClient>> flood;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) flood.push_back(std::make_unique<LineClient>(c.raft_port(1)));
+  // Closed at once: well before the 2 s handshake deadline closes the rest.
+  std::vector<bool> closed(flood.size(), false);
+  int n_closed = 0;
+  while (n_closed < 8 && std::chrono::steady_clock::now() - start < 1500ms) {
+    for (std::size_t i = 0; i < flood.size(); ++i) {
+      if (!closed[i] && flood[i]->wait_closed(10ms)) {
+        closed[i] = true;
+        n_closed += 1;
+      }
+    }
+  }
+  EXPECT_GE(n_closed, 8);
+  EXPECT_TRUE(eventually([&] { return node_metric(c, 1, series) >= before + 8; }, 5s))
+      << node_metric(c, 1, series);
+  const std::string granted = call_leader(c, "A alice k1 10000");
+  EXPECT_EQ(granted.rfind("A ", 0), 0u) << granted;
 }
 
 // /v1/top counts the keys of decided requests only: a stranger's refused

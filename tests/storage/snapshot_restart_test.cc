@@ -218,24 +218,21 @@ TEST(SnapshotRestart, AFailedChildIsAnIoErrorAndLeavesNoTempFile) {
   EXPECT_EQ(test::list_dir(dir.path()), (std::vector<std::string>{"LOCK", segment_name(1)}));
 }
 
-// A write that fails is a kIo naming the step and why; the node stops on
-// it (ClusterNode::fail_storage), nothing is adopted.
-TEST_P(SnapshotWhere, AFailedWriteIsAnIoErrorNamingTheStep) {
+// A file that cannot be opened for a reason other than descriptors is a
+// kIo naming the file and why, from start() (which opens it, in the
+// parent); the node stops on it (ClusterNode::fail_storage), nothing is
+// adopted.
+TEST_P(SnapshotWhere, AFailedOpenIsAnIoErrorNamingTheFile) {
   test::TempDir dir;
   FileStorage st({dir.path(), 4096, false});
   open_with_one_entry(st);
   // The temporary file's name is taken by a directory: open() fails.
   ASSERT_EQ(::mkdir(st.temp_path("snap-child").c_str(), 0755), 0);
   SnapshotWriter writer(st);
-  ASSERT_TRUE(writer.start({1, 1}, [] { return std::string("table"); }, GetParam()).ok());
-  const std::optional<SnapshotWriter::Done> done = wait_done(writer);
-  ASSERT_TRUE(done);
-  EXPECT_EQ(done->status.error, raft::StorageError::kIo);
-  EXPECT_NE(done->status.message.find("creating the temporary file failed"), std::string::npos)
-      << done->status.message;
-  if (GetParam() == SnapshotWriter::Where::kThread) {
-    EXPECT_NE(done->status.message.find("Is a directory"), std::string::npos) << done->status.message;
-  }
+  const raft::StorageStatus s = writer.start({1, 1}, [] { return std::string("table"); }, GetParam());
+  EXPECT_EQ(s.error, raft::StorageError::kIo);
+  EXPECT_NE(s.message.find("snap-child.tmp failed: Is a directory"), std::string::npos) << s.message;
+  EXPECT_FALSE(writer.busy());
   EXPECT_EQ(st.snapshot().meta.index, 0u);
 }
 

@@ -17,6 +17,9 @@
 //   open EMFILE [N]           the next N (default 1) opens that create a WAL
 //                             segment (a file named wal-*, O_CREAT) fail with
 //                             EMFILE, once per process: out of descriptors
+//   open EMFILE N PREFIX      the same for the next N opens of any file whose
+//                             name starts with PREFIX, created or read (e.g.
+//                             `open EMFILE 3 snap`: snapshot files)
 //
 // Faults apply only to file descriptors whose path (/proc/self/fd/N) is
 // LOCKD_FAULTFS_DIR or under it; everything else (logs, sockets) passes
@@ -49,6 +52,7 @@ struct Fault {
   int error = 0;          // errno to fail with (0: none)
   long delay_us = 0;      // sleep before the real call
   long times = 0;         // open: how many opens fail, per process
+  char prefix[32] = {0};  // open: the file names it applies to ("": wal-*, created only)
 };
 
 using WriteFn = ssize_t (*)(int, const void*, size_t);
@@ -104,7 +108,8 @@ Fault read_fault(Op op) {
   char what[32] = {0};
   char arg[64] = {0};
   long times = 1;
-  const int got = std::sscanf(buf, "%31s %63s %ld", what, arg, &times);
+  char prefix[32] = {0};
+  const int got = std::sscanf(buf, "%31s %63s %ld %31s", what, arg, &times, prefix);
   if (got < 2) return f;
   const bool match = (op == Op::kWrite && std::strcmp(what, "write") == 0) ||
                      (op == Op::kFdatasync && std::strcmp(what, "fdatasync") == 0) ||
@@ -116,6 +121,7 @@ Fault read_fault(Op op) {
   } else if (op == Op::kOpen && std::strcmp(arg, "EMFILE") == 0) {
     f.error = EMFILE;
     f.times = times;
+    std::memcpy(f.prefix, prefix, sizeof f.prefix);
   } else if (std::strcmp(arg, "ENOSPC") == 0) {
     f.error = ENOSPC;
   } else if (std::strncmp(arg, "delay_us=", 9) == 0) {
@@ -147,12 +153,16 @@ bool inject(Op op, int fd) {
 // open EMFILE: true (errno set) if this open of `path` must fail.
 bool inject_open(const char* path, int flags) {
   static long failed = 0;
-  if (fault_dir() == nullptr || path == nullptr || (flags & O_CREAT) == 0) return false;
+  if (fault_dir() == nullptr || path == nullptr) return false;
   const char* base = std::strrchr(path, '/');
   base = base == nullptr ? path : base + 1;
-  if (std::strncmp(base, "wal-", 4) != 0) return false;
   const Fault f = read_fault(Op::kOpen);
   if (!f.active || failed >= f.times) return false;
+  if (f.prefix[0] == '\0') {
+    if ((flags & O_CREAT) == 0 || std::strncmp(base, "wal-", 4) != 0) return false;
+  } else if (std::strncmp(base, f.prefix, std::strlen(f.prefix)) != 0) {
+    return false;
+  }
   ++failed;
   errno = f.error;
   return true;

@@ -89,18 +89,24 @@ class AdminServer {
   // --admin-max-connections: connections open at once; one more is closed
   // as soon as it is accepted (and counted).
   void set_max_connections(std::size_t n) { max_connections_ = n; }
+  // --max-tls-handshakes (with --admin-tls): TLS handshakes in progress at
+  // once; one more connection is closed at once.
+  void set_max_tls_handshakes(std::size_t n) { max_tls_handshakes_ = n; }
 
   // Refusals, for /metrics (`lockd_admin_refused_total{reason}`).
   struct Stats {
     std::uint64_t accepted = 0;
     std::uint64_t refused_max_connections = 0;   // over --admin-max-connections
     std::uint64_t refused_first_request = 0;     // no request within 10 s
+    std::uint64_t refused_tls_handshakes = 0;    // over --max-tls-handshakes
     std::uint64_t refused_host = 0;              // Host not naming the admin API (403)
     std::uint64_t refused_origin = 0;            // a foreign Origin (403)
     std::uint64_t refused_content_type = 0;      // a body that is not application/json (403)
   };
   const Stats& stats() const { return stats_; }
   std::size_t open_connections() const;
+  // Admin TLS connections (not closing) whose handshake has not finished.
+  std::size_t tls_handshakes() const;
 
  private:
   // A split scan waiting for its next slice.
@@ -154,6 +160,7 @@ class AdminServer {
   bool draining_ = false;
   std::string configured_host_;  // --admin's host, for the Host check
   std::size_t max_connections_ = kDefaultAdminMaxConnections;
+  std::size_t max_tls_handshakes_ = 64;
   std::vector<Conn> conns_;
   net::Timer sweep_timer_;  // armed while conns_ is non-empty
   Stats stats_;

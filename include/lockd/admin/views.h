@@ -109,6 +109,7 @@ struct PeerLinkMetrics {
   std::uint64_t messages_received = 0;
   std::uint64_t messages_dropped = 0;  // link down, queue full, unsent at close
   std::uint64_t reconnects = 0;
+  std::uint64_t resolve_failures = 0;  // lookups of its raft host name that failed
   std::optional<double> last_contact_seconds;  // since its last byte; none: never
 };
 
@@ -276,8 +277,10 @@ class ListScan final : public KeyScan {
 class TopScan final : public KeyScan {
  public:
   // `started_ns`: the monotonic time of the request, for the status part.
+  // `view` (§11a, as /v1/locks): keys it hides are in no list (the status
+  // part's totals still count them); empty: every key.
   TopScan(const server::LockServer& server, const NodeInfo& node, std::size_t limit,
-          TimeNs started_ns);
+          TimeNs started_ns, KeyViewFn view = {});
   void offer(std::string_view key, const locks::KeyState& s, TimeNs now_ns) override;
   void reset() override;
   nlohmann::ordered_json finish(TimeNs now_ns) override;
@@ -290,6 +293,7 @@ class TopScan final : public KeyScan {
   const NodeInfo& node_;  // owned by the AdminServer, which outlives its scans
   std::size_t limit_;
   TimeNs started_ns_;
+  KeyViewFn view_;
   std::vector<Ranked> queues_;  // rank: -waiters
   std::vector<Ranked> oldest_;  // rank: granted_at_ns
   std::size_t holders_ = 0;

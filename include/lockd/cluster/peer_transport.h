@@ -46,6 +46,7 @@
 #include "lockd/common/time.h"
 #include "lockd/net/address.h"
 #include "lockd/net/listener.h"
+#include "lockd/net/resolver.h"
 #include "lockd/raft/message.h"
 #include "lockd/tls/tls_context.h"
 
@@ -102,6 +103,7 @@ struct PeerStats {
   std::uint64_t decode_errors = 0;     // its connections closed for bad input
   std::uint64_t handshake_rejected = 0;  // handshakes with or from it refused
   std::uint64_t reconnects = 0;        // dial attempts after the first
+  std::uint64_t resolve_failures = 0;  // lookups of its raft host name that failed
   std::uint64_t writes = 0;            // send() syscalls on its link
   std::uint64_t write_stalls = 0;      // links closed by write_stall_timeout_ns
   std::size_t queued_bytes = 0;        // unsent bytes now
@@ -116,8 +118,9 @@ enum class TransportRefusal : std::uint8_t {
   kMemberLinksFull,    // the member already had max_links_per_member connections (no auth)
   kTls,                // --peer-tls: the TLS handshake failed (no or a bad certificate, plaintext)
   kCertName,           // --peer-tls: the certificate does not name the member the hello claims
+  kTlsHandshakes,      // --peer-tls: PeerSecurity::max_tls_handshakes accepted handshakes in progress
 };
-constexpr std::size_t kTransportRefusalCount = 5;
+constexpr std::size_t kTransportRefusalCount = 6;
 std::string_view to_string(TransportRefusal r);
 
 // Transport-wide counters, including input that names no known peer.
@@ -149,6 +152,9 @@ struct PeerSecurity {
   // the members' own.
   const tls::TlsContext* tls_server = nullptr;
   const tls::TlsContext* tls_client = nullptr;
+  // --max-tls-handshakes: accepted TLS handshakes in progress at once; one
+  // more connection is closed at once (refused: max_tls_handshakes).
+  std::size_t max_tls_handshakes = 64;
 };
 
 // The name a member's certificate carries (interfaces.md "Security files").
@@ -263,6 +269,10 @@ class PeerTransport {
   void on_stranger_hello(Socket& s);
   std::optional<PeerInputAuth> auth(const Nonce& own_nonce) const;
   bool from_member_host(const std::string& ip);
+  // p.addr from the resolver's answer for its raft host when kReady.
+  // Never blocks.
+  net::Resolver::State resolve_member(Peer& p);
+  void on_resolved(const std::string& host);
   // TLS: plaintext read from `s` (through its session when it has one);
   // false when the connection must close (`why` set for a TLS failure).
   bool read_plain(Socket& s, std::string_view cipher, std::string& plain, std::string& why);
@@ -291,6 +301,7 @@ class PeerTransport {
   HandshakeFn on_stranger_;
   PeerTransportLimits limits_;
   RandomFn random_;
+  std::unique_ptr<net::Resolver> resolver_;  // member names, off the loop
   net::Endpoint self_raft_;
   sockaddr_storage src_{};  // our raft host, port 0: the source of every dial
   socklen_t src_len_ = 0;   // 0: not resolved yet

@@ -19,6 +19,9 @@ namespace lockd::storage {
 
 // Failed opens for want of descriptors, process-wide (read by /metrics).
 inline std::atomic<std::uint64_t> fd_exhausted_wal{0};
+// Snapshot file opens (written, read back, installed from a leader, read
+// to send), retried the same way or put off (snapshot_writer.h).
+inline std::atomic<std::uint64_t> fd_exhausted_snapshot{0};
 
 inline int open_retrying_fds(const char* path, int flags, mode_t mode,
                              std::atomic<std::uint64_t>& exhausted) {

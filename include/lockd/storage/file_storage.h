@@ -43,6 +43,7 @@
 #include "lockd/common/latency_histogram.h"
 #include "lockd/raft/codec.h"
 #include "lockd/raft/storage.h"
+#include "lockd/storage/fd_exhausted.h"
 
 namespace lockd::storage {
 
@@ -177,7 +178,8 @@ class FileStorage final : public raft::Storage {
   raft::StorageStatus drop_covered();
   // Zeros from `from` to `from + runway_bytes` of the live segment `fd`.
   int write_runway(int fd, std::uint64_t from);
-  raft::StorageStatus sync_dir();
+  // `exhausted`: where an open out of descriptors counts (fd_exhausted.h).
+  raft::StorageStatus sync_dir(std::atomic<std::uint64_t>& exhausted = fd_exhausted_wal);
   std::string path(std::string_view name) const;
 
   FileStorageOptions options_;

@@ -149,7 +149,13 @@ class SnapshotWriter {
   // Starts the snapshot. Checks (a caller bug otherwise) that none is
   // running and that meta.index is beyond the stored snapshot. A failed
   // fork, or no thread, is kIo. Either way poll() then reads the file back
-  // and adopts it.
+  // and adopts it. The file (and the directory, to sync it) is opened here,
+  // on the caller's thread; out of descriptors (EMFILE/ENFILE) is no
+  // failure (§11a): it is counted in lockd_fd_exhausted_total
+  // {what="snapshot"} and the snapshot is put off — Ok, not busy(), and
+  // start() does nothing until a back-off (10 ms doubling to 1 s) passed,
+  // so the caller simply asks again. poll()'s read-back open backs off
+  // the same way.
   raft::StorageStatus start(raft::SnapshotMeta meta, const Produce& produce, Where where = Where::kChild);
   bool busy() const { return state_ != State::kIdle; }
   pid_t child() const { return pid_; }
@@ -170,6 +176,9 @@ class SnapshotWriter {
  private:
   enum class State { kIdle, kChild, kThread, kWritten, kReading };
   Done finish(raft::StorageStatus status, bool adopted = false);
+  // An open failed for want of descriptors: count it and wait a while.
+  void out_of_descriptors(const std::string& what);
+  bool backing_off() const;
 
   FileStorage& storage_;
   std::size_t max_read_bytes_;
@@ -191,6 +200,9 @@ class SnapshotWriter {
   std::uint32_t expected_crc_ = 0;  // the file's last 4 bytes
   double started_ms_ = 0;
   Timing timing_;
+  // Out of descriptors: no open is tried before retry_at_ms_.
+  double retry_at_ms_ = 0;
+  int fd_failures_in_row_ = 0;
 };
 
 }  // namespace lockd::storage
