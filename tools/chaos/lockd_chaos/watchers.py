@@ -169,13 +169,27 @@ def read_states(addr, keys, timeout_s=5):
         conn.close()
 
 
-def server_supports_watch(addr):
+def server_supports_watch(addr, timeout_s=10):
     """True if the server knows W (v1.3): `W key` answers `W key rev state`,
-    a server without it `E unknown_command`."""
-    try:
-        return bool(read_states(addr, ["chaos/watch-probe"]))
-    except (OSError, ConnectionLost, socket.timeout):
-        return False
+    a server without it `E unknown_command`; anything else (`E no_leader`
+    from a member with nothing applied yet) is asked again until timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        host, port = addr.rsplit(":", 1)
+        try:
+            conn = LineConn(host, int(port), 5)
+            try:
+                conn.send("W chaos/watch-probe\n")
+                line = conn._read_any(time.monotonic_ns() + 5_000 * NS_PER_MS)
+            finally:
+                conn.close()
+        except (OSError, ConnectionLost):
+            line = ""
+        if line.startswith("W "):
+            return True
+        if line.startswith("E unknown_command") or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
 class WatcherGroup:
