@@ -54,7 +54,8 @@ class W(H):
 
 def watch_violations(h):
     violations, report = checker.check(h.h)
-    return [v for v in violations if v.check.startswith("watch")], report
+    return [v for v in violations if v.check.startswith("watch") or v.check == "lost-notice"], \
+        report
 
 
 def names(vs):
@@ -286,6 +287,55 @@ class WatchFinalTest(unittest.TestCase):
         v, report = watch_violations(h)
         self.assertEqual(v, [])
         self.assertEqual(report["watch_final_keys_settled"], 0)
+
+
+class LostNoticeTest(unittest.TestCase):
+    @staticmethod
+    def x(h, token, t, client="c1", key=KEY):
+        h.h.lost_notices.append({"type": "lost_notice", "client": client, "node": "n1",
+                                 "token": token, "key": key, "line": "X %d %s" % (token, key),
+                                 "time_ns": t * MS})
+
+    def test_x_after_the_lease_passes(self):
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        self.x(h, 10, 1001)
+        v, report = watch_violations(h)
+        self.assertEqual(v, [])
+        self.assertEqual(report["lost_notices"], 1)
+
+    def test_x_before_the_lease_could_end_flagged(self):
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        self.x(h, 10, 900)
+        self.assertEqual(names(watch_violations(h)[0]), ["lost-notice"])
+
+    def test_x_before_an_acknowledged_keeps_lease_flagged(self):
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        h.keep(KEY, 500, 501, 10, 1000)
+        self.x(h, 10, 1200)             # the K moved the end to 1500 at the earliest
+        self.assertEqual(names(watch_violations(h)[0]), ["lost-notice"])
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        h.keep(KEY, 500, None, 10, 1000, code=None, unknown=True)
+        self.x(h, 10, 1200)             # an unknown K may not have arrived
+        self.assertEqual(watch_violations(h)[0], [])
+
+    def test_x_for_another_clients_token_flagged(self):
+        h = W()
+        h.owned(KEY, 0, 1, 10, owner="c2")
+        self.x(h, 10, 1500)
+        self.assertEqual(names(watch_violations(h)[0]), ["lost-notice"])
+
+    def test_x_for_an_unknown_acquire_passes(self):
+        h = W()
+        h.op("A", KEY, 0, None, unknown=True)
+        self.x(h, 99, 1500)
+        self.assertEqual(watch_violations(h)[0], [])
+        h = W()
+        self.x(h, 99, 1500)
+        self.assertEqual(names(watch_violations(h)[0]), ["lost-notice"])
 
 
 class NoWatchersTest(unittest.TestCase):

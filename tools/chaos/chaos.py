@@ -188,7 +188,8 @@ def finish(violations, report, as_json, expect, history_path):
             if k in report:
                 print("%s: %s" % (k, json.dumps(report[k], sort_keys=True)))
         extras = {k: v for k, v in report.items() if k.startswith(("exclusion_", "fifo_",
-                                                                     "liveness", "resource_"))}
+                                                                     "liveness", "resource_",
+                                                                     "watch", "lost_notices"))}
         print(json.dumps(extras, sort_keys=True))
     n = len(violations)
     print("%s: %d violation(s) in %s%s" % ("FAIL" if (n > 0) != expect else "OK", n, history_path,

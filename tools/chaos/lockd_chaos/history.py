@@ -10,6 +10,7 @@ Every line has a "type":
   access    one access to the fenced resource (token, read/write, accepted)
   watch     one line a watcher read, or its connection lost/ended
   watch_final  a key's state read after the workload stopped (watchers.py)
+  lost_notice  an `X <token> <key>` a workload client read (§5c)
 
 All times are nanoseconds on the runner's one monotonic clock
 (time.monotonic_ns), which every client thread shares, so invocations and
@@ -98,6 +99,7 @@ class History:
         self.accesses = []
         self.watches = []
         self.watch_finals = []
+        self.lost_notices = []
 
     @classmethod
     def load(cls, path):
@@ -130,6 +132,8 @@ class History:
                 h.watches.append(d)
             elif t == "watch_final":
                 h.watch_finals.append(d)
+            elif t == "lost_notice":
+                h.lost_notices.append(d)
             else:
                 raise ValueError("line %d: unknown type %r" % (n, t))
         for i, op in enumerate(h.ops):

@@ -24,6 +24,11 @@
   watch-final    a watcher still connected when the run stops ends at each
                  key's final state (read on a fresh connection after the
                  workload stopped, twice, around stopping the watchers)
+  lost-notice    an `X <token> <key>` a workload client read names a grant
+                 of that key to that client (or an A of its with an unknown
+                 outcome) and comes no earlier than the lease could end:
+                 the grant's invocation + lease, or any acknowledged K's
+                 invocation + lease, whichever is later
 """
 
 import bisect
@@ -65,11 +70,11 @@ def observations(history):
 
 
 def check_watches(history, locks_lost_on_restart=False, stats=None):
+    violations = check_lost_notices(history, stats)
     if not history.watches and not history.watch_finals:
         if stats is not None:
             stats["watch"] = "no watchers in this history"
-        return []
-    violations = []
+        return violations
     obs = observations(history)
     ends = exclusion_ends(history, locks_lost_on_restart)
     grants = _grants(history)
@@ -326,3 +331,44 @@ def _final(history, per_key):
     stats["watch_final_keys_settled"] = settled
     stats["watch_final_checked"] = checked
     return out, stats
+
+
+def check_lost_notices(history, stats=None):
+    """`X` read by a workload client: its own grant, not before the lease end."""
+    if not history.lost_notices:
+        return []
+    out = []
+    grants = {g.token: g for g in _grants(history)}
+    acked_k = collections.defaultdict(list)
+    unsure = collections.defaultdict(list)
+    for op in history.ops:
+        if op.f == "K" and op.code == "K":
+            acked_k[op.token].append(op)
+        if op.f == "A" and (op.unknown or op.code is None):
+            unsure[(op.key, op.client)].append(op.invoke_ns)
+    for x in history.lost_notices:
+        t = x["time_ns"]
+        if "token" not in x:
+            out.append(_v("lost-notice", "%s: unreadable %r" % (x["client"], x.get("line")), x))
+            continue
+        g = grants.get(x["token"])
+        where = "%s: X %d %s read at %.1f ms" % (x["client"], x["token"], x["key"], t / 1e6)
+        if g is None:
+            if not any(i < t for i in unsure.get((x["key"], x["client"]), ())):
+                out.append(_v("lost-notice", "%s: no grant of that token to this client" % where,
+                              x))
+            continue
+        if g.key != x["key"] or g.client != x["client"]:
+            out.append(_v("lost-notice", "%s: token %d was granted to %s on %s" % (
+                where, g.token, g.client, g.key), g, x))
+            continue
+        end = g.invoke_ns + g.lease_ms * 1_000_000
+        for k in acked_k.get(g.token, ()):
+            if k.key == g.key and k.invoke_ns < t:
+                end = max(end, k.invoke_ns + k.lease_ms * 1_000_000)
+        if t < end:
+            out.append(_v("lost-notice", "%s: %.1f ms before its lease could end" % (
+                where, (end - t) / 1e6), g, x))
+    if stats is not None:
+        stats["lost_notices"] = len(history.lost_notices)
+    return out
