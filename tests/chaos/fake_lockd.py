@@ -14,8 +14,9 @@ runner and checker catch it end to end.
 Watches (protocol.md §5c, `W`/`V` only, on the leader): `rev` is drawn
 from the token counter at each change; a key is `held` by its last grant until released or
 handed on (an expired holder stays, as in lockd until takeover).
---bug=stale-watch pushes every 5th change as the state before it, to show
-the watch checker catches a server that tells watchers a stale state."""
+--bug=stale-watch pushes every 5th change to the key's first watcher as
+the state before it (the others get the right one), to show the watch
+checker catches a server that tells a watcher a stale state."""
 
 import argparse
 import asyncio
@@ -61,7 +62,7 @@ class Table:
         self.keys = {}                       # key -> [token, expiry_s, owner]
         self.rev = self.next_token       # above every rev before a restart (revs are drawn
                                          # from the token counter, whose high-water is stored)
-        self.watchers = collections.defaultdict(set)   # key -> writers watching it
+        self.watchers = collections.defaultdict(dict)  # key -> writers watching it, in order
         self.changes = 0
         self.queues = collections.defaultdict(collections.deque)
 
@@ -95,10 +96,10 @@ class Table:
         self.rev = self.token()
         self.changes += 1
         state = self.state(key)
-        if self.bug == "stale-watch" and self.changes % 5 == 0:
-            state = before
-        for w in list(self.watchers[key]):
-            w.write(("V %s %d %s\n" % (key, self.rev, state)).encode())
+        stale = self.bug == "stale-watch" and self.changes % 5 == 0
+        for i, w in enumerate(list(self.watchers[key])):
+            w.write(("V %s %d %s\n" % (key, self.rev, before if stale and i == 0 else state))
+                    .encode())
 
     def hand_off(self, key):
         q = self.queues[key]
@@ -184,7 +185,7 @@ async def main():
                             writer.write((reply + "\n").encode())
                         asyncio.ensure_future(deliver())
                 elif f[0] == "W" and len(f) == 2:
-                    table.watchers[f[1]].add(writer)
+                    table.watchers[f[1]][writer] = True
                     writer.write(("W %s %d %s\n" % (f[1], table.rev, table.state(f[1]))).encode())
                 elif f[0] in ("R", "K"):
                     tok, key = int(f[1]), f[2]
@@ -204,7 +205,7 @@ async def main():
             pass
         finally:
             for ws in table.watchers.values():
-                ws.discard(writer)
+                ws.pop(writer, None)
             writer.close()
 
     async def admin(reader, writer):
