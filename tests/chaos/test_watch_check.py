@@ -152,6 +152,43 @@ class WatchOrderTest(unittest.TestCase):
         h.V(7, "held c1 10", 3)
         self.assertEqual(names(watch_violations(h)[0]), ["watch-order"])
 
+    def test_rewatch_on_the_connection_passes(self):
+        h = clean()
+        h.W(9, "free", 600, sent=599)  # W again: the state now, revs of other keys moved on
+        h.W(9, "free", 700, sent=699)
+        self.assertEqual(watch_violations(h)[0], [])
+
+    def test_rewatch_after_a_stale_push_flagged(self):
+        # The push of rev 7 said the key was still held by token 10 (the
+        # state before the release); the W reply at rev 9 says free, and no
+        # push told this connection of a change in between.
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        h.release(KEY, 500, 501, 10)
+        h.W(5, "free", 0)
+        h.V(6, "held c1 10", 2)
+        h.V(7, "held c1 10", 502)
+        h.W(9, "free", 600, sent=599)
+        self.assertEqual(names(watch_violations(h)[0]), ["watch-missed"])
+
+    def test_rewatch_after_a_skipped_push_flagged(self):
+        h = W()
+        h.owned(KEY, 0, 1, 10)
+        h.release(KEY, 500, 501, 10)
+        h.W(5, "free", 0)
+        h.V(6, "held c1 10", 2)       # the push of the release (free) never came
+        h.W(9, "free", 600, sent=599)
+        self.assertEqual(names(watch_violations(h)[0]), ["watch-missed"])
+
+    def test_push_read_after_a_rewatch_with_an_older_rev(self):
+        # A push after a W reply must carry a larger rev (§5c): order, not
+        # a missed change (the states agree).
+        h = clean()
+        h.owned(KEY, 600, 601, 11, owner="c2")
+        h.W(9, "held c2 11", 610, sent=605)
+        h.V(8, "held c2 11", 611)
+        self.assertEqual(names(watch_violations(h)[0]), ["watch-order"])
+
     def test_lagging_member_after_a_reconnect_is_dropped_not_flagged(self):
         h = clean()
         h.lost(510)
@@ -161,7 +198,8 @@ class WatchOrderTest(unittest.TestCase):
         h.V(7, "free", 530, conn=2)
         v, report = watch_violations(h)
         self.assertEqual(v, [])
-        self.assertEqual(report["watch_dropped_not_newer"], 2)
+        # The W reply at rev 6 is dropped; rev 7 again is no news, not dropped.
+        self.assertEqual(report["watch_dropped_not_newer"], 1)
 
     def test_stale_state_after_a_newer_one_flagged(self):
         h = W()

@@ -12,6 +12,9 @@
                  `free`: always possible (every key starts free)
   watch-order    on one connection, every push of a key has a larger rev
                  than the W reply and every earlier push of that key
+  watch-missed   on one connection, a W reply (the state at its rev) equals
+                 the state of the connection's line with the largest rev
+                 up to it: a change between them would have been pushed
   watch-history  all watchers (and the final reads) see one history per key:
                  one state per rev; in rev order a held token never goes
                  down and never comes back once the key moved on
@@ -108,6 +111,7 @@ def check_watches(history, locks_lost_on_restart=False, stats=None):
         violations += _real_state(o, st, by_token, unsure, s_ops)
 
     violations += _order_per_connection(parsed)
+    violations += _missed(parsed)
     per_key = collections.defaultdict(list)
     for o in parsed:
         per_key[o["key"]].append(o)
@@ -170,10 +174,13 @@ def _order_per_connection(parsed):
             continue
         c = (o["w"], o["conn"], o["key"])
         if o["kind"] == "W":
+            first = c not in w_rev
             w_rev[c] = o["rev"]
-            # The W reply and pushes of a change in the same turn may arrive
-            # in either order: a push only needs a larger rev than the reply.
-            if c in last and last[c][0] <= o["rev"] and last[c][1]["kind"] == "V":
+            # The first W reply and pushes of a change in the same turn may
+            # arrive in either order: a push only needs a larger rev than
+            # the reply. (Before a later W, pushes still pending come first,
+            # with revs up to the reply's.)
+            if first and c in last and last[c][0] <= o["rev"]:
                 out.append(_v("watch-order", "%s conn %d: key %s: push rev %d is not above the "
                               "W reply's rev %d" % (o["w"], o["conn"], o["key"], last[c][0],
                                                     o["rev"]), last[c][1], o))
@@ -187,6 +194,31 @@ def _order_per_connection(parsed):
                           "reply's rev %d" % (o["w"], o["conn"], o["key"], o["rev"], w_rev[c]), o))
         if prev is None or o["rev"] > prev[0]:
             last[c] = (o["rev"], o)
+    return out
+
+
+def _missed(parsed):
+    """Per (watcher, connection, key): a W reply (the state at its rev R)
+    equals the state of the connection's line with the largest rev <= R
+    (a push, or an earlier W reply), whatever order they arrived in: a
+    state between them would have been pushed on this connection (§5c:
+    a push at every change, possibly only the last of a batch)."""
+    out = []
+    groups = collections.defaultdict(list)
+    for o in parsed:
+        if o["w"] != "final":
+            groups[(o["w"], o["conn"], o["key"])].append(o)
+    for (w, conn, key), lst in groups.items():
+        lst.sort(key=lambda o: (o["rev"], o["kind"] == "W", o["time_ns"]))
+        prev = None
+        for o in lst:
+            if o["kind"] == "W" and prev is not None and prev["st"] != o["st"]:
+                out.append(_v("watch-missed", "%s conn %d: key %s: W reply at rev %d says %r, but "
+                              "the connection's last state by then was %r (rev %d, %s) and no "
+                              "push told it of a change" % (w, conn, key, o["rev"], o["state"],
+                                                            prev["state"], prev["rev"],
+                                                            prev["kind"]), prev, o))
+            prev = o
     return out
 
 
@@ -293,8 +325,8 @@ def _dropped(history):
     for d in history.watches:
         if d.get("kind") in ("W", "V"):
             k = (d["w"], d["key"])
-            if k in best and d["rev"] <= best[k]:
-                n += 1
+            if k in best and d["rev"] < best[k]:
+                n += 1      # older than a state already seen (a W again at the same rev is not)
             else:
                 best[k] = d["rev"]
     return n

@@ -21,13 +21,16 @@ History records (type "watch"):
   key, rev, state   for W and V: the key, its rev and the state words
            ("free", "held <owner> <token>", "shared <limit> <count>")
   time_ns  when the line was read (or the loss seen)
-  sent_ns  for W: when the W request was written
+  sent_ns  for W: when the W request was written (a watcher sends W for
+           every key again every REWATCH_S on the same connection: each
+           reply is the state then, after any push still pending)
 
 and (type "watch_final") the state of every key after the workload stopped,
 read twice on a fresh connection (phase 1 before the watchers are stopped,
 phase 2 after): key, rev, state, time_ns, phase.
 """
 
+import collections
 import socket
 import threading
 import time
@@ -38,6 +41,10 @@ NS_PER_MS = 1_000_000
 
 # How long a watcher blocks in one read before looking at its stop flag.
 READ_SLICE_S = 0.2
+# How often a watcher sends `W` again for every key on its connection (the
+# reply is the state now, after any pending push: §5c). Each reply anchors
+# the connection's view: the checker's watch-missed rule.
+REWATCH_S = 0.2
 
 
 def parse_state_line(line):
@@ -71,6 +78,8 @@ class Watcher:
         self.seen = {}
         self.connected = False   # True once every key's W reply came back
         self.lines = 0
+        self.w_sent = {}         # key -> send times of the W requests not yet answered
+        self.next_rewatch = 0
 
     def _rec(self, kind, **kw):
         d = {"type": "watch", "w": self.name, "conn": self.conn_no, "node": self.target,
@@ -102,22 +111,31 @@ class Watcher:
         host, port = self.target.rsplit(":", 1)
         self.conn = LineConn(host, int(port), self.op_timeout_ms / 1000)
         self.conn_no += 1
-        sent = time.monotonic_ns()
-        self.conn.send("".join("W %s\n" % k for k in self.keys))
+        self.w_sent = {k: collections.deque() for k in self.keys}
+        sent = self._send_w()
         pending = set(self.keys)
         # A member with nothing applied waits up to an election timeout
         # before `E no_leader`: allow that, plus the op timeout.
         deadline = sent + (self.op_timeout_ms + 2000) * NS_PER_MS
         while pending:
             line = self.conn._read_any(deadline)
-            if not self._line(line, sent):
+            if not self._line(line):
                 raise ConnectionLost("W answered: %s" % line)
             p = parse_state_line(line)
             if p is not None and p[0] == "W":
                 pending.discard(p[1])
         self.connected = True
 
-    def _line(self, line, sent_ns=None):
+    def _send_w(self):
+        """W for every key on the connection; returns when it was written."""
+        sent = time.monotonic_ns()
+        self.conn.send("".join("W %s\n" % k for k in self.keys))
+        for k in self.keys:
+            self.w_sent[k].append(sent)
+        self.next_rewatch = sent + int(REWATCH_S * 1e9)
+        return sent
+
+    def _line(self, line):
         """Records one line; False if it is neither a W reply nor a push."""
         self.lines += 1
         p = parse_state_line(line)
@@ -125,7 +143,9 @@ class Watcher:
             self._rec("other", line=line)
             return False
         kind, key, rev, state = p
-        extra = {"sent_ns": sent_ns} if kind == "W" else {}
+        extra = {}
+        if kind == "W" and self.w_sent.get(key):
+            extra["sent_ns"] = self.w_sent[key].popleft()
         self._rec(kind, key=key, rev=rev, state=state, **extra)
         self._accept(key, rev, state)
         return True
@@ -135,7 +155,10 @@ class Watcher:
             try:
                 if self.conn is None:
                     self._watch()
-                deadline = time.monotonic_ns() + int(READ_SLICE_S * 1e9)
+                now = time.monotonic_ns()
+                if now >= self.next_rewatch:
+                    self._send_w()
+                deadline = min(now + int(READ_SLICE_S * 1e9), self.next_rewatch)
                 try:
                     line = self.conn._read_any(deadline)
                 except socket.timeout:
