@@ -180,8 +180,13 @@ async def main():
                             try:
                                 reply = await asyncio.wait_for(asyncio.shield(fut), wait / 1000)
                             except asyncio.TimeoutError:
-                                fut.cancel()
-                                reply = "T %s %s" % (owner, key)
+                                if fut.done() and not fut.cancelled():
+                                    # Handed the key as the wait ran out: a
+                                    # grant, not T (the watchers caught this).
+                                    reply = fut.result()
+                                else:
+                                    fut.cancel()
+                                    reply = "T %s %s" % (owner, key)
                             writer.write((reply + "\n").encode())
                         asyncio.ensure_future(deliver())
                 elif f[0] == "W" and len(f) == 2:
