@@ -9,7 +9,14 @@ and answers `E no_leader` for a grace period longer than any lease the
 runner uses after it starts. Not a model of lockd's cluster semantics.
 
 --bug=overlap makes the leader grant a held key anyway, to show the
-runner and checker catch it end to end."""
+runner and checker catch it end to end.
+
+Watches (protocol.md §5c, `W`/`V` only, on the leader): `rev` is drawn
+from the token counter at each change; a key is `held` by its last grant until released or
+handed on (an expired holder stays, as in lockd until takeover).
+--bug=stale-watch pushes every 5th change to the key's first watcher as
+the state before it (the others get the right one), to show the watch
+checker catches a server that tells a watcher a stale state."""
 
 import argparse
 import asyncio
@@ -52,7 +59,11 @@ class Table:
         except (OSError, ValueError):
             self.next_token = 1
         self.reserved = self.next_token
-        self.keys = {}                       # key -> [token, expiry_s]
+        self.keys = {}                       # key -> [token, expiry_s, owner]
+        self.rev = self.next_token       # above every rev before a restart (revs are drawn
+                                         # from the token counter, whose high-water is stored)
+        self.watchers = collections.defaultdict(dict)  # key -> writers watching it, in order
+        self.changes = 0
         self.queues = collections.defaultdict(collections.deque)
 
     def token(self):
@@ -70,19 +81,36 @@ class Table:
         k = self.keys.get(key)
         return k is not None and k[1] > time.monotonic()
 
-    def grant(self, key, lease_ms):
+    def grant(self, key, lease_ms, owner):
         t = self.token()
-        self.keys[key] = [t, time.monotonic() + lease_ms / 1000]
+        before = self.state(key)
+        self.keys[key] = [t, time.monotonic() + lease_ms / 1000, owner]
+        self.changed(key, before)
         return t
+
+    def state(self, key):
+        k = self.keys.get(key)
+        return "free" if k is None else "held %s %d" % (k[2], k[0])
+
+    def changed(self, key, before):
+        self.rev = self.token()
+        self.changes += 1
+        state = self.state(key)
+        stale = self.bug == "stale-watch" and self.changes % 5 == 0
+        for i, w in enumerate(list(self.watchers[key])):
+            w.write(("V %s %d %s\n" % (key, self.rev, before if stale and i == 0 else state))
+                    .encode())
 
     def hand_off(self, key):
         q = self.queues[key]
         while q:
             owner, lease_ms, fut = q.popleft()
             if not fut.done():
-                fut.set_result("A %d %s %s" % (self.grant(key, lease_ms), owner, key))
+                fut.set_result("A %d %s %s" % (self.grant(key, lease_ms, owner), owner, key))
                 return
-        self.keys.pop(key, None)
+        before = self.state(key)
+        if self.keys.pop(key, None) is not None:
+            self.changed(key, before)
 
 
 async def disk_loop(data_dir):
@@ -140,7 +168,8 @@ async def main():
                 elif f[0] == "A":
                     owner, key, lease, wait = f[1], f[2], int(f[3]), int(f[4])
                     if not table.held(key) or a.bug == "overlap":
-                        writer.write(("A %d %s %s\n" % (table.grant(key, lease), owner, key)).encode())
+                        writer.write(("A %d %s %s\n" % (table.grant(key, lease, owner), owner,
+                                                         key)).encode())
                     elif wait == 0:
                         writer.write(("T %s %s\n" % (owner, key)).encode())
                     else:
@@ -151,10 +180,18 @@ async def main():
                             try:
                                 reply = await asyncio.wait_for(asyncio.shield(fut), wait / 1000)
                             except asyncio.TimeoutError:
-                                fut.cancel()
-                                reply = "T %s %s" % (owner, key)
+                                if fut.done() and not fut.cancelled():
+                                    # Handed the key as the wait ran out: a
+                                    # grant, not T (the watchers caught this).
+                                    reply = fut.result()
+                                else:
+                                    fut.cancel()
+                                    reply = "T %s %s" % (owner, key)
                             writer.write((reply + "\n").encode())
                         asyncio.ensure_future(deliver())
+                elif f[0] == "W" and len(f) == 2:
+                    table.watchers[f[1]][writer] = True
+                    writer.write(("W %s %d %s\n" % (f[1], table.rev, table.state(f[1]))).encode())
                 elif f[0] in ("R", "K"):
                     tok, key = int(f[1]), f[2]
                     k = table.keys.get(key)
@@ -172,6 +209,8 @@ async def main():
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
+            for ws in table.watchers.values():
+                ws.pop(writer, None)
             writer.close()
 
     async def admin(reader, writer):

@@ -1,7 +1,8 @@
 """The runner's cluster paths end to end against fake_lockd.py (node 1
 leads, the others redirect): start, leader discovery, redirects, K, kill -9
 and restart, SIGSTOP, iptables partitions, clock jumps with restarts, heal,
-check. A fake server that grants held keys must be caught."""
+check, watchers. A fake server that grants held keys, or pushes watchers a
+stale state, must be caught."""
 
 import os
 import sys
@@ -33,8 +34,11 @@ class FakeClusterTest(unittest.TestCase):
             # Seed 9 draws majority/minority and flapping partitions, a kill
             # and a wall-clock jump in 14 s.
             violations, report, _ = runner.run(options(
-                d, seed=9, duration_s=14, faults=("kill", "pause", "partition", "clock")))
+                d, seed=9, duration_s=14, faults=("kill", "pause", "partition", "clock"),
+                watchers_per_node=1))
             self.assertEqual([v.message for v in violations], [])
+            self.assertGreater(report["watch_pushes"], 20)       # watchers ran and were checked
+            self.assertGreater(report["watch_final_checked"], 0)
             self.assertEqual(report["faults"], {"partition": 2, "kill": 1, "clock": 1})
             self.assertGreater(report["grants"], 20)
             self.assertGreater(report["codes"].get("M", 0), 0)   # redirects were followed
@@ -60,6 +64,15 @@ class FakeClusterTest(unittest.TestCase):
             violations, report, _ = runner.run(options(
                 d, seed=1, duration_s=4, faults=(), lockd_args=("--bug=overlap",)))
             self.assertGreater(report["violations"].get("exclusion", 0), 0)
+
+    def test_stale_watch_states_caught(self):
+        with tempfile.TemporaryDirectory() as d:
+            violations, report, _ = runner.run(options(
+                d, seed=1, duration_s=4, faults=(), lockd_args=("--bug=stale-watch",),
+                watchers_per_node=1))
+            self.assertEqual(report["violations"].get("exclusion", 0), 0)
+            self.assertGreater(sum(n for check, n in report["violations"].items()
+                                   if check.startswith("watch")), 0)
 
 
 if __name__ == "__main__":

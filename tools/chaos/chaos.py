@@ -56,6 +56,9 @@ def main(argv=None):
     r.add_argument("--cancel-prob", type=float, default=0.05,
                    help="share of cycles whose waiting A the client abandons, closing its "
                         "connection after a random part of a lease (default 0.05)")
+    r.add_argument("--watchers", type=int, default=2,
+                   help="watcher clients starting at each node, watching every key through the "
+                        "faults; their histories are checked (protocol.md §5c; default 2, 0: none)")
     r.add_argument("--pause-prob", type=float, default=0.02,
                    help="share of lock holds where the client stalls 1.5 leases before writing")
     r.add_argument("--lockd", default="build/bin/lockd")
@@ -128,6 +131,7 @@ def main(argv=None):
         opt.fast_clock_node = args.fast_clock_node
         opt.expect_violations = args.expect_violations
         opt.upgrade_to = args.upgrade_to
+        opt.watchers_per_node = args.watchers
         violations, report, out = runner.run(opt)
         return finish(violations, report, args.json, args.expect_violations,
                       os.path.join(out, "history.jsonl"))
@@ -184,7 +188,8 @@ def finish(violations, report, as_json, expect, history_path):
             if k in report:
                 print("%s: %s" % (k, json.dumps(report[k], sort_keys=True)))
         extras = {k: v for k, v in report.items() if k.startswith(("exclusion_", "fifo_",
-                                                                     "liveness", "resource_"))}
+                                                                     "liveness", "resource_",
+                                                                     "watch", "lost_notices"))}
         print(json.dumps(extras, sort_keys=True))
     n = len(violations)
     print("%s: %d violation(s) in %s%s" % ("FAIL" if (n > 0) != expect else "OK", n, history_path,

@@ -41,6 +41,8 @@ The checks:
              view of its lease was rejected (that would be two holders at
              once, end to end); the final counter equals the accepted
              increments
+  watch-*    the watchers' histories against the grant history
+             (watch_check.py, protocol.md §5c)
 """
 
 import bisect
@@ -407,6 +409,8 @@ def check(history, locks_lost_on_restart=None, recovery_bound_ms=None):
     violations += check_fifo(history, stats)
     violations += check_liveness(history, recovery_bound_ms, stats)
     violations += check_resource(history, locks_lost_on_restart, stats)
+    from .watch_check import check_watches   # watchers' histories (watch_check.py)
+    violations += check_watches(history, locks_lost_on_restart, stats)
     report = summarize(history)
     report.update(stats)
     report.update(restart_token_stats(history))

@@ -38,6 +38,7 @@ class LineConn:
             raise
         self.buf = b""
         self.pushes = 0
+        self.on_lost_notice = None   # called with each `X` line read
 
     def send(self, data):
         self.sock.sendall(data.encode())
@@ -45,13 +46,15 @@ class LineConn:
     def read_line(self, deadline_ns):
         """The next reply line. Push lines (`V`, `X`: protocol.md §5c, v1.3)
         can arrive between any two replies and are never replies: skipped
-        (`X` says a lease ended by expiry, which the history already
-        bounds by the lease)."""
+        (`X`, a lease ended by expiry, goes to on_lost_notice: the
+        history records it and the checker bounds it by the lease)."""
         while True:
             line = self._read_any(deadline_ns)
             if not (line.startswith("X ") or line.startswith("V ")):
                 return line
             self.pushes += 1
+            if line.startswith("X ") and self.on_lost_notice is not None:
+                self.on_lost_notice(line)
 
     def _read_any(self, deadline_ns):
         while b"\n" not in self.buf:
@@ -97,6 +100,16 @@ class Client:
         if self.conn is None:
             host, port = self.target.rsplit(":", 1)
             self.conn = LineConn(host, int(port), self.op_timeout_ms / 1000)
+            self.conn.on_lost_notice = self._lost_notice
+
+    def _lost_notice(self, line):
+        """`X <token> <key>` (protocol.md §5c): recorded with when it was read."""
+        f = line.split()
+        rec = {"type": "lost_notice", "client": self.name, "node": self.target, "line": line,
+               "time_ns": time.monotonic_ns()}
+        if len(f) == 3 and f[1].isdigit():
+            rec.update(token=int(f[1]), key=f[2])
+        self.writer.write(rec)
 
     def _drop(self, rotate):
         if self.conn is not None:

@@ -8,6 +8,9 @@ Every line has a "type":
   heal      all faults have stopped at time_ns (the liveness check starts
             its clock here)
   access    one access to the fenced resource (token, read/write, accepted)
+  watch     one line a watcher read, or its connection lost/ended
+  watch_final  a key's state read after the workload stopped (watchers.py)
+  lost_notice  an `X <token> <key>` a workload client read (§5c)
 
 All times are nanoseconds on the runner's one monotonic clock
 (time.monotonic_ns), which every client thread shares, so invocations and
@@ -94,6 +97,9 @@ class History:
         self.nemesis = []
         self.heal_ns = None
         self.accesses = []
+        self.watches = []
+        self.watch_finals = []
+        self.lost_notices = []
 
     @classmethod
     def load(cls, path):
@@ -122,6 +128,12 @@ class History:
                 h.heal_ns = d["time_ns"]
             elif t == "access":
                 h.accesses.append(d)
+            elif t == "watch":
+                h.watches.append(d)
+            elif t == "watch_final":
+                h.watch_finals.append(d)
+            elif t == "lost_notice":
+                h.lost_notices.append(d)
             else:
                 raise ValueError("line %d: unknown type %r" % (n, t))
         for i, op in enumerate(h.ops):

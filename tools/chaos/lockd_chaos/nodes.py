@@ -81,6 +81,9 @@ class Node:
         # Absolute: the faultfs shim matches /proc/self/fd paths against it.
         self.dir = os.path.abspath(os.path.join(run_dir, "node%d" % node_id))
         self.data_dir = os.path.join(self.dir, "data")
+        # A new node starts empty: a data dir left by an earlier run in the
+        # same run directory would hold a formed group (init answers 409).
+        shutil.rmtree(self.data_dir, ignore_errors=True)
         os.makedirs(self.data_dir, exist_ok=True)
         self.faketime_file = os.path.join(self.dir, "faketime")
         self.faultfs_control = os.path.join(self.dir, "faultfs")

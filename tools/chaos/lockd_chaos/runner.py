@@ -23,6 +23,7 @@ from .nemesis import Nemesis
 from .nodes import Group, cluster_mode_available
 from .resource import FencedCounter
 from .schedule import Fault, make_schedule
+from .watchers import WatcherGroup, server_supports_watch
 
 NS_PER_MS = 1_000_000
 
@@ -58,6 +59,7 @@ class Options:
     shared_prob = 0.0       # share of cycles that take the key with S (§5b) instead of A
     long_wait_prob = 0.0    # share of A cycles that wait up to 3 leases, then K at once
     cancel_prob = 0.0       # share of cycles whose A (3-lease wait) the client abandons
+    watchers_per_node = 0   # watcher clients starting at each node (watchers.py, §5c)
 
 
 def _log(msg):
@@ -163,6 +165,29 @@ def recovery(history):
     return res
 
 
+def start_watchers(opt, group, addrs, keys, writer, meta):
+    """Watchers of every workload key, opt.watchers_per_node starting at
+    each node, if the server knows W (v1.3). Recorded in the history
+    (watchers.py) and checked by watch_check.py."""
+    if not opt.watchers_per_node:
+        return None
+    if not server_supports_watch(_leader_addr(group, addrs)):
+        _log("server does not answer W: no watchers")
+        writer.write({"type": "meta", "watchers_per_node": 0})
+        return None
+    writer.write({"type": "meta", "watchers_per_node": opt.watchers_per_node})
+    w = WatcherGroup(addrs, keys, writer, opt.watchers_per_node, opt.op_timeout_ms)
+    w.start()
+    return w
+
+
+def _leader_addr(group, addrs):
+    if group.mode == "single":
+        return addrs[0]
+    leader = group.leader()
+    return leader.client_addr if leader is not None else addrs[0]
+
+
 def run(opt):
     if opt.mode == "cluster" and not cluster_mode_available(opt.lockd, opt.lockd_args):
         raise SystemExit("chaos: %s has no cluster mode yet (exits 2: not available in this "
@@ -224,6 +249,7 @@ def run(opt):
     stop = threading.Event()
     threads = []
     nemesis = None
+    watchers = None
     try:
         _log("%s, %d node(s), seed %d, %.0fs, faults %s, %d faults scheduled -> %s"
              % (opt.mode, opt.nodes, opt.seed, opt.duration_s, ",".join(kinds) or "none",
@@ -260,6 +286,7 @@ def run(opt):
             t = threading.Thread(target=w.run, name=c.name, daemon=True)
             t.start()
             threads.append(t)
+        watchers = start_watchers(opt, group, addrs, keys, writer, meta)
         nemesis = Nemesis(group, net, writer, schedule, opt.seed, opt.election_timeout_ms, _log)
         nt = threading.Thread(target=nemesis.run, name="nemesis", daemon=True)
         nt.start()
@@ -279,8 +306,12 @@ def run(opt):
         if stuck:
             _log("clients still busy after stop: %s" % stuck)
         resource.finish()
+        if watchers is not None:
+            watchers.finish(lambda: _leader_addr(group, addrs), log=_log)
     finally:
         stop.set()
+        if watchers is not None:
+            watchers.stop.set()
         if nemesis is not None:
             nemesis.stop.set()
         writer.close()
