@@ -528,7 +528,8 @@ class Load:
         }
 
 
-def node_metrics(node, headers, prefixes=("lockd_client_closed_total", "lockd_peer_refused_total",
+def node_metrics(node, headers, prefixes=("lockd_client_connections_closed_total",
+                                          "lockd_peer_refused_total",
                                           "lockd_admin_", "lockd_tls_")):
     """The refusal counters of one node (its /metrics, with the run's credential)."""
     req = urllib.request.Request("http://%s/metrics" % node.admin_addr, headers=headers)
