@@ -96,11 +96,17 @@ void LockServer::accept(int fd) {
     }
   }
   if (tls_ != nullptr && tls_handshakes_ >= config_.max_tls_handshakes) {
-    stats_.count(CloseReason::kTlsHandshakes);
-    spdlog::debug("client connection refused: {} TLS handshakes in progress (--max-tls-handshakes)",
-                  tls_handshakes_);
-    ::close(fd);
-    return;
+    // The oldest handshake in progress makes room, as for unauthenticated
+    // connections: closing the new one instead let a few silent sockets
+    // (that never send a ClientHello) keep every new TLS client out until
+    // their --tls-handshake-timeout-ms (the hostile chaos run found it).
+    if (Client* oldest = oldest_handshake()) {
+      close_for(*oldest, CloseReason::kTlsHandshakes);
+    } else {
+      stats_.count(CloseReason::kTlsHandshakes);
+      ::close(fd);
+      return;
+    }
   }
   const TimeNs now = net::monotonic_now_ns();
   if (auth_required() && unauth_count_ >= config_.max_unauthenticated && unauth_head_ != nullptr) {
@@ -172,6 +178,19 @@ void LockServer::on_auth_timer() {
   if (unauth_head_ != nullptr) {
     auth_timer_.arm_after(unauth_head_->accepted_ns + config_.auth_timeout_ns - now);
   }
+}
+
+LockServer::Client* LockServer::oldest_handshake() {
+  // handshake_deadlines_ is in accept order (one timeout for all); entries
+  // of connections closed or past their handshake are dropped on the way.
+  while (!handshake_deadlines_.empty()) {
+    auto it = clients_.find(handshake_deadlines_.front().second);
+    if (it != clients_.end() && !it->second.conn->closed() && it->second.handshaking) {
+      return &it->second;
+    }
+    handshake_deadlines_.pop_front();
+  }
+  return nullptr;
 }
 
 void LockServer::on_handshake_timer() {

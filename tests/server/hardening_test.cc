@@ -216,25 +216,31 @@ TEST(HardeningTest, ClientSocketsUseKeepalive) {
   EXPECT_LE(std::stoi(timer), 60) << r.out;
 }
 
-// --max-tls-handshakes: past it, a new TLS connection is closed at once and
-// counted; one finished (or timed out) handshake makes room again.
-TEST(HardeningTest, TlsHandshakesInProgressAreCapped) {
+// --max-tls-handshakes: past it, a new TLS connection closes the oldest
+// handshake in progress (counted), so silent sockets that never send a
+// ClientHello cannot keep a real TLS client out (before, the new one was
+// closed at once: two silent sockets locked out every client until their
+// handshake timeout).
+TEST(HardeningTest, TlsHandshakesInProgressAreCappedAndTheOldestMakesRoom) {
   LockdProcess lockd({"--client-tls", "--tls-cert", pki("server.pem"), "--tls-key",
                       pki("server.key"), "--max-tls-handshakes", "2", "--admin", "127.0.0.1:0"});
   // Two connections that never send a ClientHello hold both slots.
-  auto silent1 = std::make_unique<LineClient>(lockd.port());
-  auto silent2 = std::make_unique<LineClient>(lockd.port());
+  LineClient silent1(lockd.port());
+  ASSERT_TRUE(eventually([&] {
+    return metric(get(lockd.admin_port(), "/metrics"), "lockd_connections") == 1;
+  }));
+  LineClient silent2(lockd.port());
   ASSERT_TRUE(eventually([&] {
     return metric(get(lockd.admin_port(), "/metrics"), "lockd_connections") == 2;
   }));
-  LineClient third(lockd.port());
-  EXPECT_TRUE(third.wait_closed(20s));
+  // A real client gets in at once; the oldest silent one made room for it.
+  TlsLineClient c(lockd.port(), {});
+  ASSERT_TRUE(c.handshake_ok());
+  EXPECT_EQ(fields(c.call("A a k 1000"))[0], "A");
+  EXPECT_TRUE(silent1.wait_closed(20s));
   EXPECT_EQ(closed_for(lockd.admin_port(), "max_tls_handshakes"), 1);
-  silent1->close();
-  EXPECT_TRUE(eventually([&] {
-    TlsLineClient c(lockd.port(), {});
-    return c.handshake_ok() && fields(c.call("A a k 1000"))[0] == "A";
-  }));
+  // The other silent one still holds its slot (the cap is 2, one in use).
+  EXPECT_FALSE(silent2.wait_closed(0ms));
 }
 
 // The body of an HTTPS GET on a --admin-tls port ("" when it fails).

@@ -76,6 +76,21 @@ def main(argv=None):
     r.add_argument("--expect-violations", action="store_true",
                    help="succeed only if the checker finds violations (the fast-clock measurement)")
     r.add_argument("--json", action="store_true", help="print the whole report")
+    h = r.add_argument_group("hostile-client mode (lockd_chaos/hostile.py, issue 35)")
+    h.add_argument("--hostile", action="store_true",
+                   help="auth on (token, ACL), client TLS on; strangers hold idle connections on "
+                        "every port, flood TLS handshakes, trickle admin requests, forge peer "
+                        "hellos and CSRF-shaped admin requests; every request of the workload "
+                        "must be answered and no node may exit")
+    h.add_argument("--hostile-idle", type=int, default=700,
+                   help="idle connections per node on each port (default 700)")
+    h.add_argument("--hostile-tls-rate", type=int, default=200,
+                   help="TLS handshakes a second per node's client port (default 200)")
+    h.add_argument("--hostile-trickle", type=int, default=20,
+                   help="byte-a-second admin requests per node (default 20)")
+    h.add_argument("--hostile-connect-rate", type=int, default=700,
+                   help="new idle connections a second over all ports (default 700)")
+    h.add_argument("--hostile-no-tls", action="store_true", help="client port without TLS")
     c = sub.add_parser("check")
     c.add_argument("history")
     c.add_argument("--json", action="store_true")
@@ -132,6 +147,11 @@ def main(argv=None):
         opt.expect_violations = args.expect_violations
         opt.upgrade_to = args.upgrade_to
         opt.watchers_per_node = args.watchers
+        if args.cmd == "run" and args.hostile:
+            opt.hostile = {"idle": args.hostile_idle, "tls_rate": args.hostile_tls_rate,
+                           "trickle": args.hostile_trickle,
+                           "connect_rate": args.hostile_connect_rate}
+            opt.hostile_tls = not args.hostile_no_tls
         violations, report, out = runner.run(opt)
         return finish(violations, report, args.json, args.expect_violations,
                       os.path.join(out, "history.jsonl"))
@@ -190,6 +210,8 @@ def finish(violations, report, as_json, expect, history_path):
         extras = {k: v for k, v in report.items() if k.startswith(("exclusion_", "fifo_",
                                                                      "liveness", "resource_",
                                                                      "watch", "lost_notices"))}
+        if "hostile" in report:
+            print("hostile: %s" % json.dumps(report["hostile"], sort_keys=True))
         print(json.dumps(extras, sort_keys=True))
     n = len(violations)
     print("%s: %d violation(s) in %s%s" % ("FAIL" if (n > 0) != expect else "OK", n, history_path,

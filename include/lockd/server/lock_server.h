@@ -183,6 +183,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   void on_deadline_timer();
   // Closes the connections whose TLS handshake deadline has passed.
   void on_handshake_timer();
+  // The connection whose TLS handshake has been in progress longest, or null.
+  Client* oldest_handshake();
   void on_sweep_timer();
   void run_sweep_slice();
   // Appends each Delivery's reply to its client's output.

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 
-def init_cluster(admin_addr, timeout_s=60.0):
+def init_cluster(admin_addr, timeout_s=60.0, headers=None):
     """POST /v1/cluster/init to ``admin_addr`` (host:port), again while it
     answers 503/504 or not at all, until 200. A 409 after a 504 means that
     first init formed the group: done too. Raises RuntimeError otherwise."""
@@ -17,7 +17,8 @@ def init_cluster(admin_addr, timeout_s=60.0):
     status, body = 0, ""
     while time.monotonic() < deadline:
         req = urllib.request.Request("http://%s/v1/cluster/init" % admin_addr, data=b"{}",
-                                     headers={"Content-Type": "application/json"}, method="POST")
+                                     headers={**(headers or {}), "Content-Type": "application/json"},
+                                     method="POST")
         try:
             with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as r:
                 status, body = r.status, r.read().decode(errors="replace")

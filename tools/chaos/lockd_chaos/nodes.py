@@ -98,6 +98,7 @@ class Node:
         self.starts = 0
         self.paused = False
         self.log = None
+        self.admin_headers = {}    # e.g. a bearer credential (hostile runs: auth on)
 
     @property
     def client_addr(self):
@@ -204,7 +205,9 @@ class Node:
         data = None if body is None else json.dumps(body).encode()
         # The admin API refuses a changing request with a body that is not
         # application/json (protocol.md §11a); urllib's default is a form.
-        headers = {} if data is None else {"Content-Type": "application/json"}
+        headers = dict(self.admin_headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         req = urllib.request.Request("http://%s%s" % (self.admin_addr, path), data=data,
                                      method=method, headers=headers)
         try:
@@ -220,9 +223,10 @@ class Node:
 
     def status(self, timeout_s=0.5):
         """/v1/status as a dict, or None if it does not answer."""
+        req = urllib.request.Request("http://%s/v1/status" % self.admin_addr,
+                                     headers=self.admin_headers)
         try:
-            with urllib.request.urlopen("http://%s/v1/status" % self.admin_addr,
-                                        timeout=timeout_s) as r:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
                 return json.loads(r.read())
         except (OSError, ValueError):
             return None
@@ -280,6 +284,7 @@ class Group:
         self.heartbeat_ms = heartbeat_ms
         self.faketime_base = None
         self.faultfs_shim = None
+        self.admin_headers = {}
         self.addrs = [node.client_addr for node in self.nodes]
         peers = []
         for node in self.nodes:
@@ -330,7 +335,13 @@ class Group:
 
     def init(self, timeout_s=60):
         """Forms the group once (v1.3: a start never forms one)."""
-        init_cluster(self.nodes[0].admin_addr, timeout_s)
+        init_cluster(self.nodes[0].admin_addr, timeout_s, self.admin_headers)
+
+    def set_admin_headers(self, headers):
+        """Headers for every admin call (and new members'): auth on."""
+        self.admin_headers = dict(headers)
+        for node in self.nodes:
+            node.admin_headers = self.admin_headers
 
     def client_addrs(self):
         """Every client address ever a member's: one list, shared."""
@@ -348,6 +359,7 @@ class Group:
         for n in self.nodes + [node]:
             peers += ["--peer", "%d=%s/%s" % (n.id, n.client_addr, n.raft_addr)]
         node.peers_args = peers
+        node.admin_headers = self.admin_headers
         node.extra_args = [a.replace("{ID}", str(nid)) for a in self.extra_args]
         node.extra_args += ["--election-timeout-ms", str(self.election_timeout_ms),
                             "--heartbeat-ms", str(self.heartbeat_ms)]

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from . import checker, netfault
+from . import checker, hostile, netfault
 from .client import Client, Workload
 from .history import History, HistoryWriter
 from .nemesis import Nemesis
@@ -60,6 +60,8 @@ class Options:
     long_wait_prob = 0.0    # share of A cycles that wait up to 3 leases, then K at once
     cancel_prob = 0.0       # share of cycles whose A (3-lease wait) the client abandons
     watchers_per_node = 0   # watcher clients starting at each node (watchers.py, §5c)
+    hostile = None          # a dict of hostile.Load options: hostile-client mode (hostile.py)
+    hostile_tls = True      # hostile mode: --client-tls on, TLS handshakes flooded
 
 
 def _log(msg):
@@ -171,6 +173,12 @@ def start_watchers(opt, group, addrs, keys, writer, meta):
     (watchers.py) and checked by watch_check.py."""
     if not opt.watchers_per_node:
         return None
+    if opt.hostile:
+        # The watchers speak plain text without H; a hostile run's nodes
+        # want TLS and a credential.
+        _log("hostile run: no watchers")
+        writer.write({"type": "meta", "watchers_per_node": 0})
+        return None
     if not server_supports_watch(_leader_addr(group, addrs)):
         _log("server does not answer W: no watchers")
         writer.write({"type": "meta", "watchers_per_node": 0})
@@ -225,8 +233,14 @@ def run(opt):
             "fast_clock_node": opt.fast_clock_node,
             "election_timeout_ms": opt.election_timeout_ms,
             "schedule": [f.to_json() for f in schedule]}
+    # Hostile-client mode: auth (and TLS) on; the workload authenticates.
+    hsetup = hostile.Setup(out, opt.hostile_tls) if opt.hostile is not None else None
     group = Group(opt.lockd, opt.mode, opt.nodes, out, octet, opt.election_timeout_ms,
-                  opt.heartbeat_ms, extra_args=opt.lockd_args)
+                  opt.heartbeat_ms, extra_args=tuple(opt.lockd_args) +
+                  (tuple(hsetup.args) if hsetup else ()))
+    if hsetup:
+        group.set_admin_headers(hsetup.admin_headers)
+        meta["hostile"] = dict(opt.hostile, tls=opt.hostile_tls)
     if "clock" in kinds or "clock-restart" in kinds:
         group.enable_faketime()
     if opt.fast_clock:
@@ -250,6 +264,9 @@ def run(opt):
     threads = []
     nemesis = None
     watchers = None
+    load = None
+    hostile_nodes = None
+    clients = []
     try:
         _log("%s, %d node(s), seed %d, %.0fs, faults %s, %d faults scheduled -> %s"
              % (opt.mode, opt.nodes, opt.seed, opt.duration_s, ",".join(kinds) or "none",
@@ -258,12 +275,13 @@ def run(opt):
         if opt.mode == "cluster" and group.wait_leader(30) is None:
             raise RuntimeError("no leader within 30 s of start")
         addrs = group.client_addrs()
-        use_keep = opt.use_keep and server_supports_keep(addrs[0] if opt.mode == "single"
-                                                         else group.leader().client_addr)
+        # The probes speak without H; a hostile run's server is this tree's.
+        use_keep = opt.use_keep and (hsetup is not None or server_supports_keep(
+            addrs[0] if opt.mode == "single" else group.leader().client_addr))
         meta["keep"] = use_keep
         shared_prob = opt.shared_prob
-        if shared_prob and not server_supports_shared(addrs[0] if opt.mode == "single"
-                                                      else group.leader().client_addr):
+        if shared_prob and hsetup is None and not server_supports_shared(
+                addrs[0] if opt.mode == "single" else group.leader().client_addr):
             _log("server does not answer S with E bad_limit: workload runs without S")
             shared_prob = 0.0
         meta["shared_prob"] = shared_prob
@@ -279,7 +297,9 @@ def run(opt):
         writer.write(meta)
         resource = FencedCounter(writer)
         for i in range(opt.clients):
-            c = Client("c%d" % i, addrs, writer, index=i, op_timeout_ms=opt.op_timeout_ms)
+            c = (hsetup.client_factory() if hsetup else Client)(
+                "c%d" % i, addrs, writer, index=i, op_timeout_ms=opt.op_timeout_ms)
+            clients.append(c)
             w = Workload(c, resource, random.Random(opt.seed * 1000 + i), keys, opt.lease_ms,
                          opt.waits_ms, use_keep, opt.pause_prob, stop, shared_prob, limits,
                          long_wait_prob, opt.cancel_prob)
@@ -287,6 +307,9 @@ def run(opt):
             t.start()
             threads.append(t)
         watchers = start_watchers(opt, group, addrs, keys, writer, meta)
+        if hsetup:
+            load = hostile.Load(group, hsetup, opt.seed, _log, **opt.hostile)
+            load.start()
         nemesis = Nemesis(group, net, writer, schedule, opt.seed, opt.election_timeout_ms, _log)
         nt = threading.Thread(target=nemesis.run, name="nemesis", daemon=True)
         nt.start()
@@ -298,7 +321,18 @@ def run(opt):
             raise nemesis.error
         if nemesis.heal_ns is None:
             raise RuntimeError("the nemesis did not finish")
+        if load is not None:
+            # The hostile load runs the whole duration (with no fault, the
+            # nemesis is done at once), then through the tail.
+            time.sleep(max(0.0, opt.duration_s - (time.monotonic_ns() - load.started_ns) / 1e9))
         time.sleep(tail_s)
+        if load is not None:
+            t0 = time.monotonic()
+            load.stop()
+            _log("hostile load stopped in %.1f s" % (time.monotonic() - t0))
+            hostile_nodes = hostile.node_state(group, kinds)
+            hostile_metrics = {"node%d" % n.id: hostile.node_metrics(n, hsetup.admin_headers)
+                               for n in group.nodes}
         stop.set()
         for t in threads:
             t.join(CLIENT_STOP_TIMEOUT_S)
@@ -312,6 +346,8 @@ def run(opt):
         stop.set()
         if watchers is not None:
             watchers.stop.set()
+        if load is not None:
+            load.stop()
         if nemesis is not None:
             nemesis.stop.set()
         writer.close()
@@ -321,6 +357,14 @@ def run(opt):
 
     history = History.load(os.path.join(out, "history.jsonl"))
     violations, report = checker.check(history)
+    if load is not None:
+        hv, hr = hostile.check(history, *hostile_nodes, load, opt.recovery_bound_ms)
+        violations += hv
+        report["violations_total"] = report.get("violations_total", 0) + len(hv)
+        report["hostile"] = dict(hr, load=load.report(), nodes=hostile_nodes[0],
+                                 node_metrics=hostile_metrics,
+                                 connect_retries=sum(getattr(t, "connect_retries", 0)
+                                                     for t in clients))
     report["availability"] = availability(history)
     report["recovery_after_heal"] = recovery(history)
     report["seed"] = opt.seed
