@@ -20,6 +20,10 @@
 // protocol §5c); the writer pipelines "R <token> k" and "A o<i> k" in one
 // write, so a change is the new holder o<i> (a push of "free" between them,
 // if the server sends one, is counted apart and not as a change).
+// lockd:c3: a 3-member cluster (peer secret, formed by POST /v1/cluster/init),
+// the watchers spread round robin over the members (each serves watches from
+// its applied state), the writer on the leader; CPU and RSS summed over the
+// members.
 // etcd: gRPC over HTTP/2 (h2c, golang.org/x/net/http2, hand-framed protobuf:
 // no etcd client library is packaged here), --etcd-conns connections, one
 // Watch stream each, N/conns watches per stream (as clientv3 multiplexes
@@ -66,7 +70,7 @@ var (
 	flLockdArgs = flag.String("lockd-args", "", "extra lockd flags")
 	flEtcd      = flag.String("etcd", "etcd", "etcd binary")
 	flEtcdConns = flag.Int("etcd-conns", 100, "etcd: gRPC connections (one Watch stream each)")
-	flSides     = flag.String("sides", "lockd,etcd", "sides to run, in order: lockd, etcd (--etcd-conns), etcd:CONNS")
+	flSides     = flag.String("sides", "lockd,etcd", "sides to run, in order: lockd, lockd:c3 (3-member cluster), etcd (--etcd-conns), etcd:CONNS")
 	flTmp       = flag.String("tmp", "", "scratch dir (default: a new one under /tmp)")
 	flJSON      = flag.String("json", "", "write every round's result here")
 	flReaders   = flag.Int("readers", 1, "lockd: epoll reader threads for the watchers")
@@ -264,14 +268,161 @@ func startLockd(dir string, n int) (*lockdServer, error) {
 	}
 }
 
-func runLockd(dir string, r int) (*round, error) {
-	n := *flWatchers
-	srv, err := startLockd(dir, n)
-	if err != nil {
+// lockdSide: the processes of one lockd side, where watchers connect
+// (round robin) and where the writer goes.
+type lockdSide struct {
+	cmds    []*exec.Cmd
+	watchAt []string
+	writeAt string
+}
+
+func (l *lockdSide) pids() []int {
+	var p []int
+	for _, c := range l.cmds {
+		p = append(p, c.Process.Pid)
+	}
+	return p
+}
+
+func (l *lockdSide) stop() {
+	for _, c := range l.cmds {
+		c.Process.Kill()
+		c.Wait()
+	}
+}
+
+func sumCPU(pids []int) float64 {
+	t := 0.0
+	for _, p := range pids {
+		t += cpuTicks(p)
+	}
+	return t
+}
+
+// settledRSSSum: the members' RSS summed, once it stops moving.
+func settledRSSSum(pids []int) int64 {
+	sum := func() int64 {
+		var t int64
+		for _, p := range pids {
+			t += rss(p)
+		}
+		return t
+	}
+	prev := sum()
+	for i := 0; i < 20; i++ {
+		time.Sleep(150 * time.Millisecond)
+		cur := sum()
+		if cur == prev {
+			return cur
+		}
+		prev = cur
+	}
+	return prev
+}
+
+// startLockdCluster: a 3-member cluster with a peer secret, formed by
+// POST /v1/cluster/init; the writer goes to the leader, watchers to every
+// member (each serves watches from its applied state, §5c).
+func startLockdCluster(dir string, n, members int) (*lockdSide, error) {
+	secret := filepath.Join(dir, "peer-secret")
+	b := make([]byte, 32)
+	f, _ := os.Open("/dev/urandom")
+	io.ReadFull(f, b)
+	f.Close()
+	if err := os.WriteFile(secret, []byte(fmt.Sprintf("%x\n", b)), 0o600); err != nil {
 		return nil, err
 	}
-	defer func() { srv.cmd.Process.Kill(); srv.cmd.Wait() }()
-	pid := srv.cmd.Process.Pid
+	client, raft, admin := make([]int, members), make([]int, members), make([]int, members)
+	var peers []string
+	for k := 0; k < members; k++ {
+		client[k], raft[k], admin[k] = freePort(), freePort(), freePort()
+		peers = append(peers, "--peer", fmt.Sprintf("%d=127.0.0.1:%d/127.0.0.1:%d", k+1, client[k], raft[k]))
+	}
+	side := &lockdSide{}
+	for k := 0; k < members; k++ {
+		args := append([]string{"--mode", "cluster", "--node-id", strconv.Itoa(k + 1)}, peers...)
+		args = append(args, "--data-dir", filepath.Join(dir, fmt.Sprintf("n%d", k+1)),
+			"--admin", fmt.Sprintf("127.0.0.1:%d", admin[k]), "--log-level", "warn",
+			"--peer-secret-file", secret, "--max-connections", strconv.Itoa(n+100),
+			"--max-connections-per-ip", "0")
+		cmd := exec.Command(*flLockd, args...)
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("n%d.log", k+1)))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			side.stop()
+			return nil, err
+		}
+		side.cmds = append(side.cmds, cmd)
+		side.watchAt = append(side.watchAt, fmt.Sprintf("127.0.0.1:%d", client[k]))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/cluster/init", admin[0]),
+			"application/json", strings.NewReader("{}"))
+		code := 0
+		if err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		if code == 200 || code == 409 {
+			break
+		}
+		if time.Now().After(deadline) {
+			side.stop()
+			return nil, fmt.Errorf("cluster init: %v %d", err, code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The leader answers a release of an unknown token itself (N); the
+	// others answer M.
+	for side.writeAt == "" {
+		for _, a := range side.watchAt {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err != nil {
+				continue
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			c.Write([]byte("R 1 fanout-probe\n"))
+			l, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(l, "N ") {
+				side.writeAt = a
+				break
+			}
+		}
+		if side.writeAt == "" {
+			if time.Now().After(deadline) {
+				side.stop()
+				return nil, errors.New("cluster: no leader")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return side, nil
+}
+
+func runLockd(dir string, r int, members int) (*round, error) {
+	n := *flWatchers
+	var side *lockdSide
+	name := "lockd"
+	if members == 0 {
+		srv, err := startLockd(dir, n)
+		if err != nil {
+			return nil, err
+		}
+		side = &lockdSide{cmds: []*exec.Cmd{srv.cmd}, watchAt: []string{srv.addr}, writeAt: srv.addr}
+	} else {
+		var err error
+		if side, err = startLockdCluster(dir, n, members); err != nil {
+			return nil, err
+		}
+		name = fmt.Sprintf("lockd:c%d", members)
+	}
+	defer side.stop()
+	pids := side.pids()
 	maxChanges := int(float64(*flRate)*flDuration.Seconds()*1.2) + 100
 	t := newTally(n, maxChanges)
 
@@ -279,11 +430,12 @@ func runLockd(dir string, r int) (*round, error) {
 	// goroutine per connection costs this process more CPU per notification
 	// than the server spends sending it (measured: 13 us against 9 us).
 	fds := make([]int, n)
-	ip := net.ParseIP(strings.Split(srv.addr, ":")[0]).To4()
-	port, _ := strconv.Atoi(strings.Split(srv.addr, ":")[1])
-	sa := &syscall.SockaddrInet4{Port: port}
-	copy(sa.Addr[:], ip)
 	for i := range fds {
+		a := side.watchAt[i%len(side.watchAt)]
+		host, ps, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(ps)
+		sa := &syscall.SockaddrInet4{Port: port}
+		copy(sa.Addr[:], net.ParseIP(host).To4())
 		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("watcher %d: socket: %v", i, err)
@@ -304,11 +456,11 @@ func runLockd(dir string, r int) (*round, error) {
 	if err := requestAll(fds, "U "+key+"\n", "U "); err != nil {
 		return nil, err
 	}
-	idle := settledRSS(pid)
+	idle := settledRSSSum(pids)
 	if err := requestAll(fds, "W "+key+"\n", "W "); err != nil {
 		return nil, err
 	}
-	watching := settledRSS(pid)
+	watching := settledRSSSum(pids)
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -328,7 +480,7 @@ func runLockd(dir string, r int) (*round, error) {
 	}
 
 	// The writer.
-	wc, err := net.Dial("tcp", srv.addr)
+	wc, err := net.Dial("tcp", side.writeAt)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +488,7 @@ func runLockd(dir string, r int) (*round, error) {
 	wr := bufio.NewReader(wc)
 	changes := 0
 	token := ""
-	gen0, cpu0, w0 := cpuTicks(os.Getpid()), cpuTicks(pid), time.Now()
+	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(*flRate))
 	end := time.Now().Add(*flDuration)
 	for time.Now().Before(end) && changes < maxChanges {
@@ -368,10 +520,10 @@ func runLockd(dir string, r int) (*round, error) {
 	tick.Stop()
 	window := time.Since(w0).Seconds()
 	settle(t, changes)
-	cpu1, gen1 := cpuTicks(pid), cpuTicks(os.Getpid())
+	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
 	stop.Store(true)
 	wg.Wait()
-	res := summarize(t, "lockd", r, n, n, changes, window, cpu1-cpu0, gen1-gen0, idle, watching)
+	res := summarize(t, name, r, n, n, changes, window, cpu1-cpu0, gen1-gen0, idle, watching)
 	return res, nil
 }
 
@@ -875,7 +1027,9 @@ func main() {
 			var err error
 			switch {
 			case side == "lockd":
-				res, err = runLockd(dir, r)
+				res, err = runLockd(dir, r, 0)
+			case side == "lockd:c3":
+				res, err = runLockd(dir, r, 3)
 			case side == "etcd":
 				res, err = runEtcd(dir, r, *flEtcdConns)
 			case strings.HasPrefix(side, "etcd:"):
