@@ -194,8 +194,15 @@ void ClusterNode::on_peer_handshake(const Handshake& h) {
   a.status = h.receiver_status;
   a.heard = h.heard_receiver;
   a.voters = h.voters;
+  a.data_state = h.data_state;
+  a.heard_voters = h.heard_voters;
   answers_[h.sender] = std::move(a);
   refreshed_at_[h.sender] = net::monotonic_now_ns();
+  // A pending cluster init first: it answers 409 before the gate may
+  // refuse this node on the same word.
+  if (pending_change_ && pending_change_->change.kind == MemberChangeKind::kInit) {
+    progress_change(net::monotonic_now_ns());
+  }
   run_gate();
 }
 
@@ -210,6 +217,10 @@ void ClusterNode::run_gate() {
     case StartVerdict::kJoinLearner: open_gate(d); return;
     case StartVerdict::kVote:
     case StartVerdict::kWait:
+      // An empty voter's word stopped counting (the group acted): it may
+      // have been let in since, and a member says so only when asked
+      // (on_tick asks it again every kGateAskAgainNs).
+      ask_again_ = d.ask_again;
       if (d.reason != wait_reason_) {
         wait_reason_ = d.reason;
         spdlog::info("{}", wait_reason_);
@@ -270,6 +281,15 @@ HeardReceiver ClusterNode::heard_of(raft::NodeId id) const {
   return heard_.contains(id) ? HeardReceiver::kHeard : HeardReceiver::kNever;
 }
 
+std::optional<std::vector<raft::NodeId>> ClusterNode::heard_voters() const {
+  if (gate_ != Gate::kOpen || !raft_) return std::nullopt;
+  std::vector<raft::NodeId> out;
+  for (raft::NodeId id : conf_voters()) {
+    if (heard_.contains(id)) out.push_back(id);
+  }
+  return out;
+}
+
 std::vector<raft::NodeId> ClusterNode::conf_voters() const {
   std::vector<raft::NodeId> out;
   if (!raft_) return out;
@@ -308,18 +328,53 @@ void ClusterNode::init_group(MemberChangeDone done) {
     done(MemberChangeResult{409, "change_in_progress", "", std::nullopt});
     return;
   }
-  const auto formed = [&](std::string why) {
-    done(MemberChangeResult{409, "already_formed", std::move(why), std::nullopt});
-  };
   if (gate_ != Gate::kWaiting || !raft_->conf().empty()) {
-    return formed("node " + std::to_string(config_.self) + " belongs to a formed group");
+    done(MemberChangeResult{409, "already_formed",
+                            "node " + std::to_string(config_.self) + " belongs to a formed group",
+                            std::nullopt});
+    return;
   }
+  PendingChange p;
+  p.change.kind = MemberChangeKind::kInit;
+  p.done = std::move(done);
+  p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
+  pending_change_ = std::move(p);
+  init_formed_here_ = false;
+  init_wait_logged_ = false;
+  try_init();
+}
+
+void ClusterNode::try_init() {
+  const auto formed = [&](std::string why) {
+    finish_change(MemberChangeResult{409, "already_formed", std::move(why), std::nullopt});
+  };
+  std::size_t answered = 1;  // this node
+  std::string missing;
   for (const Member& m : config_.members) {
     if (m.id == config_.self) continue;
     const auto it = answers_.find(m.id);
-    if (it != answers_.end() && (!it->second.voters.empty() || it->second.status == MemberStatus::kRemoved)) {
+    if (it == answers_.end()) {
+      missing += (missing.empty() ? "" : ",") + std::to_string(m.id);
+      continue;
+    }
+    ++answered;
+    if (!it->second.voters.empty() || it->second.status == MemberStatus::kRemoved) {
       return formed("node " + std::to_string(m.id) + " belongs to a formed group");
     }
+  }
+  // A formed group has its data on a majority of its voters: until a
+  // majority of the --peer members said they have none, this node (wiped,
+  // restarted, asked again by a script that runs init on every deploy)
+  // may be a member of one, and forming would start a second group under
+  // the same ids. Wait for their word (the request's deadline: 504).
+  if (answered * 2 <= config_.members.size()) {
+    if (!init_wait_logged_) {
+      init_wait_logged_ = true;
+      spdlog::info("cluster init: waiting to hear from a majority of the --peer members before "
+                   "forming (no answer yet from {}): a formed group must never be formed again",
+                   missing);
+    }
+    return;
   }
   std::vector<raft::NodeId> voters;
   std::vector<raft::Member> members;
@@ -334,6 +389,7 @@ void ClusterNode::init_group(MemberChangeDone done) {
   const std::string err = write_heard(config_.data_dir, heard_, kSyncWalDefault);
   if (!err.empty()) fail_storage(err);
   gate_ = Gate::kOpen;
+  init_formed_here_ = true;
   refresh_wanted_.clear();
   {
     PeerLocal local = transport_->local();
@@ -344,11 +400,6 @@ void ClusterNode::init_group(MemberChangeDone done) {
   spdlog::info("cluster init: forming the group with voters {}; this node campaigns first",
                raft::describe(raft_->conf()));
   raft_->campaign();
-  PendingChange p;
-  p.change.kind = MemberChangeKind::kInit;
-  p.done = std::move(done);
-  p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
-  pending_change_ = std::move(p);
 }
 
 // --- admin changes -------------------------------------------------------------
@@ -437,6 +488,23 @@ void ClusterNode::progress_change(TimeNs now) {
   PendingChange& p = *pending_change_;
   const raft::Membership& conf = raft_->conf();
   if (p.change.kind == MemberChangeKind::kInit) {
+    if (gate_ == Gate::kWaiting) {
+      try_init();  // may answer (409) or form
+      if (!pending_change_ || gate_ == Gate::kOpen) return;
+      if (now >= p.deadline_ns) {
+        return finish_change({504, "timeout", "cluster init: a majority of the --peer members did not "
+                                              "answer in time, so nothing was formed (a formed group "
+                                              "must never be formed again); ask again once they are up",
+                              std::nullopt});
+      }
+      return;
+    }
+    if (!init_formed_here_) {
+      // Let in by the gate meanwhile: another node's init formed the group.
+      return finish_change({409, "already_formed",
+                            "node " + std::to_string(config_.self) + " was let into a formed group",
+                            std::nullopt});
+    }
     // Formed once the first leader's entries committed and applied here
     // (the cluster id is in the table from its first LeaderStart on).
     const LockStateMachine& sm = service_->state_machine();

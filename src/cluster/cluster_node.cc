@@ -392,6 +392,7 @@ bool ClusterNode::open(std::string& error) {
     l.status_of = [this](raft::NodeId id) { return status_of(id); };
     l.heard_of = [this](raft::NodeId id) { return heard_of(id); };
     l.voters = [this] { return conf_voters(); };
+    l.heard_voters = [this] { return heard_voters(); };
     transport_->set_local(std::move(l));
   }
   conf_noted_ = raft_->conf();
@@ -448,7 +449,15 @@ bool ClusterNode::listen(std::string& error) {
 
 void ClusterNode::on_tick() {
   // Before the start gate lets it in the node neither campaigns nor times out.
-  if (gate_ == Gate::kWaiting) refresh_answers(net::monotonic_now_ns());
+  if (gate_ == Gate::kWaiting) {
+    const TimeNs now = net::monotonic_now_ns();
+    for (raft::NodeId id : ask_again_) {
+      const auto at = refreshed_at_.find(id);
+      if (at == refreshed_at_.end() || now - at->second >= kGateAskAgainNs) refresh_wanted_.try_emplace(id, now);
+    }
+    refresh_answers(now);
+    progress_change(now);  // a cluster init waiting for a majority's word
+  }
   if (gate_ == Gate::kOpen && (founder_hold_until_ns_ == 0 || heard_leader_ ||
                                net::monotonic_now_ns() >= founder_hold_until_ns_)) {
     founder_hold_until_ns_ = 0;

@@ -141,6 +141,13 @@ void encode_handshake(const Handshake& h, std::string& out) {
             std::string(1, static_cast<char>(static_cast<std::uint8_t>(h.heard_receiver))));
   }
   if (h.incarnation != 0) put_tlv(out, HandshakeTag::kIncarnation, u64_bytes(h.incarnation));
+  if (h.heard_voters) {
+    std::string ids;
+    for (std::size_t i = 0; i < h.heard_voters->size() && i < kMaxHandshakeVoters; ++i) {
+      ByteWriter(ids).u64((*h.heard_voters)[i]);
+    }
+    put_tlv(out, HandshakeTag::kHeardVoters, ids);
+  }
   if (!h.voters.empty()) {
     std::string ids;
     for (std::size_t i = 0; i < h.voters.size() && i < kMaxHandshakeVoters; ++i) {
@@ -224,7 +231,7 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
     if (covered - at < len) return HandshakeError::kBadFrame;
     const std::string_view v = frame.substr(at, len);
     at += len;
-    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kIncarnation)) continue;  // a newer field
+    if (tag < 1 || tag > static_cast<std::uint16_t>(HandshakeTag::kHeardVoters)) continue;  // a newer field
     if ((seen & (1u << tag)) != 0) return HandshakeError::kBadFrame;
     seen |= 1u << tag;
     switch (static_cast<HandshakeTag>(tag)) {
@@ -276,6 +283,15 @@ HandshakeError decode_handshake(std::string_view frame, Handshake& out) {
       case HandshakeTag::kIncarnation:
         if (len != 8 || get_u64(v, 0) == 0) return HandshakeError::kBadFrame;
         h.incarnation = get_u64(v, 0);
+        break;
+      case HandshakeTag::kHeardVoters:
+        if (len % 8 != 0 || len / 8 > kMaxHandshakeVoters) return HandshakeError::kBadFrame;
+        h.heard_voters.emplace();
+        for (std::size_t i = 0; i < len; i += 8) {
+          const std::uint64_t id = get_u64(v, i);
+          if (id == raft::kNoNode) return HandshakeError::kBadFrame;
+          h.heard_voters->push_back(id);
+        }
         break;
       case HandshakeTag::kNonce:
       case HandshakeTag::kProof: {

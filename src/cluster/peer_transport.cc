@@ -304,6 +304,7 @@ Handshake PeerTransport::own_handshake(HandshakeKind kind, raft::NodeId receiver
   if (local_.status_of && receiver != raft::kNoNode) h.receiver_status = local_.status_of(receiver);
   if (local_.heard_of && receiver != raft::kNoNode) h.heard_receiver = local_.heard_of(receiver);
   if (local_.voters) h.voters = local_.voters();
+  if (local_.heard_voters) h.heard_voters = local_.heard_voters();
   return h;
 }
 

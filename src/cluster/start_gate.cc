@@ -21,7 +21,7 @@ std::string way_back(raft::NodeId self) {
          "\"Replacing a member\")";
 }
 
-StartDecision refuse(std::string line) { return {StartVerdict::kRefuse, std::move(line), {}}; }
+StartDecision refuse(std::string line) { return {StartVerdict::kRefuse, std::move(line), {}, {}}; }
 
 }  // namespace
 
@@ -45,10 +45,10 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
   // a snapshot, a restore marker — without it is a partly deleted data dir.
   if (disk.staged_restore) {
     // Like an empty node (below): let in, or formed by cluster init.
-    if (mut.restore_votes && disk.restored) return {StartVerdict::kVote, "mutation: a staged restore votes", {}};
+    if (mut.restore_votes && disk.restored) return {StartVerdict::kVote, "mutation: a staged restore votes", {}, {}};
   } else if (!disk.log) {
     if (mut.identity_is_data && disk.identity_cluster_id != 0 && !disk.snapshot && !disk.restored) {
-      return {StartVerdict::kVote, "mutation: IDENTITY counts as data", {}};
+      return {StartVerdict::kVote, "mutation: IDENTITY counts as data", {}, {}};
     }
     if (disk.identity_cluster_id != 0 || disk.snapshot || disk.restored) {
       std::string what = disk.identity_cluster_id != 0 ? "IDENTITY names cluster " +
@@ -70,7 +70,7 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
                     "are its configuration; keep them and change members with lockctl member "
                     "add/remove (docs/cluster.md \"Membership\")");
     }
-    return {StartVerdict::kVote, "the data dir holds this node's data", {}};
+    return {StartVerdict::kVote, "the data dir holds this node's data", {}, {}};
   }
 
   // Empty: what the members say decides (rules 1-3).
@@ -91,7 +91,7 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
   if (called_voter && mut.admit_called_voter) {
     std::vector<raft::NodeId> conf(voters.begin(), voters.end());
     if (!voters.contains(flags.self)) conf.insert(std::lower_bound(conf.begin(), conf.end(), flags.self), flags.self);
-    return {StartVerdict::kJoinVoter, "mutation: called a voter, joins at once", conf};
+    return {StartVerdict::kJoinVoter, "mutation: called a voter, joins at once", conf, {}};
   }
   if (called_voter) {
     // Rule 2: a voter some member heard from took part, and its data is gone.
@@ -102,12 +102,35 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
                       "and log entries it had" + way_back(flags.self));
       }
     }
-    // Rule 3: every voter of the configuration confirms it never heard from us.
+    // Rule 3: every voter of the configuration confirms it never heard from
+    // us. An empty voter (one waiting to be let in) says "never" whether it
+    // never took part or lost its record: it may have been the one member
+    // that counted our vote or acknowledgement, and wiped since. Its word
+    // stands only if no member with its data ever heard from it (each says
+    // whom, tag 15): then it never took part either, like two founders
+    // started late together, who can take each other's word. One that was
+    // heard from took part and lost its data: it is refused, and we wait
+    // until it is removed (or, an answer from before it was let in, until
+    // it answers again with its data: ask_again).
+    const auto heard_by_a_member = [&](raft::NodeId v) {
+      for (const auto& [from, a] : answers) {
+        if (a.data_state != DataState::kHasData) continue;
+        if (!a.heard_voters) return true;  // an older member: it may have
+        if (std::find(a.heard_voters->begin(), a.heard_voters->end(), v) != a.heard_voters->end()) return true;
+      }
+      return false;
+    };
     std::vector<raft::NodeId> missing;
+    std::vector<raft::NodeId> empty_voters;
     for (raft::NodeId v : voters) {
       if (v == flags.self) continue;
       const auto it = answers.find(v);
-      if (it == answers.end() || it->second.heard != HeardReceiver::kNever) missing.push_back(v);
+      if (it == answers.end() || it->second.heard != HeardReceiver::kNever) {
+        missing.push_back(v);
+      } else if (it->second.data_state != DataState::kHasData && !mut.empty_confirms && heard_by_a_member(v)) {
+        missing.push_back(v);
+        empty_voters.push_back(v);
+      }
     }
     if (mut.learners_confirm) {
       // Any answering node's "never heard" stands in for a voter's.
@@ -118,17 +141,33 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
     }
     if (mut.skip_confirmations) missing.clear();
     if (!missing.empty()) {
-      return {StartVerdict::kWait,
-              me + " is a voter that has not taken part yet: waiting until every voter confirms "
-                   "it never heard from it (still to answer: " + ids_text(missing) + ")",
-              {}};
+      std::string why = me + " is a voter that has not taken part yet: waiting until every voter "
+                             "confirms it never heard from it (still to answer: " + ids_text(missing);
+      if (!empty_voters.empty()) {
+        why += (empty_voters.size() == 1 ? "; node " : "; nodes ") + ids_text(empty_voters) +
+               (empty_voters.size() == 1 ? " has an empty data dir" : " have empty data dirs") +
+               " but a member heard from it before: it lost the record that may have named this "
+               "node, so its word counts once it has data again, or once it is removed with "
+               "lockctl member remove";
+      }
+      why += ")";
+      // Answers go stale while we wait (a member let in since, a removal
+      // committed since): while an empty voter holds us up, ask everyone
+      // who answered again, now and then.
+      std::vector<raft::NodeId> again;
+      if (!empty_voters.empty()) {
+        for (const auto& [from, a] : answers) {
+          if (from != flags.self) again.push_back(from);
+        }
+      }
+      return {StartVerdict::kWait, std::move(why), {}, std::move(again)};
     }
     std::vector<raft::NodeId> conf(voters.begin(), voters.end());
     if (!voters.contains(flags.self)) conf.insert(std::lower_bound(conf.begin(), conf.end(), flags.self), flags.self);
     return {StartVerdict::kJoinVoter,
             me + " is a founding voter of {" + ids_text(conf) +
                 "} that never took part (every voter confirms it): joining under its id",
-            conf};
+            conf, {}};
   }
   if (called_learner) {
     // A lagging member may still call a promoted voter a learner: a
@@ -137,17 +176,17 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
     std::size_t answered = 0;
     for (raft::NodeId v : voters) answered += v != flags.self && answers.contains(v) ? 1 : 0;
     if (answered * 2 > voters.size()) {
-      return {StartVerdict::kJoinLearner, me + " was added as a learner: joining the group", {}};
+      return {StartVerdict::kJoinLearner, me + " was added as a learner: joining the group", {}, {}};
     }
     return {StartVerdict::kWait,
             me + " is called a learner: waiting for a majority of the voters {" +
                 ids_text(std::vector<raft::NodeId>(voters.begin(), voters.end())) + "} to answer",
-            {}};
+            {}, {}};
   }
   return {StartVerdict::kWait,
           me + ": empty data dir, waiting to be let in (a member adds it, or lockctl cluster init "
                "forms the group)",
-          {}};
+          {}, {}};
 }
 
 }  // namespace lockd::cluster

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -96,6 +97,36 @@ TEST(Lifecycle, InitFormsTheGroupOnceAndNothingElseDoes) {
   EXPECT_EQ(call_leader(c, "A bob k 1000"), "T bob k");
 }
 
+// Init asked of a wiped member before the others answered it (a deploy
+// script that runs `lockctl cluster init` on every node, every time): it
+// must not form a second group under the same ids. Nodes 2 and 3 are
+// paused, so node 1's hellos get no answer: init waits for a majority of
+// the --peer members, then their word ("formed, heard from you") gets 409
+// already_formed (or the node is already gone), and node 1 is refused.
+TEST(Lifecycle, InitWaitsForAMajorityBeforeFormingSoAWipedMemberNeverFormsAgain) {
+  LockdCluster c(3);
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(1);
+  c.wipe(1);
+  c.signal(2, SIGSTOP);
+  c.signal(3, SIGSTOP);
+  c.start(1);
+  auto init = std::async(std::launch::async, [&] { return post(c.admin_port(1), "/v1/cluster/init", "{}"); });
+  EXPECT_TRUE(c.process(1).wait_for_line("cluster init: waiting to hear from a majority", 10s))
+      << c.process(1).stderr_text();
+  c.signal(2, SIGCONT);
+  c.signal(3, SIGCONT);
+  const HttpReply r = init.get();
+  EXPECT_TRUE(r.status == 409 || r.status == 0) << r.status << " " << r.body;
+  if (r.status == 409) {
+    EXPECT_NE(r.body.find("already_formed"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(c.process(1).wait_exit(20000ms), 2) << c.process(1).stderr_text();
+  EXPECT_EQ(c.process(1).stderr_text().find("forming the group"), std::string::npos)
+      << c.process(1).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
+}
+
 // Case 7: nodes 1 and 2 start, init is asked of node 1, node 3 starts late
 // (an empty data dir, the unit's flags): it joins under its own id with no
 // operator action, and the group forms.
@@ -120,6 +151,44 @@ TEST(Lifecycle, FoundingMemberStartedLateJoinsUnderItsId) {
   // It votes: with node 2 down, {1, 3} is a majority that grants.
   c.kill9(2);
   EXPECT_EQ(call_leader(c, "A carol other 60000").rfind("A ", 0), 0u);
+}
+
+// Two of five lose their disks, and one of them was the only member that
+// heard from the other (issue 37, found by lockd-sim --lifecycle, seed
+// 1001077): node 1 led from cluster init, node 2 only ever answered it.
+// Both are wiped. Node 1 comes back with stale flags (--peer 1,2: with
+// --insecure-peers the others' hellos are "not a member", so it waits
+// for ever instead of being refused) and answers node 2 "never heard"
+// like a founder that never started. Nodes 3-5 heard from node 1, so its
+// word is no confirmation: node 2 waits (before handshake tag 15 it joined
+// as a voter with an empty log). Once node 1 is removed — committed on
+// 3, 4 and 5, which then all hold every committed entry — node 2 joins
+// under its id, and with node 3 down, {2, 4, 5} still knows alice holds.
+TEST(Lifecycle, AWipedMembersWordIsNoConfirmationWhenOthersHeardFromIt) {
+  LockdCluster c(5, {"--insecure-peers"});
+  ASSERT_EQ(c.wait_leader(), 1);
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(1);
+  c.kill9(2);
+  c.wipe(1);
+  c.wipe(2);
+  c.set_peers(1, {1, 2});
+  c.start(1);
+  c.start(2);
+  EXPECT_TRUE(c.process(2).wait_for_line("node 1 has an empty data dir but a member heard from it", 20s))
+      << c.process(2).stderr_text();
+  EXPECT_EQ(c.process(2).stderr_text().find("founding voter"), std::string::npos) << c.process(2).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/1), "T bob held");
+  // The way back for node 1: remove it. Node 2 is then confirmed by 3-5.
+  c.kill9(1);
+  const int leader = c.wait_leader(20000ms);
+  ASSERT_GE(leader, 3);
+  ASSERT_TRUE(eventually([&] {
+    return run_program(lockctl(c.admin_port(leader), {"member", "remove", "1"})).status == 0;
+  }, 20000ms, 200ms));
+  EXPECT_TRUE(c.process(2).wait_for_line("founding voter", 20s)) << c.process(2).stderr_text();
+  c.kill9(3);
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/3), "T bob held");
 }
 
 // Case 1: the group grew from one node (its --peer lists only itself);

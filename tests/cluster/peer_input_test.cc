@@ -116,6 +116,7 @@ TEST(Handshake, RoundTripsEveryField) {
   h.nonce = nonce;
   h.proof = nonce;
   h.incarnation = 0x0123456789abcdefULL;
+  h.heard_voters = std::vector<raft::NodeId>{2, 5};
   std::string bytes;
   encode_handshake(h, bytes);
   EXPECT_EQ(bytes.substr(0, 4), "LKDP");
@@ -164,6 +165,17 @@ TEST(Handshake, SkipsUnknownTagsAndRefusesMalformedKnownOnes) {
   EXPECT_EQ(h.incarnation, 7u);
   EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(14, u64le(0))), h), HandshakeError::kBadFrame);
   EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(14, "short")), h), HandshakeError::kBadFrame);
+  // Tag 15 (v1.3): the voters the sender heard from; present and empty is
+  // "none", absent is "not said" (a waiting node, an older binary).
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(15, voters)), h), HandshakeError::kOk);
+  EXPECT_EQ(h.heard_voters, (std::vector<raft::NodeId>{1, 3}));
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(15, "")), h), HandshakeError::kOk);
+  EXPECT_EQ(h.heard_voters, std::vector<raft::NodeId>{});
+  ASSERT_EQ(decode_handshake(seal(kHeader8, required_body()), h), HandshakeError::kOk);
+  EXPECT_FALSE(h.heard_voters.has_value());
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(15, "short")), h), HandshakeError::kBadFrame);
+  EXPECT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(15, std::string(8, '\0'))), h),
+            HandshakeError::kBadFrame);
   // Tag 11 (membership): what the sender's configuration says of us.
   ASSERT_EQ(decode_handshake(seal(kHeader8, required_body() + tlv(11, std::string("\x04", 1))), h),
             HandshakeError::kOk);

@@ -1660,6 +1660,7 @@ class Simulation {
     m.skip_confirmations = opts_.bug == PlantedBug::kGateSkipConfirmations;
     m.peer_count_only = opts_.bug == PlantedBug::kGatePeerCountOnly;
     m.restore_votes = opts_.bug == PlantedBug::kGateRestoreVotes;
+    m.empty_confirms = opts_.bug == PlantedBug::kGateEmptyConfirms;
     return m;
   }
 
@@ -1959,6 +1960,15 @@ class Simulation {
     a.status = cluster::member_status(x.raft->conf(), x.raft->conf(), about);
     a.heard = x.heard.contains(about) ? cluster::HeardReceiver::kHeard : cluster::HeardReceiver::kNever;
     a.voters = raft::voter_ids(x.raft->conf());
+    // Tags 8 and 15 (ClusterNode::heard_voters): a member with its gate
+    // open says which voters of its configuration it ever heard from.
+    if (x.gate_open) {
+      a.data_state = cluster::DataState::kHasData;
+      a.heard_voters.emplace();
+      for (NodeId v : a.voters) {
+        if (x.heard.contains(v)) a.heard_voters->push_back(v);
+      }
+    }
     return a;
   }
 
@@ -2502,7 +2512,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kGateAdmitCalledVoter, PlantedBug::kGateIdentityIsData,
                        PlantedBug::kGateLearnersConfirm, PlantedBug::kGateSkipConfirmations,
                        PlantedBug::kGatePeerCountOnly, PlantedBug::kGateRestoreVotes,
-                       PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
+                       PlantedBug::kGateEmptyConfirms, PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -2538,6 +2548,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kGateSkipConfirmations: return "gate-skip-confirmations";
     case PlantedBug::kGatePeerCountOnly: return "gate-peer-count-only";
     case PlantedBug::kGateRestoreVotes: return "gate-restore-votes";
+    case PlantedBug::kGateEmptyConfirms: return "gate-empty-confirms";
     case PlantedBug::kHeardNotDurable: return "heard-not-durable";
     case PlantedBug::kHeardCountsPreVotes: return "heard-counts-prevotes";
   }

@@ -141,6 +141,9 @@ using MemberChangeDone = std::function<void(const MemberChangeResult&)>;
 // A waiting node asks a member again (a new handshake) at most this often
 // when that member's messages say its configuration names us.
 constexpr TimeNs kGateRefreshNs = 300 * kNsPerMs;
+// A waiting node asks an empty voter whose word stopped counting again at
+// most this often (it may have been let in; start_gate.h ask_again).
+constexpr TimeNs kGateAskAgainNs = 2000 * kNsPerMs;
 // How long a change may take to commit (or a transfer to land) before its
 // request is answered 504 timeout (it may still take effect); the default
 // of --member-change-timeout-ms.
@@ -362,6 +365,9 @@ class ClusterNode final : private raft::ReadyHandler {
   // first message reaches Raft.
   void record_heard(raft::NodeId id);
   HeardReceiver heard_of(raft::NodeId id) const;
+  // Handshake tag 15: the voters of our configuration we ever heard from
+  // (nullopt while the gate is closed: we have no record to give).
+  std::optional<std::vector<raft::NodeId>> heard_voters() const;
   std::vector<raft::NodeId> conf_voters() const;
   // Gate::kWaiting: new handshakes with the members in refresh_wanted_.
   void refresh_answers(TimeNs now);
@@ -372,6 +378,10 @@ class ClusterNode final : private raft::ReadyHandler {
   void check_own_removal(TimeNs now);
   // Moves the admin request in flight along (propose, committed, timed out).
   void progress_change(TimeNs now);
+  // The pending init while the gate waits: 409 when a member says it
+  // belongs to a formed group, forms once a majority of the --peer
+  // members answered, else keeps waiting (progress_change: 504).
+  void try_init();
   void finish_change(MemberChangeResult r);
   MemberChangeResult not_leader_result() const;
 
@@ -427,7 +437,10 @@ class ClusterNode final : private raft::ReadyHandler {
   std::set<raft::NodeId> heard_;                  // HEARD: every id this node counted a message of
   std::map<raft::NodeId, TimeNs> refresh_wanted_;  // kWaiting: members to handshake again (when asked)
   std::map<raft::NodeId, TimeNs> refreshed_at_;    // kWaiting: last new handshake per member
+  std::vector<raft::NodeId> ask_again_;            // kWaiting: the gate's last ask_again
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
+  bool init_formed_here_ = false;                 // kInit: this node's init formed the group
+  bool init_wait_logged_ = false;                 // kInit: "waiting to hear from a majority" logged
   TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)
   bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
   // VERSIONS: the entry encodings each member last said it applies.

@@ -25,7 +25,10 @@
 // unknown), 12 whether the sender ever heard from the receiver u8 (HeardReceiver),
 // 13 the voters of the sender's latest configuration (u64 each), 14 the
 // sender's incarnation (u64, random per start of the process, never 0;
-// absent: an older binary). Tags 1, 2, 3, 4 and 8 are required in a hello and a reply.
+// absent: an older binary), 15 the voters of the sender's configuration it
+// ever heard from (u64 each, possibly none; sent by a member with its
+// data, absent otherwise). Tags 1, 2, 3, 4 and 8 are required in a hello
+// and a reply.
 //
 // A version-1 frame (lockd 1.1's fixed 36 bytes) is recognised by its
 // version field and refused with a line naming both versions; the
@@ -75,6 +78,7 @@ enum class HandshakeTag : std::uint16_t {
   kHeardReceiver = 12,   // v1.3: u8 1 = the sender never heard from the receiver, 2 = it did
   kVoters = 13,          // v1.3: the voters of the sender's latest configuration, u64 each
   kIncarnation = 14,     // v1.3: u64, random per start of the sender's process (0 never sent)
+  kHeardVoters = 15,     // v1.3: the voters the sender ever heard from, u64 each (0 bytes: none)
 };
 // At most this many ids in tag 13.
 constexpr std::size_t kMaxHandshakeVoters = 64;
@@ -155,6 +159,12 @@ struct Handshake {
   HeardReceiver heard_receiver = HeardReceiver::kUnknown;  // tag 12 when not kUnknown
   std::vector<raft::NodeId> voters;  // tag 13 when not empty: the sender's configuration's voters
   std::uint64_t incarnation = 0;     // tag 14 when not 0: which start of the sender's process
+  // Tag 15 when set (start_gate.h, rule 3): which voters of its
+  // configuration a member with its data ever heard from. An empty voter
+  // no such member heard from never took part, so its "never heard" may
+  // stand; one some member heard from may have lost the record that
+  // mattered. Unset: a waiting node, or an older binary.
+  std::optional<std::vector<raft::NodeId>> heard_voters;
   std::optional<std::array<std::uint8_t, kHandshakeNonceBytes>> nonce;  // tag 9 when present
   std::optional<std::array<std::uint8_t, kHandshakeProofBytes>> proof;  // tag 10 when present
 

@@ -177,6 +177,9 @@ struct PeerLocal {
   // voters of our latest configuration (tag 13); empty: nothing said.
   std::function<HeardReceiver(raft::NodeId)> heard_of;
   std::function<std::vector<raft::NodeId>()> voters;
+  // Which voters of our configuration we ever heard from (tag 15); empty,
+  // or returning nullopt: nothing said.
+  std::function<std::optional<std::vector<raft::NodeId>>()> heard_voters;
 };
 
 class PeerTransport {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct GateMutations {
   bool skip_confirmations = false;  // rule 3 joins without waiting for every voter's "never heard"
   bool peer_count_only = false;     // --peer vs IDENTITY compares the number of members only
   bool restore_votes = false;       // a staged restore (re-seeded from a backup) votes
+  bool empty_confirms = false;      // an empty voter's "never heard" counts though a member heard from it
 };
 
 struct GateFlags {
@@ -56,6 +58,10 @@ struct PeerAnswer {
   MemberStatus status = MemberStatus::kUnknown;      // what its configuration says of us
   HeardReceiver heard = HeardReceiver::kUnknown;     // whether it ever heard from us
   std::vector<raft::NodeId> voters;                  // its configuration's voters
+  DataState data_state = DataState::kEmpty;          // kHasData: a member with its data (gate open)
+  // Tag 15: the voters it ever heard from (a member with its data); unset:
+  // a waiting node or an older binary (taken as having heard from all).
+  std::optional<std::vector<raft::NodeId>> heard_voters = std::nullopt;
 };
 
 enum class StartVerdict : std::uint8_t {
@@ -71,6 +77,10 @@ struct StartDecision {
   StartVerdict verdict = StartVerdict::kWait;
   std::string reason;  // kRefuse: the line to print; kJoinVoter/kJoinLearner/kWait: why
   std::vector<raft::NodeId> voters;  // kJoinVoter: the configuration it joins
+  // kWait: while the "never" of an empty voter that a member heard from
+  // holds the node up, every member that answered: ask them again now and
+  // then (the empty one may have been let in since, or removed).
+  std::vector<raft::NodeId> ask_again;
 };
 
 // Every rule, in one place. `answers` maps a peer id to its latest answer
