@@ -213,6 +213,15 @@ bool ClusterNode::open(std::string& error) {
     return false;
   };
   raft_ = std::make_unique<raft::Raft>(rc, *storage_);
+  if (heard_missing_) {
+    // No record (data from before v1.3, or HEARD lost): every member of the
+    // configuration the log records may have been heard from too — one
+    // added since the --peer list was written (membership changes do not
+    // touch unit files) as much as the --peer ones.
+    for (const raft::Member& m : raft_->conf().members) {
+      if (m.id != config_.self) heard_.insert(m.id);
+    }
+  }
   ReplicatedServiceOptions so;
   so.limits = config_.limits;
   for (const Member& m : config_.members) so.client_addrs[m.id] = m.client.to_string();

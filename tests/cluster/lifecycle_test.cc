@@ -191,6 +191,35 @@ TEST(Lifecycle, AWipedMembersWordIsNoConfirmationWhenOthersHeardFromIt) {
   EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/3), "T bob held");
 }
 
+// HEARD lost (or a data dir from before v1.3): the node assumes it heard
+// from every member — of the configuration its log records too, not only
+// of its --peer list. Node 4 was added and promoted (no unit file but its
+// own names it); the leader, the only member that heard from it, loses
+// just HEARD and restarts; node 4 loses its disk: the leader must still
+// say "heard from it", so node 4 is refused, never a voter with an empty log.
+TEST(Lifecycle, ALostHeardRecordCoversMembersAddedSinceTheUnitFile) {
+  LockdCluster c(4, {}, {}, /*formed=*/3);
+  const int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_NO_FATAL_FAILURE(add_learner(c, leader, 4, {1, 2, 3, 4}));
+  ASSERT_NO_FATAL_FAILURE(promote(c, leader, 4));
+  ASSERT_EQ(call_leader(c, "A alice held 600000").rfind("A ", 0), 0u);
+  c.kill9(4);
+  c.wipe(4);
+  c.kill9(leader);
+  ASSERT_TRUE(std::filesystem::remove(c.data_dir(leader) + "/HEARD"));
+  c.start(leader);
+  try {
+    c.start(4);
+  } catch (const std::runtime_error&) {
+    // It may refuse itself before it answers as started.
+  }
+  EXPECT_EQ(c.process(4).wait_exit(20000ms), 2) << c.process(4).stderr_text();
+  EXPECT_NE(c.process(4).stderr_text().find("heard from it before"), std::string::npos)
+      << c.process(4).stderr_text();
+  EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/4), "T bob held");
+}
+
 // Case 1: the group grew from one node (its --peer lists only itself);
 // node 1's disk is lost and its unit restarts it with the same flags. The
 // members it no longer lists tell it (authenticated) it is a voter they
