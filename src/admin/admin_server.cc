@@ -118,14 +118,26 @@ bufferevent* AdminServer::make_bufferevent(event_base* base, void* arg) {
   bufferevent_incref(bev);
   Conn c{bev, net::monotonic_now_ns(), false, false};
   const bool over_connections = self->open_connections() >= self->max_connections_;
-  const bool over_handshakes =
-      !over_connections && self->tls_ != nullptr && self->tls_handshakes() >= self->max_tls_handshakes_;
-  if (over_connections || over_handshakes) {
+  if (!over_connections && self->tls_ != nullptr && self->tls_handshakes() >= self->max_tls_handshakes_) {
+    // Room is made by closing the oldest handshake in progress (as on the
+    // client port): sockets that never send a ClientHello cannot keep an
+    // operator's lockctl out. The sweep armed below shuts it down.
+    for (Conn& old : self->conns_) {
+      if (old.closing) continue;
+      SSL* ssl = bufferevent_openssl_get_ssl(old.bev);
+      if (ssl == nullptr || SSL_is_init_finished(ssl) != 0) continue;
+      old.closing = true;
+      self->stats_.refused_tls_handshakes += 1;
+      self->sweep_timer_.arm_after(0);
+      break;
+    }
+  }
+  if (over_connections) {
     // evhttp gives the fd to the bufferevent after this returns: the next
     // sweep (armed for this loop turn) shuts it down, evhttp reads EOF and
     // frees the connection. Nothing it sent is read as a request.
     c.closing = true;
-    (over_connections ? self->stats_.refused_max_connections : self->stats_.refused_tls_handshakes) += 1;
+    self->stats_.refused_max_connections += 1;
     self->sweep_timer_.arm_after(0);
   } else {
     self->stats_.accepted += 1;

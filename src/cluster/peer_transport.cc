@@ -831,11 +831,28 @@ void PeerTransport::on_accept(int fd) {
       if (s->tls != nullptr && !s->tls->handshake_done() && s->fd >= 0) handshaking += 1;
     }
     if (handshaking >= security_.max_tls_handshakes) {
+      // Room is made by closing the oldest handshake in progress (as on the
+      // client port): sockets that never finish one cannot keep a member
+      // out. A stranger's only ever pushes out a stranger's (inbound_ is in
+      // accept order); when none is there, the new one is closed instead.
+      Socket* oldest = nullptr;
+      for (const auto& s : inbound_) {
+        if (s->tls == nullptr || s->tls->handshake_done() || s->fd < 0) continue;
+        if (!s->member_pool) {
+          oldest = s.get();
+          break;
+        }
+        if (member_pool && oldest == nullptr) oldest = s.get();
+      }
       stats_.inbound_refused += 1;
-      ::close(fd);
-      refuse(TransportRefusal::kTlsHandshakes, remote, nullptr,
-             std::to_string(handshaking) + " TLS handshakes in progress (--max-tls-handshakes)");
-      return;
+      const std::string why = std::to_string(handshaking) + " TLS handshakes in progress (--max-tls-handshakes)";
+      if (oldest == nullptr) {
+        ::close(fd);
+        refuse(TransportRefusal::kTlsHandshakes, remote, nullptr, why);
+        return;
+      }
+      refuse(TransportRefusal::kTlsHandshakes, oldest->remote, nullptr, why + ": the oldest is closed");
+      close_inbound(*oldest);
     }
   }
   set_nodelay(fd);

@@ -332,7 +332,7 @@ ParseOutcome parse_config(int argc, char** argv) {
                  "client connections from one source address; one more is closed at once; 0 = "
                  "no cap");
   app.add_option("--max-tls-handshakes", c.server.max_tls_handshakes,
-                 "TLS handshakes in progress per port (client: one more closes the oldest of them; admin, raft: one more is closed at once)");
+                 "TLS handshakes in progress per port (one more closes the oldest of them)");
   app.add_option("--auth", auth, "client authentication: none | cert | token | any")
       ->check(CLI::IsMember({"none", "cert", "token", "any"}));
   app.add_option("--credentials", sec.credentials_file,

@@ -2,6 +2,7 @@
 // connections before authentication are bounded in count and time (issue
 // 35 item 1), per source address, in TLS handshakes, and in the output a
 // non-reader can pin; keepalive is on; refused requests feed no /v1/top.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -255,16 +257,23 @@ std::string https_get(std::uint16_t port, const std::string& target) {
 
 // §11a: --max-tls-handshakes caps each port, the admin port too (before,
 // the client port only: a ClientHello-less flood held admin slots until
-// the 10 s first-request deadline). One more is closed at once, counted.
+// the 10 s first-request deadline). As on the client port, one more closes
+// the oldest handshake in progress (counted), so silent sockets cannot
+// keep an operator's lockctl out.
 TEST(HardeningTest, AdminTlsHandshakesInProgressAreCapped) {
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--admin-tls", "--tls-cert", pki("server.pem"),
                       "--tls-key", pki("server.key"), "--max-tls-handshakes", "2"});
-  auto silent1 = std::make_unique<LineClient>(lockd.admin_port());
-  LineClient silent2(lockd.admin_port());
-  LineClient third(lockd.admin_port());
-  // Closed long before the first-request deadline (10 s) would close it.
-  EXPECT_TRUE(third.wait_closed(4s));
-  silent1->close();
+  LineClient silent1(lockd.admin_port());
+  auto silent2 = std::make_unique<LineClient>(lockd.admin_port());
+  // (each accepted before the next connects: the order is the accept order)
+  ASSERT_FALSE(silent1.wait_closed(200ms));
+  ASSERT_FALSE(silent2->wait_closed(200ms));
+  auto third = std::make_unique<LineClient>(lockd.admin_port());
+  // The oldest is closed long before the first-request deadline (10 s).
+  EXPECT_TRUE(silent1.wait_closed(4s));
+  EXPECT_FALSE(third->wait_closed(200ms));
+  silent2->close();
+  third->close();
   std::string metrics;
   ASSERT_TRUE(eventually([&] {
     metrics = https_get(lockd.admin_port(), "/metrics");
@@ -274,9 +283,9 @@ TEST(HardeningTest, AdminTlsHandshakesInProgressAreCapped) {
 }
 
 // The raft port with --peer-tls: connections that never send a ClientHello
-// hold at most --max-tls-handshakes slots; the rest are closed at once and
-// counted (before, only the pending pools' own sizes, 16 and 32, bounded
-// them, for 2 s each); the group goes on serving.
+// hold at most --max-tls-handshakes slots; each one more closes the oldest
+// at once, counted (before, only the pending pools' own sizes, 16 and 32,
+// bounded them, for 2 s each); the group goes on serving.
 TEST(HardeningTest, RaftTlsHandshakesInProgressAreCapped) {
   LockdCluster c(3, {"--peer-tls", "--tls-cert", pki("node-{ID}.pem"), "--tls-key",
                      pki("node-{ID}.key"), "--tls-ca", pki("ca.pem"), "--max-tls-handshakes", "2"});
@@ -302,6 +311,73 @@ TEST(HardeningTest, RaftTlsHandshakesInProgressAreCapped) {
       << node_metric(c, 1, series);
   const std::string granted = call_leader(c, "A alice k1 10000");
   EXPECT_EQ(granted.rfind("A ", 0), 0u) << granted;
+}
+
+// A TCP connection to 127.0.0.1:`port` from source address `from` (any
+// 127/8 address is this host's loopback): a stranger when `from` is not a
+// member's host. Sends nothing.
+class RawConn {
+ public:
+  RawConn(std::uint16_t port, const std::string& from) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, from.c_str(), &src.sin_addr);
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src) == 0 &&
+          ::connect(fd_, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0;
+  }
+  ~RawConn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+  bool connected() const { return ok_; }
+  // True once the server closed it (EOF or reset) within `timeout`.
+  bool wait_closed(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    char b[64];
+    const ssize_t n = ::recv(fd_, b, sizeof b, 0);
+    return n == 0 || (n < 0 && errno != EAGAIN);
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// Room on the raft port is never made for a stranger at a member's cost:
+// a connection from a member's host (127.0.0.1) closes the oldest
+// handshake from elsewhere (127.0.0.2, loopback too); with every slot held
+// from members' hosts, a stranger's new connection is the one closed.
+// (Each step is well inside the 2 s handshake deadline; the counts tell an
+// eviction from a deadline, which is counted as handshake_timeout.)
+TEST(HardeningTest, RaftTlsHandshakeCapNeverLetsAStrangerPushOutAMember) {
+  LockdCluster c(3, {"--peer-tls", "--tls-cert", pki("node-{ID}.pem"), "--tls-key",
+                     pki("node-{ID}.key"), "--tls-ca", pki("ca.pem"), "--max-tls-handshakes", "2"});
+  ASSERT_NE(c.wait_leader(), 0);
+  const std::string series = "lockd_peer_refused_total{reason=\"max_tls_handshakes\"}";
+  const double before = std::max(0.0, node_metric(c, 1, series));
+  RawConn stranger1(c.raft_port(1), "127.0.0.2");
+  ASSERT_TRUE(stranger1.connected());
+  ASSERT_FALSE(stranger1.wait_closed(100ms));
+  RawConn stranger2(c.raft_port(1), "127.0.0.2");
+  ASSERT_FALSE(stranger2.wait_closed(100ms));
+  RawConn member1(c.raft_port(1), "127.0.0.1");
+  EXPECT_TRUE(stranger1.wait_closed(1000ms)) << "the oldest stranger makes room";
+  EXPECT_FALSE(stranger2.wait_closed(0ms));
+  RawConn member2(c.raft_port(1), "127.0.0.1");
+  EXPECT_TRUE(stranger2.wait_closed(1000ms));
+  RawConn stranger3(c.raft_port(1), "127.0.0.2");
+  EXPECT_TRUE(stranger3.wait_closed(1000ms)) << "no member's handshake makes room for a stranger";
+  EXPECT_FALSE(member1.wait_closed(0ms));
+  EXPECT_FALSE(member2.wait_closed(0ms));
+  EXPECT_TRUE(eventually([&] { return node_metric(c, 1, series) == before + 3; }, 5s))
+      << node_metric(c, 1, series);
 }
 
 // /v1/top counts the keys of decided requests only: a stranger's refused
