@@ -2140,7 +2140,14 @@ class Simulation {
       one_gone = one_gone || (n.id <= static_cast<NodeId>(opts_.nodes) && (n.gone || n.lost_data || n.storage_broken));
     }
     for (Node& n : nodes_) {
-      const bool durable = n.disk.hard_state().term != 0 || !n.disk.entries().empty() || n.disk.snapshot().meta.index != 0;
+      const raft::HardState hs = n.disk.hard_state();
+      const raft::SnapshotMeta& sm = n.disk.snapshot().meta;
+      // A staged restore (re-seeded from a backup, untouched since) waits
+      // for every voter's word like an empty data dir (lifecycle soak seed
+      // 3000007 at 5 nodes).
+      const bool staged = n.restored && sm.index != 0 && hs.vote == raft::kNoNode && hs.term == sm.term &&
+                          n.disk.entries().empty();
+      const bool durable = (hs.term != 0 || !n.disk.entries().empty() || sm.index != 0) && !staged;
       n.cannot_join = one_gone && !durable && !n.gate_open;
     }
     for (Node& n : nodes_) {
