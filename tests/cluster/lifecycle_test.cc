@@ -220,6 +220,43 @@ TEST(Lifecycle, ALostHeardRecordCoversMembersAddedSinceTheUnitFile) {
   EXPECT_EQ(call_leader(c, "A bob held 1000", /*except=*/4), "T bob held");
 }
 
+// Case 2: --restore-from left in a member's unit after a restore. The
+// restored group runs and grants; node 2's disk is lost and its unit
+// restarts it with the same flags: it re-seeds itself from the file
+// (staged, waiting) and the members, which heard from it, refuse it
+// (exit 2) — it never votes with the group's id and forgotten votes.
+TEST(Lifecycle, AWipedMemberReseededByAStaleRestoreFlagIsRefused) {
+  const TempDir tmp("lockd-stale-restore");
+  const std::string file = tmp.sub("group.snap");
+  LockdCluster c(3);
+  int leader = c.wait_leader();
+  ASSERT_NE(leader, 0);
+  ASSERT_EQ(call_leader(c, "A alice before 600000").rfind("A ", 0), 0u);
+  const RunResult saved = run_program(lockctl(c.admin_port(leader), {"snapshot", "save", file}));
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  for (int i = 1; i <= 3; ++i) c.kill9(i);
+  for (int i = 1; i <= 3; ++i) {
+    c.wipe(i);
+    c.set_node_flags(i, {"--restore-from", file});
+    c.start(i);
+  }
+  ASSERT_EQ(c.init_group(1).status, 200);
+  ASSERT_EQ(c.wait_leader(), 1);
+  ASSERT_EQ(call_leader(c, "A bob held 600000").rfind("A ", 0), 0u);
+  c.kill9(2);
+  c.wipe(2);
+  try {
+    c.start(2);  // the same flags: --restore-from is still there
+  } catch (const std::runtime_error&) {
+    // It may refuse itself before it answers as started.
+  }
+  EXPECT_EQ(c.process(2).wait_exit(20000ms), 2) << c.process(2).stderr_text();
+  EXPECT_NE(c.process(2).stderr_text().find("heard from it before"), std::string::npos)
+      << c.process(2).stderr_text();
+  EXPECT_EQ(call_leader(c, "A carol held 1000", /*except=*/2), "T carol held");
+  EXPECT_EQ(call_leader(c, "A carol before 1000", /*except=*/2), "T carol before");
+}
+
 // Case 1: the group grew from one node (its --peer lists only itself);
 // node 1's disk is lost and its unit restarts it with the same flags. The
 // members it no longer lists tell it (authenticated) it is a voter they
