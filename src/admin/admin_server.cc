@@ -117,7 +117,20 @@ bufferevent* AdminServer::make_bufferevent(event_base* base, void* arg) {
   LOCKD_CHECK(bev != nullptr);
   bufferevent_incref(bev);
   Conn c{bev, net::monotonic_now_ns(), false, false};
-  const bool over_connections = self->open_connections() >= self->max_connections_;
+  bool over_connections = self->open_connections() >= self->max_connections_;
+  if (over_connections) {
+    // Room is made by closing the oldest connection that has not sent a
+    // request yet (a flood of silent sockets cannot keep an operator out);
+    // only when every open one has sent one is the new one closed.
+    for (Conn& old : self->conns_) {
+      if (old.closing || old.requested) continue;
+      old.closing = true;
+      self->stats_.refused_max_connections += 1;
+      self->sweep_timer_.arm_after(0);
+      over_connections = false;
+      break;
+    }
+  }
   if (!over_connections && self->tls_ != nullptr && self->tls_handshakes() >= self->max_tls_handshakes_) {
     // Room is made by closing the oldest handshake in progress (as on the
     // client port): sockets that never send a ClientHello cannot keep an

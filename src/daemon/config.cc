@@ -340,7 +340,7 @@ ParseOutcome parse_config(int argc, char** argv) {
   app.add_option("--acl", sec.acl_file, "TOML file: identities -> verbs on key prefixes, admins");
   // Hardening of the admin and peer side (v1.3, protocol.md §11a).
   app.add_option("--admin-max-connections", c.admin_max_connections,
-                 "admin HTTP connections open at once; one more is closed at once");
+                 "admin HTTP connections open at once; one more closes the oldest that has sent no request yet");
   app.add_option("--peer-tls-ca", sec.peer_tls_ca,
                  "cluster: the CA (PEM) member certificates chain to, when it is not the client "
                  "CA (default: --tls-ca)")

@@ -365,31 +365,54 @@ TEST(AdminSecurityTest, TopNamesOnlyKeysTheIdentityMaySee) {
   EXPECT_EQ(r.body.find("orders/"), std::string::npos) << r.body;
 }
 
-// §11a: at most --admin-max-connections connections (one more is closed at
-// once), each must send its first request within 10 s; the node serves
-// throughout, and both refusals are counted.
+// §11a: at most --admin-max-connections connections, each must send its
+// first request within 10 s; the node serves throughout, and both
+// refusals are counted. At the cap, a new connection closes the oldest
+// one that has not sent a request yet (silent sockets cannot keep an
+// operator out); when every open one has sent one, the new one is closed.
 TEST(AdminSecurityTest, AdminConnectionsAreBoundedInCountAndTime) {
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--admin-max-connections", "4"});
   const auto port = lockd.admin_port();
   std::vector<std::unique_ptr<LineClient>> idle;
-  for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<LineClient>(port));
-  // A fifth is closed at once without an answer: well before the 10 s
-  // first-request deadline would close it (so an off-by-one cap fails).
-  LineClient extra(port);
-  ASSERT_TRUE(extra.connected());
-  EXPECT_TRUE(extra.wait_closed(std::chrono::milliseconds(5'000)));
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<LineClient>(port));
+    ASSERT_FALSE(idle.back()->wait_closed(std::chrono::milliseconds(100)));  // accepted, in order
+  }
+  // An operator's request gets in at once: the oldest silent one made
+  // room, well before the 10 s first-request deadline would close it (so
+  // an off-by-one cap fails).
+  EXPECT_EQ(http(port, "/healthz").status, 200);
+  EXPECT_TRUE(idle.front()->wait_closed(std::chrono::milliseconds(5'000)));
+  EXPECT_FALSE(idle.back()->wait_closed(std::chrono::milliseconds(0)));
+  idle.erase(idle.begin());
   // Lock requests are served meanwhile.
   LineClient client(lockd.port());
   EXPECT_EQ(client.call("A alice k1 60000").rfind("A ", 0), 0u);
-  // One idle connection closed by its client frees its slot.
-  idle.pop_back();
-  EXPECT_TRUE(eventually([&] { return http(port, "/healthz").status == 200; }));
   // The silent ones are closed 10 s after their accept.
   const auto start = std::chrono::steady_clock::now();
   for (auto& c : idle) EXPECT_TRUE(c->wait_closed(std::chrono::milliseconds(20'000)));
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(5'000));
-  const std::string m = metrics_text(port);
-  EXPECT_GE(metric(m, "lockd_admin_refused_total{reason=\"max_connections\"}"), 1);
+  // Connections that sent a request (kept alive) are never closed to make
+  // room: with all four slots held by them, a new one is closed at once.
+  std::vector<std::unique_ptr<LineClient>> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(std::make_unique<LineClient>(port));
+    busy.back()->send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    const std::optional<std::string> status = busy.back()->read_line();
+    ASSERT_TRUE(status.has_value());
+    EXPECT_EQ(status->rfind("HTTP/1.1 200", 0), 0u) << *status;
+  }
+  LineClient extra(port);
+  ASSERT_TRUE(extra.connected());
+  EXPECT_TRUE(extra.wait_closed(std::chrono::milliseconds(5'000)));
+  for (auto& b : busy) EXPECT_FALSE(b->wait_closed(std::chrono::milliseconds(0)));
+  busy.clear();
+  std::string m;
+  ASSERT_TRUE(eventually([&] {
+    m = metrics_text(port);
+    return !m.empty();
+  }));
+  EXPECT_GE(metric(m, "lockd_admin_refused_total{reason=\"max_connections\"}"), 2);
   EXPECT_GE(metric(m, "lockd_admin_refused_total{reason=\"first_request_timeout\"}"), 3);
   EXPECT_EQ(client.call("A bob k2 60000").rfind("A ", 0), 0u);
 }
