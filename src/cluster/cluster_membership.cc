@@ -348,31 +348,21 @@ void ClusterNode::try_init() {
   const auto formed = [&](std::string why) {
     finish_change(MemberChangeResult{409, "already_formed", std::move(why), std::nullopt});
   };
-  std::size_t answered = 1;  // this node
-  std::string missing;
-  for (const Member& m : config_.members) {
-    if (m.id == config_.self) continue;
-    const auto it = answers_.find(m.id);
-    if (it == answers_.end()) {
-      missing += (missing.empty() ? "" : ",") + std::to_string(m.id);
-      continue;
-    }
-    ++answered;
-    if (!it->second.voters.empty() || it->second.status == MemberStatus::kRemoved) {
-      return formed("node " + std::to_string(m.id) + " belongs to a formed group");
-    }
-  }
-  // A formed group has its data on a majority of its voters: until a
-  // majority of the --peer members said they have none, this node (wiped,
-  // restarted, asked again by a script that runs init on every deploy)
-  // may be a member of one, and forming would start a second group under
-  // the same ids. Wait for their word (the request's deadline: 504).
-  if (answered * 2 <= config_.members.size()) {
+  std::vector<raft::NodeId> peers;
+  for (const Member& m : config_.members) peers.push_back(m.id);
+  std::sort(peers.begin(), peers.end());
+  GateFlags flags{config_.self, peers};
+  flags.alone_grace_over = net::monotonic_now_ns() - opened_ns_ >= kInitAloneGraceNs;
+  const InitDecision d = decide_init(flags, answers_);
+  if (d.verdict == InitVerdict::kAlreadyFormed) return formed(d.reason);
+  if (d.verdict == InitVerdict::kWait) {
+    // Until every --peer member said it has no group, this node (wiped,
+    // restarted, asked again by a script that runs init on every deploy)
+    // may be a member of one (start_gate.h decide_init). The request's
+    // deadline answers 504.
     if (!init_wait_logged_) {
       init_wait_logged_ = true;
-      spdlog::info("cluster init: waiting to hear from a majority of the --peer members before "
-                   "forming (no answer yet from {}): a formed group must never be formed again",
-                   missing);
+      spdlog::info("{}", d.reason);
     }
     return;
   }
@@ -492,9 +482,9 @@ void ClusterNode::progress_change(TimeNs now) {
       try_init();  // may answer (409) or form
       if (!pending_change_ || gate_ == Gate::kOpen) return;
       if (now >= p.deadline_ns) {
-        return finish_change({504, "timeout", "cluster init: a majority of the --peer members did not "
-                                              "answer in time, so nothing was formed (a formed group "
-                                              "must never be formed again); ask again once they are up",
+        return finish_change({504, "timeout", "cluster init: not every --peer member answered in "
+                                              "time, so nothing was formed (a formed group must never "
+                                              "be formed again); ask again once they are all up",
                               std::nullopt});
       }
       return;

@@ -73,6 +73,7 @@ ClusterNode::~ClusterNode() {
 }
 
 bool ClusterNode::open(std::string& error) {
+  opened_ns_ = net::monotonic_now_ns();
   storage::FileStorageOptions wal{config_.data_dir};
   wal.sync = kSyncWal;
   if (!kSyncWal) {

@@ -189,4 +189,28 @@ StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
           {}, {}};
 }
 
+InitDecision decide_init(const GateFlags& flags, const std::map<raft::NodeId, PeerAnswer>& answers) {
+  for (const auto& [from, a] : answers) {
+    if (from == flags.self) continue;
+    if (!a.voters.empty() || a.status == MemberStatus::kRemoved) {
+      return {InitVerdict::kAlreadyFormed, "node " + std::to_string(from) + " belongs to a formed group"};
+    }
+  }
+  std::vector<raft::NodeId> missing;
+  for (raft::NodeId id : flags.peers) {
+    if (id != flags.self && !answers.contains(id)) missing.push_back(id);
+  }
+  const bool alone = flags.peers.size() == 1 && flags.peers.front() == flags.self;
+  if (alone && !flags.alone_grace_over && !flags.mutations.init_at_once) {
+    return {InitVerdict::kWait, "cluster init: --peer names only this node: waiting a few seconds for "
+                                "members that list it to say whether it belongs to their group"};
+  }
+  if (!missing.empty() && !flags.mutations.init_at_once) {
+    return {InitVerdict::kWait, "cluster init: waiting to hear from every --peer member before forming "
+                                "(no answer yet from " + ids_text(missing) + "): a formed group must "
+                                "never be formed again"};
+  }
+  return {InitVerdict::kForm, "cluster init: every --peer member answered, none belongs to a group"};
+}
+
 }  // namespace lockd::cluster

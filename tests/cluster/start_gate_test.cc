@@ -241,6 +241,41 @@ TEST(StartGate, EachMutationBreaksItsRule) {
   }
 }
 
+// Cluster init (decide_init): forms only once every --peer member has
+// answered and none belongs to a formed group (a wiped member asked to
+// init before its members' answers arrive must not form a second group).
+TEST(StartGate, InitFormsOnlyOnceEveryPeerAnsweredAndNoneIsFormed) {
+  const GateFlags five{1, {1, 2, 3, 4, 5}};
+  const auto verdict = [&](const Answers& a, const GateFlags& f) { return decide_init(f, a).verdict; };
+  EXPECT_EQ(verdict({}, five), InitVerdict::kWait);
+  const Answers majority{{2, waiting_answer()}, {3, waiting_answer()}};
+  EXPECT_EQ(verdict(majority, five), InitVerdict::kWait) << "a majority's word is not enough";
+  EXPECT_NE(decide_init(five, majority).reason.find("no answer yet from 4,5"), std::string::npos)
+      << decide_init(five, majority).reason;
+  const Answers all{{2, waiting_answer()}, {3, waiting_answer()}, {4, waiting_answer()}, {5, waiting_answer()}};
+  EXPECT_EQ(verdict(all, five), InitVerdict::kForm);
+  Answers one_formed = all;
+  one_formed[4] = voter_answer(HeardReceiver::kHeard, {1, 2, 3, 4, 5});
+  EXPECT_EQ(verdict(one_formed, five), InitVerdict::kAlreadyFormed);
+  EXPECT_EQ(verdict(Answers{{4, voter_answer(HeardReceiver::kHeard, {1, 2, 3, 4, 5})}}, five),
+            InitVerdict::kAlreadyFormed)
+      << "one formed member is enough to refuse, whoever else has not answered";
+  EXPECT_EQ(verdict(Answers{{7, voter_answer(HeardReceiver::kHeard, {1, 6, 7})}}, five), InitVerdict::kAlreadyFormed)
+      << "an authenticated stranger's word counts too (a group grown past the unit file)";
+  EXPECT_EQ(verdict(Answers{{2, PeerAnswer{0x1234, MemberStatus::kRemoved, HeardReceiver::kHeard, {}}}}, five),
+            InitVerdict::kAlreadyFormed);
+  EXPECT_EQ(verdict({}, GateFlags{1, {1}}), InitVerdict::kForm) << "a one-node start answers for itself";
+  GateFlags alone{1, {1}};
+  alone.alone_grace_over = false;
+  EXPECT_EQ(verdict({}, alone), InitVerdict::kWait) << "members that list it may still speak up";
+  EXPECT_EQ(verdict(Answers{{2, voter_answer(HeardReceiver::kHeard, {1, 2, 3})}}, alone),
+            InitVerdict::kAlreadyFormed)
+      << "a grown group's first member, wiped, its unit never updated (case 1)";
+  GateFlags at_once = five;
+  at_once.mutations.init_at_once = true;
+  EXPECT_EQ(verdict(majority, at_once), InitVerdict::kForm) << "the planted bug";
+}
+
 // Found by lockd-sim --lifecycle (soak seed 1001077 at 5 nodes:
 // `lockd-sim --nodes 5 --seeds 1 --steps 5000 --seed 1001077 --lifecycle`).
 // Node 5 voted and acknowledged only to leader 3; both lose their data

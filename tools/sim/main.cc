@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                  "quorum-of-all, leader-never-steps-down, no-leader-stickiness, accept-stale-responses, accept-stale-append-responses, "
                  "assume-followers-committed; with --lifecycle: gate-admit-called-voter, gate-identity-is-data, "
                  "gate-learners-confirm, gate-skip-confirmations, gate-peer-count-only, gate-restore-votes, "
-                 "gate-empty-confirms, heard-not-durable, heard-counts-prevotes");
+                 "gate-empty-confirms, init-at-once, heard-not-durable, heard-counts-prevotes");
   app.add_flag("--membership", opts.membership,
                "membership changes under the faults (add, promote, remove, replace)");
   app.add_flag("--lifecycle", opts.lifecycle,

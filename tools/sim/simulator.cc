@@ -42,7 +42,12 @@ namespace {
 
 constexpr TimeNs kTickNs = 10 * kNsPerMs;         // virtual time per step
 constexpr int kElectionTicks = 10;                // every node's election base
-constexpr std::uint64_t kLivenessBudgetSteps = 400;  // after faults stop: leader + commit within this
+constexpr std::uint64_t kLivenessBudgetSteps = 400;
+// A node whose --peer names only itself waits this long after its start
+// before cluster init forms (ClusterNode's kInitAloneGraceNs, 3 s): at a
+// handshake chance of 0.3 a step, a member that lists it has answered by
+// then all but once in 10^6.
+constexpr std::uint64_t kInitAloneGraceSteps = 40;  // after faults stop: leader + commit within this
 constexpr std::size_t kMaxNetworkMessages = 20000;   // the network's buffer; beyond it, drop
 constexpr std::size_t kMaxReadyRoundsPerVisit = 4;       // Ready/advance cycles per node visit
 constexpr std::uint64_t kMaxStallSteps = 25;             // pipelined: longest disk stall (ticks)
@@ -213,6 +218,8 @@ struct Node {
   std::map<NodeId, cluster::PeerAnswer> answers;  // what each peer said of it (waiting)
   std::uint64_t hold_until = 0;         // founder hold (steps)
   bool gone = false;                    // refused or unable to start, for good (exit 2 / 1)
+  std::uint64_t init_script_until = 0;  // the deploy script runs cluster init on it until then
+  std::uint64_t started_step = 0;       // its latest lifecycle start
   // Ground truth, kept by the simulator (never read by the node):
   bool took_part = false;               // some member counted a message of this id
   bool lost_data = false;               // lost data after it took part: never votes again (rule 2)
@@ -1679,6 +1686,7 @@ class Simulation {
     m.peer_count_only = opts_.bug == PlantedBug::kGatePeerCountOnly;
     m.restore_votes = opts_.bug == PlantedBug::kGateRestoreVotes;
     m.empty_confirms = opts_.bug == PlantedBug::kGateEmptyConfirms;
+    m.init_at_once = opts_.bug == PlantedBug::kInitAtOnce;
     return m;
   }
 
@@ -1688,6 +1696,10 @@ class Simulation {
   // most a minority, and a seed has one kind or the other: a founder can
   // join only once every voter confirms, a lost one never answers.
   void plan_lifecycle() {
+    // One seed in three, a deploy script runs `lockctl cluster init` after
+    // every start of every node, for a while (409s and 504s ignored): on a
+    // wiped member too, before its members' answers arrive.
+    init_script_ = irng_.chance(0.35);
     const int n = opts_.nodes;
     const std::uint64_t end = faults_end_;
     init_step_ = lrng_.range(2, std::max<std::uint64_t>(3, std::min<std::uint64_t>(60, end / 4)));
@@ -1780,6 +1792,9 @@ class Simulation {
     // The operator retries init until the group's first entry commits
     // (a 504: the node crashed before anything it did was durable).
     if (step_ >= init_step_ && history_.empty()) cluster_init();
+    for (Node& n : nodes_) {
+      if (n.up && !n.gate_open && step_ < n.init_script_until) try_init(n, "the deploy script");
+    }
     for (Node& w : nodes_) {
       if (w.up && !w.gate_open && lrng_.chance(kGateHandshakeChance)) handshake(w);
     }
@@ -1796,22 +1811,30 @@ class Simulation {
   void cluster_init() {
     Node& n = nodes_[init_node_ - 1];
     if (!n.up || n.gate_open || n.bad_secret) return;  // tried again next step
-    if (formed_ && n.disk_lost) return;  // not retried on a node whose disk was lost since
-    for (const auto& [from, a] : n.answers) {
-      if (!a.voters.empty()) return;  // 409 already_formed: a founder joined its first try
-    }
-    // The node knows only the answers it has: a retry right after its
-    // restart, before they come, would form again over members that
-    // joined the first try. The operator retries only while none did
-    // (docs/raft.md: the 409 rests on the answers the node has).
-    for (const Node& x : nodes_) {
-      if (x.id != n.id && x.gate_open) return;
-    }
+    try_init(n, "the operator");
+  }
+
+  // POST /v1/cluster/init to waiting node `n` (ClusterNode::try_init): the
+  // real rule (cluster::decide_init) on the answers it has. A 409 or a
+  // wait changes nothing; the caller asks again later.
+  void try_init(Node& n, const char* who) {
+    if (n.bad_secret) return;
+    cluster::GateFlags flags{n.id, n.flag_peers, gate_mutations()};
+    // ClusterNode's kInitAloneGraceNs, in steps: members that list a node
+    // whose --peer names only itself have had time to answer it.
+    flags.alone_grace_over = step_ >= n.started_step + kInitAloneGraceSteps;
+    const cluster::InitDecision d = cluster::decide_init(flags, n.answers);
+    if (d.verdict != cluster::InitVerdict::kForm) return;
     if (!n.raft->set_bootstrap(n.flag_peers, members_of(n.flag_peers))) return;
     n.heard_file = true;  // an empty record
     n.gate_open = true;
     formed_ = true;
-    trace("cluster init on n%llu: voters %s", ull(n.id), ids_text(n.flag_peers).c_str());
+    trace("cluster init on n%llu (%s): voters %s", ull(n.id), who, ids_text(n.flag_peers).c_str());
+    if (n.lost_data) {
+      fail("a member that lost its data never votes (rule 2)",
+           "n" + std::to_string(n.id) + " took part, lost its data, and cluster init formed a group on it");
+      return;
+    }
     n.raft->campaign();
     process(n);
   }
@@ -1831,6 +1854,7 @@ class Simulation {
   // data dir, the gate decides from the disk alone, listen() claims
   // IDENTITY; a waiting node then asks its peers (handshake()).
   void lifecycle_start(Node& n) {
+    n.started_step = step_;
     n.leader_start_term = 0;
     n.answers.clear();
     n.gate_open = false;
@@ -1895,6 +1919,9 @@ class Simulation {
     n.running_term = n.raft->term();
     trace("n%llu starts: %s", ull(n.id), dec.reason.c_str());
     if (vote) open_gate(n, dec);
+    // The deploy script asks this node to init for a while after each
+    // start once the group was formed (before, the operator's init story).
+    if (!vote && init_script_ && formed_) n.init_script_until = step_ + irng_.range(5, 80);
   }
 
   void open_gate(Node& n, const cluster::StartDecision& d) {
@@ -2513,6 +2540,10 @@ class Simulation {
   };
   std::vector<LifeEvent> life_events_;
   Prng lrng_{seed_ ^ 0x6c6966656379636cull};  // lifecycle draws: a stream of their own
+  // The init-on-every-start script (init_script_): its draws, apart, so
+  // that the lifecycle stories of earlier seeds stay as they were.
+  Prng irng_{seed_ ^ 0x696e697473637270ull};
+  bool init_script_ = false;  // this seed's deploy script runs cluster init on every start
   std::uint64_t init_step_ = 0;
   NodeId init_node_ = raft::kNoNode;
   bool formed_ = false;                       // cluster init was called
@@ -2538,7 +2569,7 @@ bool parse_planted_bug(std::string_view name, PlantedBug& out) {
                        PlantedBug::kGateAdmitCalledVoter, PlantedBug::kGateIdentityIsData,
                        PlantedBug::kGateLearnersConfirm, PlantedBug::kGateSkipConfirmations,
                        PlantedBug::kGatePeerCountOnly, PlantedBug::kGateRestoreVotes,
-                       PlantedBug::kGateEmptyConfirms, PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
+                       PlantedBug::kGateEmptyConfirms, PlantedBug::kInitAtOnce, PlantedBug::kHeardNotDurable, PlantedBug::kHeardCountsPreVotes}) {
     if (to_string(b) == name) {
       out = b;
       return true;
@@ -2575,6 +2606,7 @@ std::string_view to_string(PlantedBug b) {
     case PlantedBug::kGatePeerCountOnly: return "gate-peer-count-only";
     case PlantedBug::kGateRestoreVotes: return "gate-restore-votes";
     case PlantedBug::kGateEmptyConfirms: return "gate-empty-confirms";
+    case PlantedBug::kInitAtOnce: return "init-at-once";
     case PlantedBug::kHeardNotDurable: return "heard-not-durable";
     case PlantedBug::kHeardCountsPreVotes: return "heard-counts-prevotes";
   }

@@ -63,7 +63,8 @@ enum class PlantedBug {
   kGateSkipConfirmations,     // a founder joins without every voter's confirmation
   kGatePeerCountOnly,         // --peer checked against IDENTITY by size only
   kGateRestoreVotes,          // a member re-seeded from a backup (staged restore) votes
-  kGateEmptyConfirms,         // an empty voter's "never heard" confirms rule 3 after the group acted
+  kGateEmptyConfirms,         // an empty voter's "never heard" confirms though a member heard from it
+  kInitAtOnce,                // cluster init forms before every --peer member answered (a wiped node re-forms)
   kHeardNotDurable,           // HEARD is written lazily: a crash forgets ids already counted
   kHeardCountsPreVotes,       // HEARD records PreVote messages too (lockd before 2026-12-06): a
                               // founder that answered one and crashed before its first write is locked out

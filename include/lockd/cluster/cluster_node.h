@@ -144,6 +144,10 @@ constexpr TimeNs kGateRefreshNs = 300 * kNsPerMs;
 // A waiting node asks an empty voter whose word stopped counting again at
 // most this often (it may have been let in; start_gate.h ask_again).
 constexpr TimeNs kGateAskAgainNs = 2000 * kNsPerMs;
+// Cluster init on a node whose --peer names only itself waits this long
+// after the start for members that list it (start_gate.h decide_init);
+// they redial at least every second.
+constexpr TimeNs kInitAloneGraceNs = 3000 * kNsPerMs;
 // How long a change may take to commit (or a transfer to land) before its
 // request is answered 504 timeout (it may still take effect); the default
 // of --member-change-timeout-ms.
@@ -378,9 +382,9 @@ class ClusterNode final : private raft::ReadyHandler {
   void check_own_removal(TimeNs now);
   // Moves the admin request in flight along (propose, committed, timed out).
   void progress_change(TimeNs now);
-  // The pending init while the gate waits: 409 when a member says it
-  // belongs to a formed group, forms once a majority of the --peer
-  // members answered, else keeps waiting (progress_change: 504).
+  // The pending init while the gate waits (start_gate.h decide_init): 409
+  // when a member says it belongs to a formed group, forms once every
+  // --peer member answered, else keeps waiting (progress_change: 504).
   void try_init();
   void finish_change(MemberChangeResult r);
   MemberChangeResult not_leader_result() const;
@@ -440,7 +444,8 @@ class ClusterNode final : private raft::ReadyHandler {
   std::vector<raft::NodeId> ask_again_;            // kWaiting: the gate's last ask_again
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
   bool init_formed_here_ = false;                 // kInit: this node's init formed the group
-  bool init_wait_logged_ = false;                 // kInit: "waiting to hear from a majority" logged
+  TimeNs opened_ns_ = 0;                          // when open() ran (kInitAloneGraceNs)
+  bool init_wait_logged_ = false;                 // kInit: "waiting to hear from every --peer member" logged
   TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)
   bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
   // VERSIONS: the entry encodings each member last said it applies.

@@ -44,12 +44,17 @@ struct GateMutations {
   bool peer_count_only = false;     // --peer vs IDENTITY compares the number of members only
   bool restore_votes = false;       // a staged restore (re-seeded from a backup) votes
   bool empty_confirms = false;      // an empty voter's "never heard" counts though a member heard from it
+  bool init_at_once = false;        // cluster init forms before every --peer member answered
 };
 
 struct GateFlags {
   raft::NodeId self = raft::kNoNode;
   std::vector<raft::NodeId> peers;  // the --peer ids, self included, sorted
   GateMutations mutations = {};     // test-only (above)
+  // decide_init, --peer naming only this node: true once members that list
+  // it have had time to say so (their hellos reach a waiting node with peer
+  // authentication on; they redial at least every second).
+  bool alone_grace_over = true;
 };
 
 // What one peer said of us in its latest handshake.
@@ -87,5 +92,30 @@ struct StartDecision {
 // (only consulted when the data dir is empty).
 StartDecision decide_start(const DataDirState& disk, const GateFlags& flags,
                            const std::map<raft::NodeId, PeerAnswer>& answers);
+
+// POST /v1/cluster/init on a node whose gate still waits (rule 1).
+enum class InitVerdict : std::uint8_t {
+  kForm = 0,        // form the group: this node its first leader, --peer its voters
+  kWait,            // not every --peer member has answered yet: ask again later
+  kAlreadyFormed,   // 409: a member says it belongs to a formed group
+};
+
+struct InitDecision {
+  InitVerdict verdict = InitVerdict::kWait;
+  std::string reason;  // kWait: who has not answered; kAlreadyFormed: who is formed
+};
+
+// Whether cluster init may form the group now, from the --peer ids
+// (flags.peers, self included) and every answer gathered so far (members
+// and authenticated strangers alike). It forms only once *every* --peer
+// member has answered and none belongs to a formed group: a member whose
+// disk was lost, asked to init by a script that runs it on every start,
+// must not form a second group under the same ids — and a group's data may
+// live on a bare majority, so the word of a majority is not enough. This
+// costs formation nothing: founders join only once every voter answered.
+// A node whose --peer names only itself (the one-node start, or a grown
+// group's first member whose unit was never updated) also waits until
+// flags.alone_grace_over, for the members that list it to speak up.
+InitDecision decide_init(const GateFlags& flags, const std::map<raft::NodeId, PeerAnswer>& answers);
 
 }  // namespace lockd::cluster
