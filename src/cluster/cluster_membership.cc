@@ -217,9 +217,9 @@ void ClusterNode::run_gate() {
     case StartVerdict::kJoinLearner: open_gate(d); return;
     case StartVerdict::kVote:
     case StartVerdict::kWait:
-      // An empty voter's word stopped counting (the group acted): it may
-      // have been let in since, and a member says so only when asked
-      // (on_tick asks it again every kGateAskAgainNs).
+      // An empty voter's word does not count (a member heard from it):
+      // it may be let in or removed meanwhile, and the members say so only
+      // when asked (on_tick asks again every kGateAskAgainNs).
       ask_again_ = d.ask_again;
       if (d.reason != wait_reason_) {
         wait_reason_ = d.reason;

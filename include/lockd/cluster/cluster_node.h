@@ -141,8 +141,8 @@ using MemberChangeDone = std::function<void(const MemberChangeResult&)>;
 // A waiting node asks a member again (a new handshake) at most this often
 // when that member's messages say its configuration names us.
 constexpr TimeNs kGateRefreshNs = 300 * kNsPerMs;
-// A waiting node asks an empty voter whose word stopped counting again at
-// most this often (it may have been let in; start_gate.h ask_again).
+// While an empty voter's word does not count, a waiting node asks the
+// members again at most this often (start_gate.h ask_again).
 constexpr TimeNs kGateAskAgainNs = 2000 * kNsPerMs;
 // Cluster init on a node whose --peer names only itself waits this long
 // after the start for members that list it (start_gate.h decide_init);
