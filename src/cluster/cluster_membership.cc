@@ -324,6 +324,16 @@ void ClusterNode::refresh_answers(TimeNs now) {
 }
 
 void ClusterNode::init_group(MemberChangeDone done) {
+  if (pending_change_ && pending_change_->change.kind == MemberChangeKind::kInit && gate_ == Gate::kWaiting) {
+    // Asked again while it waits for the members' word (a client that
+    // gave up on the first request): both get the one answer.
+    MemberChangeDone first = std::move(pending_change_->done);
+    pending_change_->done = [first = std::move(first), done = std::move(done)](const MemberChangeResult& r) {
+      first(r);
+      done(r);
+    };
+    return;
+  }
   if (pending_change_) {
     done(MemberChangeResult{409, "change_in_progress", "", std::nullopt});
     return;
@@ -340,7 +350,7 @@ void ClusterNode::init_group(MemberChangeDone done) {
   p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
   pending_change_ = std::move(p);
   init_formed_here_ = false;
-  init_wait_logged_ = false;
+  init_wait_reason_.clear();
   try_init();
 }
 
@@ -360,8 +370,8 @@ void ClusterNode::try_init() {
     // restarted, asked again by a script that runs init on every deploy)
     // may be a member of one (start_gate.h decide_init). The request's
     // deadline answers 504.
-    if (!init_wait_logged_) {
-      init_wait_logged_ = true;
+    if (d.reason != init_wait_reason_) {
+      init_wait_reason_ = d.reason;
       spdlog::info("{}", d.reason);
     }
     return;

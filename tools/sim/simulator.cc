@@ -1921,7 +1921,13 @@ class Simulation {
     if (vote) open_gate(n, dec);
     // The deploy script asks this node to init for a while after each
     // start once the group was formed (before, the operator's init story).
-    if (!vote && init_script_ && formed_) n.init_script_until = step_ + irng_.range(5, 80);
+    // Only on the group's own nodes with the group's --peer list: init on
+    // a node whose list differs (the stranger, stale flags) forms a group
+    // of that list, an operator's error the handshake cannot see (the
+    // --peer lists are not in it; docs/cluster.md).
+    if (!vote && init_script_ && formed_ && n.id <= static_cast<NodeId>(opts_.nodes) && n.flag_peers == voters_) {
+      n.init_script_until = step_ + irng_.range(5, 80);
+    }
   }
 
   void open_gate(Node& n, const cluster::StartDecision& d) {

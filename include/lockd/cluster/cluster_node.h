@@ -445,7 +445,7 @@ class ClusterNode final : private raft::ReadyHandler {
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
   bool init_formed_here_ = false;                 // kInit: this node's init formed the group
   TimeNs opened_ns_ = 0;                          // when open() ran (kInitAloneGraceNs)
-  bool init_wait_logged_ = false;                 // kInit: "waiting to hear from every --peer member" logged
+  std::string init_wait_reason_;                  // kInit: the wait last logged (logged on change)
   TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)
   bool heard_missing_ = false;                    // HEARD to be written in listen() (data from before v1.3)
   // VERSIONS: the entry encodings each member last said it applies.
