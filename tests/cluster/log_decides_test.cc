@@ -151,6 +151,13 @@ TEST(LogDecides, NodeOfARecreatedClusterIsRefused) {
                                          "Content-Length: 0\r\nConnection: close\r\n\r\n").status, 200);
   }
   ASSERT_NE(c.wait_leader(milliseconds(10000), 3), 0);
+  // Every founder has joined before node 3 goes: one still waiting may
+  // need node 3's word again (its first came while it was empty, and the
+  // others have heard from it since; docs/cluster.md "The start gate").
+  ASSERT_TRUE(eventually([&] {
+    return !cluster_id_of(c, 1).empty() && cluster_id_of(c, 1) == cluster_id_of(c, 2) &&
+           cluster_id_of(c, 2) == cluster_id_of(c, 3);
+  }, milliseconds(10000)));
   c.kill9(3);
   std::filesystem::remove_all(c.data_dir(3));
   std::filesystem::rename(old3, c.data_dir(3));
