@@ -160,6 +160,50 @@ TEST(Lifecycle, FoundingMemberStartedLateJoinsUnderItsId) {
   EXPECT_EQ(call_leader(c, "A carol other 60000").rfind("A ", 0), 0u);
 }
 
+// Case 8: node 3 first starts with a wrong peer secret (every handshake
+// refused: it never joins, nobody hears from it); init on node 1 waits for
+// its word. The secret is fixed and node 3 restarted with its unit's
+// flags: the group forms and node 3 joins under its own id, no operator
+// action beyond the fix.
+TEST(Lifecycle, FounderFirstStartedWithAWrongSecretJoinsOnceItIsFixed) {
+  LockdCluster c(3, {}, {}, 0, /*init=*/false);
+  c.kill9(3);
+  c.wipe(3);
+  c.kill9(1);
+  c.wipe(1);
+  c.start(1);  // holds no answer of node 3's from before
+  const TempDir tmp("lockd-wrong-secret");
+  const std::string wrong = tmp.sub("secret");
+  {
+    std::ofstream out(wrong);
+    out << "fedcba9876543210fedcba9876543210-another-secret\n";
+  }
+  std::filesystem::permissions(wrong, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ChildProcess bad;
+  std::vector<std::string> argv{lockd_binary(), "--mode", "cluster", "--node-id", "3",
+                                "--data-dir", c.data_dir(3), "--admin", "off",
+                                "--election-timeout-ms", "150", "--heartbeat-ms", "30",
+                                "--peer-secret-file", wrong};
+  for (int i = 1; i <= 3; ++i) {
+    argv.push_back("--peer");
+    argv.push_back(std::to_string(i) + "=" + c.client_addr(i) + "/" + c.raft_addr(i));
+  }
+  ASSERT_TRUE(bad.start(argv));
+  ASSERT_TRUE(bad.wait_for_line("listening on", 10s)) << bad.stderr_text();
+  auto init = std::async(std::launch::async, [&] { return c.init_group(1, 60000ms); });
+  EXPECT_TRUE(c.process(1).wait_for_line("no answer yet from 3", 10s)) << c.process(1).stderr_text();
+  EXPECT_TRUE(bad.wait_for_line("did not prove it knows the peer secret", 10s)) << bad.stderr_text();
+  bad.signal(SIGKILL);
+  bad.wait_exit(5000ms);
+  c.start(3);  // the unit's flags, the right secret, the same (empty) data dir
+  const HttpReply r = init.get();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(c.process(3).wait_for_line("founding voter", 20s)) << c.process(3).stderr_text();
+  EXPECT_EQ(call_leader(c, "A alice k 60000").rfind("A ", 0), 0u);
+  c.kill9(2);  // node 3 votes: {1, 3} is a majority that grants
+  EXPECT_EQ(call_leader(c, "A carol other 60000").rfind("A ", 0), 0u);
+}
+
 // Two of five lose their disks, and one of them was the only member that
 // heard from the other (issue 37, found by lockd-sim --lifecycle, seed
 // 1001077): node 1 led from cluster init, node 2 only ever answered it.
