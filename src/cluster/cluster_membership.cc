@@ -324,9 +324,10 @@ void ClusterNode::refresh_answers(TimeNs now) {
 }
 
 void ClusterNode::init_group(MemberChangeDone done) {
-  if (pending_change_ && pending_change_->change.kind == MemberChangeKind::kInit && gate_ == Gate::kWaiting) {
-    // Asked again while it waits for the members' word (a client that
-    // gave up on the first request): both get the one answer.
+  if (pending_change_ && pending_change_->change.kind == MemberChangeKind::kInit) {
+    // Asked again while the first still waits (for the members' word, or
+    // for the first leader's entries to commit), by a client that gave up
+    // on it: both get the one answer.
     MemberChangeDone first = std::move(pending_change_->done);
     pending_change_->done = [first = std::move(first), done = std::move(done)](const MemberChangeResult& r) {
       first(r);
