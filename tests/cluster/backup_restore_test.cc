@@ -215,6 +215,13 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
     c.start(i);
   }
   ASSERT_EQ(c.init_group(1).status, 200);
+  // Every founder has joined before node 3 goes below: one still waiting
+  // may need node 3's word again (its first came while it was empty, and
+  // node 1 has heard from it since; docs/cluster.md "The start gate").
+  for (int id : {2, 3}) {
+    ASSERT_TRUE(c.process(id).wait_for_line("founding voter", std::chrono::seconds(20)))
+        << c.process(id).stderr_text();
+  }
   leader = c.wait_leader();
   ASSERT_NE(leader, 0);
   const std::uint64_t next = token_of(call_leader(c, "A newcomer fresh 60000"));
@@ -247,7 +254,9 @@ TEST(BackupRestore, RestoredGroupIsANewClusterWithTokensAboveTheOldGroup) {
            m.body.find("lockd_peer_refused_total{reason=\"wrong_cluster\"} 0\n") == std::string::npos;
   })) << http(c.admin_port(leader), "/metrics").body;
   // The restored group serves on, untouched by the old member's log.
-  EXPECT_GT(token_of(call_leader(c, "A newcomer fresh2 60000")), next);
+  const std::string fresh2 = call_leader(c, "A newcomer fresh2 60000");
+  EXPECT_GT(token_of(fresh2), next) << fresh2 << "\nnode 1:\n" << c.process(1).stderr_text()
+                                    << "\nnode 2:\n" << c.process(2).stderr_text();
   EXPECT_EQ(lock_view(c.admin_port(leader), "kept").value("token", std::uint64_t{0}), held);
 }
 

@@ -79,6 +79,9 @@ class LockdCluster {
   HttpReply init_group(int id, std::chrono::milliseconds timeout = std::chrono::milliseconds(30000));
   // GET /v1/status of node `id`: the body, or empty when it does not answer.
   std::string status_json(int id);
+  // A number of /v1/status (`commit_index`, `applied_index`, `term`…);
+  // 0 if the node does not answer.
+  std::uint64_t status_number(int id, const std::string& field);
 
  private:
   struct Node {

@@ -125,6 +125,12 @@ bool ChildProcess::exited_unreaped() const {
          info.si_pid == pid_;
 }
 
+const std::string& ChildProcess::stderr_now() {
+  while (read_some(milliseconds(0))) {
+  }
+  return err_;
+}
+
 std::optional<std::string> ChildProcess::wait_for_line(const std::string& needle,
                                                        milliseconds timeout) {
   const auto deadline = steady_clock::now() + timeout;

@@ -32,6 +32,9 @@ class ChildProcess {
                                            std::chrono::milliseconds timeout);
   // Everything read from stderr so far.
   const std::string& stderr_text() const { return err_; }
+  // Everything the child has written to stderr by now (reads what is
+  // waiting in the pipe first): for a failure's message.
+  const std::string& stderr_now();
   // Everything read from stdout so far (Capture::kStdoutToo).
   const std::string& stdout_text() const { return out_; }
   void signal(int sig);
