@@ -284,8 +284,14 @@ bool ClusterNode::open(std::string& error) {
         if (gate_ != Gate::kOpen) {
           ++gated_messages_;  // before the start gate lets it in: nothing reaches Raft
           // Its configuration names us now (it sends us messages): ask it
-          // again with a new handshake, soon (not from inside its read).
-          refresh_wanted_.emplace(m.from, net::monotonic_now_ns());
+          // again with a new handshake, soon (not from inside its read) —
+          // unless its last answer already named us (its messages say
+          // nothing new then; on_tick's ask_again covers what may change).
+          const auto a = answers_.find(m.from);
+          if (a == answers_.end() || (a->second.status != MemberStatus::kVoter &&
+                                      a->second.status != MemberStatus::kLearner)) {
+            refresh_wanted_.emplace(m.from, net::monotonic_now_ns());
+          }
           return;
         }
         const raft::NodeId from = m.from;

@@ -2,8 +2,9 @@
 // (docs/cluster.md, "Logs"). Pure: the node feeds it whether the link is
 // up and its monotonic clock each tick, and logs (at warn) the line it
 // returns:
-// - "lost the link to node N (raft ADDR); retrying" when an up link goes
-//   down;
+// - "lost the link to node N (raft ADDR); retrying" when an up link has
+//   been down for kLossGraceNs (a link closed and redialled at once, as a
+//   waiting node's new handshake does, says nothing);
 // - "node N (raft ADDR) still down for Ss" kFirstReportNs after it went
 //   down (or after start, for a peer never reached), then every
 //   kReportEveryNs while it stays down;
@@ -20,6 +21,7 @@ namespace lockd::cluster {
 
 class LinkWatch {
  public:
+  static constexpr TimeNs kLossGraceNs = 1'000 * kNsPerMs;
   static constexpr TimeNs kFirstReportNs = 5'000 * kNsPerMs;
   static constexpr TimeNs kReportEveryNs = 30'000 * kNsPerMs;
 
@@ -35,6 +37,7 @@ class LinkWatch {
   std::string id_only_;  // "node 2"
   bool up_ = false;
   bool reported_ = false;  // a warning about this outage went out: its end is logged too
+  bool loss_pending_ = false;  // an up link went down: said once it stays down kLossGraceNs
   TimeNs down_since_ns_;
   TimeNs next_report_ns_;
 };
