@@ -17,6 +17,7 @@
 #include "lockd/common/check.h"
 #include "lockd/daemon/fd_limit.h"
 #include "lockd/net/clock.h"
+#include "lockd/net/priority.h"
 #include "lockd/server/lock_server.h"
 #include "lockd/auth/authenticator.h"
 #include "lockd/tls/tls_context.h"
@@ -101,6 +102,7 @@ std::string private_file_error(const char* flag, const std::string& path) {
 Daemon::Daemon(Config config) : config_(std::move(config)) {
   base_ = event_base_new();
   LOCKD_CHECK(base_ != nullptr);
+  net::use_priorities(base_);  // clients that are in before strangers' handshakes
 }
 
 Daemon::~Daemon() {

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "lockd/common/check.h"
+#include "lockd/net/priority.h"
 
 namespace lockd::net {
 
@@ -26,10 +27,14 @@ Connection::Connection(event_base* base, int fd, std::uint64_t id, ConnectionHan
   read_ev_ = event_new(base, fd, EV_READ | EV_PERSIST, &Connection::on_read_event, this);
   write_ev_ = event_new(base, fd, EV_WRITE | EV_PERSIST, &Connection::on_write_event, this);
   LOCKD_CHECK(read_ev_ != nullptr && write_ev_ != nullptr);
+  // A handshake waits for the clients that are in (priority.h).
+  handshake_low_ = tls_ != nullptr && has_priorities(base);
+  if (handshake_low_) LOCKD_CHECK(event_priority_set(read_ev_, kPriorityHandshake) == 0);
   set_reading(true);
 }
 
 Connection::~Connection() {
+  if (in_worker_) worker_->forget(ticket_);  // its session is dropped when it comes back
   event_free(read_ev_);
   event_free(write_ev_);
   ::close(fd_);
@@ -53,13 +58,22 @@ void Connection::on_write_event(int, short, void* arg) {
   static_cast<Connection*>(arg)->flush();
 }
 
+void Connection::settle_priority() {
+  // In now: its requests are as urgent as anyone's. libevent refuses while
+  // the event is ready to run (a step that came back from the worker):
+  // then at its next read, inside its own callback, where it is not.
+  if (!handshake_low_ || tls_ == nullptr || !tls_->handshake_done()) return;
+  if (event_priority_set(read_ev_, kPriorityNormal) == 0) handshake_low_ = false;
+}
+
 void Connection::handle_readable() {
   if (closed_ || closing_) return;
+  settle_priority();
   char buf[kReadChunkBytes];
   const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
   if (n > 0) {
     const std::string_view bytes(buf, static_cast<std::size_t>(n));
-    if (tls_) {
+    if (tls_ != nullptr || in_worker_) {  // TLS (its session maybe on the worker)
       tls_input(bytes);
     } else {
       handler_.on_bytes(*this, bytes);
@@ -78,11 +92,45 @@ void Connection::handle_readable() {
 }
 
 bool Connection::tls_input(std::string_view cipher) {
+  if (in_worker_) {
+    held_cipher_.append(cipher);  // read in the turn it left (reading is paused since)
+    return true;
+  }
   const bool was_established = tls_->handshake_done();
+  if (!was_established && worker_ != nullptr) {
+    // Reading waits for the step (the kernel's buffer and TCP's window hold
+    // what comes meanwhile): one step at a time, nothing piles up here.
+    in_worker_ = true;
+    set_reading(false);
+    ticket_ = worker_->submit(*this, std::move(tls_), std::string(cipher));
+    return true;
+  }
   plain_in_.clear();
   const tls::TlsSession::Status st = tls_->on_input(cipher, plain_in_);
   // Handshake messages, alerts, tickets: out with this turn's flush.
   tls_->take_output(wire_);
+  return tls_output(st, was_established);
+}
+
+void Connection::handshake_result(HandshakeWorker::Step step) {
+  in_worker_ = false;
+  tls_ = std::move(step.session);
+  if (closed_) return;
+  if (!closing_ && unsent_bytes() <= limits_.pause_reading_bytes) set_reading(true);
+  wire_.append(step.wire);
+  plain_in_ = std::move(step.plain);
+  if (out_off_ < out_.size()) schedule_flush();  // plaintext queued while it was away
+  if (!tls_output(step.status, false) || closing_) return;
+  if (!held_cipher_.empty()) {
+    // Bytes that came while the step ran (the client's Finished, its
+    // first requests): the next step, or plaintext for the handler.
+    std::string next;
+    next.swap(held_cipher_);
+    tls_input(next);
+  }
+}
+
+bool Connection::tls_output(tls::TlsSession::Status st, bool was_established) {
   if (wire_.size() > wire_off_) schedule_flush();
   if (st == tls::TlsSession::Status::kError) {
     // A plaintext client on a TLS port ends here: nothing it sent was
@@ -92,6 +140,7 @@ bool Connection::tls_input(std::string_view cipher) {
     return false;
   }
   if (!was_established && tls_->handshake_done()) {
+    settle_priority();
     handler_.on_tls_established(*this);
     if (closed_ || closing_) return false;
   }
@@ -153,7 +202,11 @@ bool Connection::send_from(std::string& buf, std::size_t& off) {
 void Connection::flush() {
   pending_ = false;
   if (closed_) return;
-  if (tls_) {
+  if (in_worker_) {
+    // The session is on the worker: send the ciphertext it made so far;
+    // plaintext waits for it (never sent in the clear).
+    if (!send_from(wire_, wire_off_)) return;
+  } else if (tls_) {
     // Encrypt everything queued this turn into one run of records, then
     // one send of the ciphertext.
     if (out_off_ < out_.size()) {
@@ -179,7 +232,7 @@ void Connection::flush() {
     close();
     return;
   }
-  set_reading(true);
+  if (!in_worker_) set_reading(true);  // paused for a handshake step: its result resumes
 }
 
 void Connection::close_after_flush() {

@@ -41,6 +41,13 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
 
 LockServer::~LockServer() = default;
 
+void LockServer::require_tls(const tls::TlsContext* ctx) {
+  tls_ = ctx;
+  if (tls_ != nullptr && handshake_worker_ == nullptr) {
+    handshake_worker_ = std::make_unique<net::HandshakeWorker>(base_);
+  }
+}
+
 bool LockServer::listen(const net::Endpoint& ep, std::string& error) {
   return listener_.listen(ep, error);
 }
@@ -125,6 +132,7 @@ void LockServer::accept(int fd) {
       base_, fd, id, *this, config_.output,
       tls_ != nullptr ? tls::TlsSession::accept(*tls_) : nullptr);
   if (tls_ != nullptr) {
+    c.conn->offload_handshake(handshake_worker_.get());
     c.handshaking = true;
     ++tls_handshakes_;
     handshake_deadlines_.emplace_back(now + config_.tls_handshake_timeout_ns, id);
@@ -201,7 +209,7 @@ void LockServer::on_handshake_timer() {
     auto it = clients_.find(id);
     if (it == clients_.end() || it->second.conn->closed()) continue;
     net::Connection& conn = *it->second.conn;
-    if (conn.tls() == nullptr || conn.tls()->handshake_done()) continue;
+    if (!conn.handshaking()) continue;
     ++stats_.tls_handshake_timeouts;
     spdlog::debug("client connection {}: TLS handshake not done in {} ms, closing", id,
                   config_.tls_handshake_timeout_ns / kNsPerMs);

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "lockd/net/handshake_worker.h"
 #include "lockd/tls/tls_session.h"
 
 struct event;
@@ -81,8 +82,16 @@ class Connection {
   void flush();
   // Unsent output bytes.
   std::size_t unsent_bytes() const { return out_.size() - out_off_ + wire_.size() - wire_off_; }
-  // The TLS session, or null on a plaintext connection.
+  // The TLS session, or null on a plaintext connection (and while a
+  // handshake step runs on the HandshakeWorker).
   const tls::TlsSession* tls() const { return tls_.get(); }
+  // TLS: the handshake is not done yet.
+  bool handshaking() const { return in_worker_ || (tls_ != nullptr && !tls_->handshake_done()); }
+  // TLS: run the handshake's steps on `worker` (not owned, outlives the
+  // connection) instead of on the loop.
+  void offload_handshake(HandshakeWorker* worker) { worker_ = worker; }
+  // HandshakeWorker, on the loop: a handshake step came back.
+  void handshake_result(HandshakeWorker::Step step);
 
   // Stops reading for good and closes once the output is flushed.
   void close_after_flush();
@@ -99,6 +108,9 @@ class Connection {
   void set_reading(bool on);
   // TLS: ciphertext in; plaintext to the handler. False when the connection closed.
   bool tls_input(std::string_view cipher);
+  // TLS: what a step of the session produced (here or on the worker).
+  bool tls_output(tls::TlsSession::Status st, bool was_established);
+  void settle_priority();
   // Sends `buf` from `off`; false if the connection closed.
   bool send_from(std::string& buf, std::size_t& off);
   void schedule_flush();
@@ -118,6 +130,11 @@ class Connection {
   bool pending_ = false;     // registered for this turn's flush
   bool reading_ = false;
   bool write_armed_ = false;
+  bool handshake_low_ = false;  // TLS on a base with priorities: reads at kPriorityHandshake still
+  HandshakeWorker* worker_ = nullptr;  // TLS handshake steps run there (null: here)
+  bool in_worker_ = false;             // tls_ is on the worker (ticket_)
+  std::uint64_t ticket_ = 0;
+  std::string held_cipher_;            // read while tls_ is on the worker
   bool closing_ = false;     // close once drained; read no more
   bool closed_ = false;
   bool overflowed_ = false;

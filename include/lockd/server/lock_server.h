@@ -85,7 +85,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   bool listen(const net::Endpoint& ep, std::string& error);
   // Requires TLS of every client accepted from now on (`ctx` not owned,
   // outlives the server; its reloads apply to new connections only).
-  void require_tls(const tls::TlsContext* ctx) { tls_ = ctx; }
+  // Their handshakes run on a HandshakeWorker thread (net/handshake_worker.h).
+  void require_tls(const tls::TlsContext* ctx);
   // Authenticates and authorizes every request from now on (protocol.md
   // §11; not owned, outlives the server). Checked on every node before a
   // request is routed, so a follower refuses an unauthenticated client
@@ -206,6 +207,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   ServerConfig config_;
   LockService* service_;  // null in single mode
   const tls::TlsContext* tls_ = nullptr;  // null: plaintext clients
+  std::unique_ptr<net::HandshakeWorker> handshake_worker_;  // with tls_
   const auth::Authenticator* auth_ = nullptr;  // null: --auth none
   locks::LockTable table_;
   net::Listener listener_;
