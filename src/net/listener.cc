@@ -13,8 +13,15 @@
 namespace lockd::net {
 
 namespace {
+
 constexpr int kBacklog = 4096;
+
+void no_delay(int listening_fd) {
+  const int one = 1;
+  setsockopt(listening_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
+
+}  // namespace
 
 Listener::Listener(event_base* base, AcceptFn fn, std::string what)
     : base_(base), fn_(std::move(fn)), pause_(base, std::move(what)) {}
@@ -34,6 +41,7 @@ bool Listener::listen(const Endpoint& ep, std::string& error) {
     return false;
   }
   pause_.attach(lev_);
+  no_delay(evconnlistener_get_fd(lev_));
   return true;
 }
 
@@ -46,8 +54,11 @@ bool Listener::listen_on_fd(int fd, std::string& error) {
     return false;
   }
   pause_.attach(lev_);
+  no_delay(fd);
   return true;
 }
+
+int Listener::fd() const { return lev_ == nullptr ? -1 : evconnlistener_get_fd(lev_); }
 
 Endpoint Listener::bound() const {
   return lev_ == nullptr ? Endpoint{} : local_endpoint(evconnlistener_get_fd(lev_));
@@ -62,10 +73,8 @@ void Listener::close() {
 }
 
 void Listener::on_accept(evconnlistener*, int fd, struct sockaddr*, int, void* arg) {
-  // evconnlistener hands out non-blocking sockets. Replies are small and
-  // batched per turn, so Nagle would only add latency.
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // evconnlistener hands out non-blocking sockets; TCP_NODELAY came with
+  // the listening socket's options (no_delay()).
   static_cast<Listener*>(arg)->fn_(fd);
 }
 

@@ -49,7 +49,11 @@ void LockServer::require_tls(const tls::TlsContext* ctx) {
 }
 
 bool LockServer::listen(const net::Endpoint& ep, std::string& error) {
-  return listener_.listen(ep, error);
+  if (!listener_.listen(ep, error)) return false;
+  // Every accepted client socket inherits it (§11a: a vanished host's
+  // connection is reaped).
+  net::enable_keepalive(listener_.fd());
+  return true;
 }
 
 namespace {
@@ -121,8 +125,7 @@ void LockServer::accept(int fd) {
     // ones then cannot keep out a client that authenticates at once.
     close_for(*unauth_head_, CloseReason::kUnauthenticatedCap);
   }
-  net::enable_keepalive(fd);
-  ++stats_.connections_accepted;
+  ++stats_.connections_accepted;  // keepalive: inherited from the listener (listen())
   const std::uint64_t id = next_conn_id_++;
   Client& c = clients_[id];
   c.accepted_ns = now;

@@ -17,6 +17,10 @@ struct event_base;
 
 namespace lockd::net {
 
+// Accepted sockets have TCP_NODELAY (replies are small and batched per
+// turn: Nagle would only add latency), set once on the listening socket:
+// Linux copies it, like SO_KEEPALIVE and the TCP_KEEP* values, to each
+// socket the listener accepts, which saves a setsockopt per connection.
 class Listener {
  public:
   // Called with an accepted non-blocking fd; the callee owns it.
@@ -35,6 +39,9 @@ class Listener {
   bool listen_on_fd(int fd, std::string& error);
   // The bound address (port 0 resolved).
   Endpoint bound() const;
+  // The listening socket (-1 before listen()). Options set on it with
+  // setsockopt (keepalive) are copied by Linux to every socket it accepts.
+  int fd() const;
   // Stops accepting and closes the socket.
   void close();
   // Times accept() failed for want of descriptors or memory (each one a
