@@ -72,6 +72,7 @@ void Connection::handle_readable() {
   char buf[kReadChunkBytes];
   const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
   if (n > 0) {
+    heard_ = true;
     const std::string_view bytes(buf, static_cast<std::size_t>(n));
     if (tls_ != nullptr || in_worker_) {  // TLS (its session maybe on the worker)
       tls_input(bytes);

@@ -111,7 +111,11 @@ void LockServer::accept(int fd) {
     // connections: closing the new one instead let a few silent sockets
     // (that never send a ClientHello) keep every new TLS client out until
     // their --tls-handshake-timeout-ms (the hostile chaos run found it).
-    if (Client* oldest = oldest_handshake()) {
+    // A silent one goes first: a real client's handshake, in progress on
+    // the worker, outlives a flood of idle sockets (docs/security.md).
+    Client* oldest = oldest_silent_handshake();
+    if (oldest == nullptr) oldest = oldest_handshake();
+    if (oldest != nullptr) {
       close_for(*oldest, CloseReason::kTlsHandshakes);
     } else {
       stats_.count(CloseReason::kTlsHandshakes);
@@ -139,6 +143,7 @@ void LockServer::accept(int fd) {
     c.handshaking = true;
     ++tls_handshakes_;
     handshake_deadlines_.emplace_back(now + config_.tls_handshake_timeout_ns, id);
+    silent_handshakes_.push_back(id);
     if (!handshake_timer_.armed()) handshake_timer_.arm_after(config_.tls_handshake_timeout_ns);
   }
   if (auth_required()) {
@@ -191,6 +196,18 @@ void LockServer::on_auth_timer() {
   }
 }
 
+LockServer::Client* LockServer::oldest_silent_handshake() {
+  while (!silent_handshakes_.empty()) {
+    auto it = clients_.find(silent_handshakes_.front());
+    if (it != clients_.end() && !it->second.conn->closed() && it->second.handshaking &&
+        !it->second.conn->heard()) {
+      return &it->second;
+    }
+    silent_handshakes_.pop_front();  // closed, done, or it spoke: never silent again
+  }
+  return nullptr;
+}
+
 LockServer::Client* LockServer::oldest_handshake() {
   // handshake_deadlines_ is in accept order (one timeout for all); entries
   // of connections closed or past their handshake are dropped on the way.
@@ -221,6 +238,7 @@ void LockServer::on_handshake_timer() {
   if (!handshake_deadlines_.empty()) {
     handshake_timer_.arm_after(handshake_deadlines_.front().first - now);
   }
+  oldest_silent_handshake();  // drops what is stale at its front: it stays bounded
 }
 
 void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {

@@ -220,6 +220,22 @@ TEST(HardeningTest, ClientSocketsUseKeepalive) {
   EXPECT_LE(std::stoi(timer), 60) << r.out;
 }
 
+// A TLS 1.3 ClientHello as a real client sends it (OpenSSL through memory).
+std::string client_hello() {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  SSL_connect(ssl);  // wants to read: the ClientHello is in `out`
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(out, &data);
+  std::string hello(data, static_cast<std::size_t>(n));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return hello;
+}
+
 // --max-tls-handshakes: past it, a new TLS connection closes the oldest
 // handshake in progress (counted), so silent sockets that never send a
 // ClientHello cannot keep a real TLS client out (before, the new one was
@@ -245,22 +261,6 @@ TEST(HardeningTest, TlsHandshakesInProgressAreCappedAndTheOldestMakesRoom) {
   EXPECT_EQ(closed_for(lockd.admin_port(), "max_tls_handshakes"), 1);
   // The other silent one still holds its slot (the cap is 2, one in use).
   EXPECT_FALSE(silent2.wait_closed(0ms));
-}
-
-// A TLS 1.3 ClientHello as a real client sends it (OpenSSL through memory).
-std::string client_hello() {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  SSL* ssl = SSL_new(ctx);
-  BIO* in = BIO_new(BIO_s_mem());
-  BIO* out = BIO_new(BIO_s_mem());
-  SSL_set_bio(ssl, in, out);
-  SSL_connect(ssl);  // wants to read: the ClientHello is in `out`
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(out, &data);
-  std::string hello(data, static_cast<std::size_t>(n));
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  return hello;
 }
 
 // Handshake steps run on a thread of their own (net/handshake_worker.h):
@@ -294,6 +294,33 @@ TEST(HardeningTest, ClientsThatLeaveMidHandshakeLeaveNothingBehind) {
   EXPECT_TRUE(eventually([&] {
     return metric(get(lockd.admin_port(), "/metrics"), "lockd_connections") == 1;
   })) << get(lockd.admin_port(), "/metrics");
+}
+
+// At the cap, a socket that has sent nothing makes room before an older
+// one whose ClientHello came (a real client's handshake in progress on the
+// worker outlives a flood of idle sockets); with none silent, the oldest.
+TEST(HardeningTest, AtTheTlsCapASilentSocketMakesRoomBeforeAHandshakeThatSpoke) {
+  LockdProcess lockd({"--client-tls", "--tls-cert", pki("server.pem"), "--tls-key",
+                      pki("server.key"), "--max-tls-handshakes", "2", "--admin", "127.0.0.1:0"});
+  const auto connections = [&] { return metric(get(lockd.admin_port(), "/metrics"), "lockd_connections"); };
+  LineClient spoke(lockd.port());  // oldest: its ClientHello is answered, it never finishes
+  spoke.send(client_hello());
+  pollfd p{spoke.fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 20000), 1);
+  LineClient silent1(lockd.port());
+  ASSERT_TRUE(eventually([&] { return connections() == 2; }));
+  LineClient silent2(lockd.port());  // over the cap: silent1 goes, not the older `spoke`
+  EXPECT_TRUE(silent1.wait_closed(20s));
+  EXPECT_EQ(closed_for(lockd.admin_port(), "max_tls_handshakes"), 1);
+  ASSERT_TRUE(eventually([&] { return connections() == 2; }));
+  LineClient silent3(lockd.port());  // silent2 goes
+  EXPECT_TRUE(silent2.wait_closed(20s));
+  silent3.send(client_hello());  // now both spoke: the oldest goes
+  pollfd p3{silent3.fd(), POLLIN, 0};  // answered: lockd has read it
+  ASSERT_EQ(::poll(&p3, 1, 20000), 1);
+  LineClient last(lockd.port());
+  EXPECT_TRUE(spoke.wait_closed(20s));
+  EXPECT_EQ(closed_for(lockd.admin_port(), "max_tls_handshakes"), 3);
 }
 
 // The body of an HTTPS GET on a --admin-tls port ("" when it fails).

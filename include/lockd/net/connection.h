@@ -72,6 +72,8 @@ class Connection {
 
   std::uint64_t id() const { return id_; }
   bool closed() const { return closed_; }
+  // Whether the peer has sent a byte yet.
+  bool heard() const { return heard_; }
 
   // Buffer to append replies to; call reply_queued() after appending.
   std::string& out() { return out_; }
@@ -135,6 +137,7 @@ class Connection {
   bool in_worker_ = false;             // tls_ is on the worker (ticket_)
   std::uint64_t ticket_ = 0;
   std::string held_cipher_;            // read while tls_ is on the worker
+  bool heard_ = false;       // a byte arrived
   bool closing_ = false;     // close once drained; read no more
   bool closed_ = false;
   bool overflowed_ = false;

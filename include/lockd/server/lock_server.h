@@ -186,6 +186,9 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   void on_handshake_timer();
   // The connection whose TLS handshake has been in progress longest, or null.
   Client* oldest_handshake();
+  // The oldest handshake whose client has not sent a byte (no ClientHello
+  // yet), or nullptr.
+  Client* oldest_silent_handshake();
   void on_sweep_timer();
   void run_sweep_slice();
   // Appends each Delivery's reply to its client's output.
@@ -216,6 +219,7 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // queue is sorted); an entry whose connection finished its handshake or
   // closed is skipped when it comes up.
   std::deque<std::pair<TimeNs, std::uint64_t>> handshake_deadlines_;
+  std::deque<std::uint64_t> silent_handshakes_;  // accept order; stale ones dropped lazily
   net::Timer handshake_timer_;  // armed for the front of handshake_deadlines_
   net::Timer sweep_timer_;     // starts a sweep pass every sweep interval
   net::Timer sweep_continue_;  // runs the next slice of a pass, next turn
