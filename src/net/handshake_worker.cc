@@ -86,7 +86,6 @@ void HandshakeWorker::deliver() {
     done.swap(done_);
   }
   for (Step& s : done) {
-    ++steps_;
     const auto it = waiting_.find(s.ticket);
     if (it == waiting_.end()) continue;  // closed meanwhile: the session goes with `done`
     Connection* conn = it->second;

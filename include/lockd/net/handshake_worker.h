@@ -51,9 +51,6 @@ class HandshakeWorker {
   // Loop thread: the connection of `ticket` is going away.
   void forget(std::uint64_t ticket) { waiting_.erase(ticket); }
 
-  // Handshake steps run on the worker so far (tests, metrics).
-  std::uint64_t steps() const { return steps_; }
-
   struct Step {
     std::uint64_t ticket = 0;
     std::unique_ptr<tls::TlsSession> session;
@@ -71,7 +68,6 @@ class HandshakeWorker {
   int notify_fd_ = -1;        // eventfd: the worker has results
   event* notify_ev_ = nullptr;
   std::uint64_t next_ticket_ = 1;
-  std::uint64_t steps_ = 0;
   std::unordered_map<std::uint64_t, Connection*> waiting_;  // loop thread only
 
   std::mutex mu_;

@@ -23,7 +23,7 @@ inline constexpr int kPriorityHandshake = 2;
 // Gives `base` the queues above. Call before any event is added.
 void use_priorities(event_base* base);
 // Whether `base` has them (a base made elsewhere, e.g. by a test, does not:
-// its events all share one queue and a handshake never ends a turn).
+// its events all share one queue).
 bool has_priorities(const event_base* base);
 
 }  // namespace lockd::net
