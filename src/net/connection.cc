@@ -94,8 +94,10 @@ void Connection::handle_readable() {
 
 bool Connection::tls_input(std::string_view cipher) {
   if (in_worker_) {
-    held_cipher_.append(cipher);  // read in the turn it left (reading is paused since)
-    return true;
+    // Cannot happen: reading pauses while a step is on the worker. Were
+    // it to, the bytes are never read as plaintext: the connection goes.
+    close();
+    return false;
   }
   const bool was_established = tls_->handshake_done();
   if (!was_established && worker_ != nullptr) {
@@ -121,14 +123,9 @@ void Connection::handshake_result(HandshakeWorker::Step step) {
   wire_.append(step.wire);
   plain_in_ = std::move(step.plain);
   if (out_off_ < out_.size()) schedule_flush();  // plaintext queued while it was away
-  if (!tls_output(step.status, false) || closing_) return;
-  if (!held_cipher_.empty()) {
-    // Bytes that came while the step ran (the client's Finished, its
-    // first requests): the next step, or plaintext for the handler.
-    std::string next;
-    next.swap(held_cipher_);
-    tls_input(next);
-  }
+  // Bytes that came while the step ran (the client's Finished, its first
+  // requests) wait in the socket: reading resumed above.
+  tls_output(step.status, false);
 }
 
 bool Connection::tls_output(tls::TlsSession::Status st, bool was_established) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <thread>
 
+#include "eventually.h"
 #include "http_get.h"
 #include "metric.h"
 
@@ -169,24 +170,29 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
       // Init answers once a majority committed; the last founders may
       // still be waiting for their confirmations. Tests start from a
       // group whose every started node knows the leader (v1.2's starts).
-      const auto deadline = steady_clock::now() + milliseconds(20000);
-      const int founders = formed > 0 ? formed : n;
-      for (int i = 1; i <= founders && steady_clock::now() < deadline; ++i) {
-        while (status_json(i).find("\"leader\":\"") == std::string::npos && steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(milliseconds(20));
-        }
-      }
       // ...and has taken part: holds the group's first entries. A founder
       // killed before that waits at its restart for every voter's word
       // that it never took part (docs/cluster.md "The start gate"), which
-      // a test that then wipes another member would never get.
+      // a test that then wipes another member would never get. (No
+      // failure here: a test that starts a founder that cannot join
+      // checks that itself.)
+      const int founders = formed > 0 ? formed : n;
+      const auto deadline = steady_clock::now() + milliseconds(20000);  // both waits together
+      const auto left = [&] {
+        return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now()));
+      };
+      const auto all = [&](auto&& ready) {
+        for (int i = 1; i <= founders; ++i) {
+          if (!ready(i)) return false;
+        }
+        return true;
+      };
+      eventually([&] { return all([&](int i) { return status_json(i).find("\"leader\":\"") != std::string::npos; }); },
+                 left(), milliseconds(20));
       std::uint64_t first = 0;
       for (int i = 1; i <= founders; ++i) first = std::max(first, status_number(i, "commit_index"));
-      for (int i = 1; i <= founders && steady_clock::now() < deadline; ++i) {
-        while (status_number(i, "applied_index") < first && steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(milliseconds(20));
-        }
-      }
+      eventually([&] { return all([&](int i) { return status_number(i, "applied_index") >= first; }); },
+                 left(), milliseconds(20));
     }
   } catch (...) {
     nodes_.clear();  // kills what started; root_dir_ removes the data dirs

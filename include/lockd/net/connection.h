@@ -136,7 +136,6 @@ class Connection {
   HandshakeWorker* worker_ = nullptr;  // TLS handshake steps run there (null: here)
   bool in_worker_ = false;             // tls_ is on the worker (ticket_)
   std::uint64_t ticket_ = 0;
-  std::string held_cipher_;            // read while tls_ is on the worker
   bool heard_ = false;       // a byte arrived
   bool closing_ = false;     // close once drained; read no more
   bool closed_ = false;
