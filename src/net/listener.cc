@@ -24,7 +24,10 @@ void no_delay(int listening_fd) {
 }  // namespace
 
 Listener::Listener(event_base* base, AcceptFn fn, std::string what)
-    : base_(base), fn_(std::move(fn)), pause_(base, std::move(what)) {}
+    : base_(base), fn_(std::move(fn)), pause_(base, std::move(what)), yield_(base, [this] {
+        accepted_in_turn_ = 0;
+        if (lev_ != nullptr && !pause_.paused()) evconnlistener_enable(lev_);
+      }) {}
 
 Listener::~Listener() { close(); }
 
@@ -65,6 +68,7 @@ Endpoint Listener::bound() const {
 }
 
 void Listener::close() {
+  yield_.cancel();
   pause_.detach();
   if (lev_ != nullptr) {
     evconnlistener_free(lev_);
@@ -72,10 +76,23 @@ void Listener::close() {
   }
 }
 
-void Listener::on_accept(evconnlistener*, int fd, struct sockaddr*, int, void* arg) {
+void Listener::on_accept(evconnlistener*, int fd, struct sockaddr* peer, int peer_len, void* arg) {
   // evconnlistener hands out non-blocking sockets; TCP_NODELAY came with
   // the listening socket's options (no_delay()).
-  static_cast<Listener*>(arg)->fn_(fd);
+  auto* self = static_cast<Listener*>(arg);
+  self->fn_(fd, peer, peer_len);
+  // The callback may have closed the listener (a shutdown): then lev_ is gone.
+  if (self->lev_ != nullptr && ++self->accepted_in_turn_ >= kAcceptsPerTurn) self->yield();
+}
+
+void Listener::yield() {
+  // evconnlistener checks, after each callback, whether it was disabled,
+  // and stops accepting if so. A zero-delay timer is not ready before the
+  // loop polls again, so this turn ends (its replies go out), and the next
+  // one runs it with every event that became ready meanwhile (the sockets
+  // wait in the backlog; the listening socket stays readable).
+  evconnlistener_disable(lev_);
+  yield_.arm_after(0);
 }
 
 }  // namespace lockd::net

@@ -21,7 +21,7 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
       config_(config),
       service_(service),
       table_(config.locks, first_token),
-      listener_(base, [this](int fd) { accept(fd); }),
+      listener_(base, [this](int fd, const sockaddr* peer, int) { accept(fd, peer); }),
       deadline_timer_(base, [this] { on_deadline_timer(); }),
       handshake_timer_(base, [this] { on_handshake_timer(); }),
       sweep_timer_(base, [this] { on_sweep_timer(); }),
@@ -65,19 +65,24 @@ namespace {
 // reads its replies is never closed by it.
 constexpr std::size_t kMaxUnauthenticatedOutputBytes = 64 * 1024;
 
-// The source address of an accepted socket as bytes (an IPv4-mapped IPv6
-// address as its IPv4 one), the key of the per-address count; "" when
-// unknown (never capped).
-std::string source_address(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
-  if (ss.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(ss).sin_addr;
+// Connections a timeout closes in one loop turn; the rest follow in the
+// next turns (a zero-delay timer is not ready before the loop polls again,
+// so the turn ends and its replies go out first): thousands timing out
+// together (a flood's idle sockets) never hold a client's reply up for
+// more than a few closes.
+constexpr int kTimeoutClosesPerTurn = 16;
+
+// The source address of an accepted socket (as accept() gave it) as bytes
+// (an IPv4-mapped IPv6 address as its IPv4 one), the key of the
+// per-address count; "" when unknown (never capped).
+std::string source_address(const sockaddr* peer) {
+  if (peer == nullptr) return {};
+  if (peer->sa_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in*>(peer)->sin_addr;
     return std::string(reinterpret_cast<const char*>(&a), sizeof a);
   }
-  if (ss.ss_family == AF_INET6) {
-    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+  if (peer->sa_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6*>(peer)->sin6_addr;
     const char* b = reinterpret_cast<const char*>(&a);
     if (IN6_IS_ADDR_V4MAPPED(&a)) return std::string(b + 12, 4);
     return std::string(b, sizeof a);
@@ -87,7 +92,7 @@ std::string source_address(int fd) {
 
 }  // namespace
 
-void LockServer::accept(int fd) {
+void LockServer::accept(int fd, const sockaddr* peer) {
   // Connections closed this turn (one just closed to make room, say) are
   // still in clients_ until after_turn() reaps them; they hold no slot.
   if (shutting_down_ || clients_.size() - closed_.size() >= config_.max_connections) {
@@ -95,7 +100,7 @@ void LockServer::accept(int fd) {
     ::close(fd);
     return;
   }
-  std::string address = source_address(fd);
+  std::string address = source_address(peer);
   if (config_.max_connections_per_ip != 0 && !address.empty()) {
     auto it = per_address_.find(address);
     if (it != per_address_.end() && it->second >= config_.max_connections_per_ip) {
@@ -188,7 +193,12 @@ void LockServer::close_for(Client& c, CloseReason reason) {
 
 void LockServer::on_auth_timer() {
   const TimeNs now = net::monotonic_now_ns();
+  int closed = 0;
   while (unauth_head_ != nullptr && unauth_head_->accepted_ns + config_.auth_timeout_ns <= now) {
+    if (closed++ == kTimeoutClosesPerTurn) {
+      auth_timer_.arm_after(0);  // the rest next turn: this turn's replies go out first
+      return;
+    }
     close_for(*unauth_head_, CloseReason::kAuthTimeout);
   }
   if (unauth_head_ != nullptr) {
@@ -223,7 +233,12 @@ LockServer::Client* LockServer::oldest_handshake() {
 
 void LockServer::on_handshake_timer() {
   const TimeNs now = net::monotonic_now_ns();
+  int closed = 0;
   while (!handshake_deadlines_.empty() && handshake_deadlines_.front().first <= now) {
+    if (closed == kTimeoutClosesPerTurn) {
+      handshake_timer_.arm_after(0);  // the rest next turn: this turn's replies go out first
+      return;
+    }
     const std::uint64_t id = handshake_deadlines_.front().second;
     handshake_deadlines_.pop_front();
     auto it = clients_.find(id);
@@ -234,6 +249,7 @@ void LockServer::on_handshake_timer() {
     spdlog::debug("client connection {}: TLS handshake not done in {} ms, closing", id,
                   config_.tls_handshake_timeout_ns / kNsPerMs);
     conn.close();
+    ++closed;
   }
   if (!handshake_deadlines_.empty()) {
     handshake_timer_.arm_after(handshake_deadlines_.front().first - now);

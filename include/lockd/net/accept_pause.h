@@ -38,6 +38,8 @@ class AcceptPause {
   void attach(evconnlistener* lev);
   // Stops: the listener is about to be freed.
   void detach();
+  // Whether the listener is paused now (a pause re-enables it when it ends).
+  bool paused() const { return resume_.armed(); }
   // Times accept() failed and the listener paused.
   std::uint64_t pauses() const { return pauses_; }
 

@@ -172,7 +172,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   void on_auth_timer();
   bool auth_required() const { return auth_ != nullptr && auth_->required(); }
 
-  void accept(int fd);
+  // A socket the listener accepted, from `peer` (accept()'s address).
+  void accept(int fd, const sockaddr* peer);
   // Returns whether the request was answered at once (false: it waits).
   bool handle_request(Client& client, const proto::Request& req, TimeNs now);
   // `H <credential>`, or (null) an `H` whose credential breaks §2. False
