@@ -24,7 +24,7 @@ json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max, bool
   json out = json::array();
   s.for_each_holder([&](const locks::Holder& h) {
     if (out.size() >= max) return;
-    out.push_back(json{{"owner", h.owner},
+    out.push_back(json{{"owner", h.owner.view()},
                        {"token", tokens ? json(h.token) : json(nullptr)},
                        {"expires_in_ms", ms_until(h.expires_at_ns, now_ns)}});
   });
@@ -36,7 +36,7 @@ json holders_json(const locks::KeyState& s, TimeNs now_ns, std::size_t max, bool
 void put_holders(json& j, const locks::KeyState& s, TimeNs now_ns, std::size_t max_listed,
                  bool tokens) {
   const locks::Holder& oldest = s.oldest();
-  j["owner"] = oldest.owner;
+  j["owner"] = oldest.owner.view();
   j["token"] = tokens ? json(oldest.token) : json(nullptr);
   j["expires_in_ms"] = ms_until(oldest.expires_at_ns, now_ns);
   j["mode"] = mode_name(s.shared());
@@ -332,7 +332,7 @@ json TopScan::finish(TimeNs now_ns) {
       if (s == nullptr) continue;  // gone since it was seen
       const locks::Holder& oldest = s->oldest();
       out.push_back(json{{"key", key},
-                         {"owner", oldest.owner},
+                         {"owner", oldest.owner.view()},
                          {"waiters", s->waiter_count()},
                          {"held_ms", floor_div(now_ns - granted_at_ns(oldest), kNsPerMs)},
                          {"expires_in_ms", ms_until(oldest.expires_at_ns, now_ns)},
@@ -362,7 +362,7 @@ json TopScan::finish(TimeNs now_ns) {
     const auto& [key, count] = by_count[i];
     json r{{"key", key}, {"requests", count}};
     if (const locks::KeyState* s = table.find(key)) {
-      r["owner"] = s->oldest().owner;
+      r["owner"] = s->oldest().owner.view();
       r["waiters"] = s->waiter_count();
       r["expires_in_ms"] = ms_until(s->oldest().expires_at_ns, now_ns);
       r["mode"] = mode_name(s->shared());

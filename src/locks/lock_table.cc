@@ -24,9 +24,10 @@ LockTable::LockTable(Limits limits, Token first_token)
 }
 
 Token LockTable::grant(Holder& holder, std::string_view owner, std::uint64_t lease_ms,
-                       TimeNs now) {
+                       ClientId client, TimeNs now) {
   LOCKD_CHECK(next_token_ != 0);  // wrapped past 2^64: cannot happen in practice
   holder.owner.assign(owner);
+  holder.granted_to = client;
   holder.token = next_token_++;
   holder.lease_ms = lease_ms;
   holder.expires_at_ns = now + ms_to_ns(lease_ms);
@@ -35,17 +36,17 @@ Token LockTable::grant(Holder& holder, std::string_view owner, std::uint64_t lea
 }
 
 Token LockTable::grant_exclusive(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
-                                 TimeNs now) {
+                                 ClientId client, TimeNs now) {
   LOCKD_CHECK(state.holder_count() == 0);
   if (state.shared()) {
     state.extra->shared = false;
     --shared_keys_;
   }
-  return grant(state, owner, lease_ms, now);
+  return grant(state, owner, lease_ms, client, now);
 }
 
 Token LockTable::grant_shared(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
-                              std::uint16_t limit, TimeNs now) {
+                              std::uint16_t limit, ClientId client, TimeNs now) {
   if (!state.extra) state.extra = std::make_unique<KeyExtra>();
   KeyExtra& x = *state.extra;
   if (!x.shared) {
@@ -55,7 +56,7 @@ Token LockTable::grant_shared(KeyState& state, std::string_view owner, std::uint
   }
   x.limit = limit;
   Holder h;
-  const Token token = grant(h, owner, lease_ms, now);
+  const Token token = grant(h, owner, lease_ms, client, now);
   // Tokens only grow, so the newest grant always goes last.
   x.holders.emplace_hint(x.holders.end(), token, std::move(h));
   ++shared_holders_;
@@ -74,6 +75,7 @@ bool LockTable::remove_holder(KeyState& state, Token token) {
   state.owner.clear();
   state.expires_at_ns = 0;
   state.lease_ms = 0;
+  state.granted_to = 0;
   return true;
 }
 
@@ -141,8 +143,8 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     if (keys_.size() >= limits_.max_keys) return {AcquireOutcome::kBusy};
     it = keys_.emplace(KeyString(req.key), KeyState{}).first;
     const Token token = req.shared
-                            ? grant_shared(it->second, req.owner, req.lease_ms, req.limit, now)
-                            : grant_exclusive(it->second, req.owner, req.lease_ms, now);
+                            ? grant_shared(it->second, req.owner, req.lease_ms, req.limit, req.client, now)
+                            : grant_exclusive(it->second, req.owner, req.lease_ms, req.client, now);
     changed(req.key);
     return {AcquireOutcome::kGranted, token};
   }
@@ -158,7 +160,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     if (state.waiter_count() == 0 && !has_live_exclusive(state, now) &&
         (req.limit == 0 || live_shared(state, now) < req.limit)) {
       if (drop_expired_holders(state, now) > 0 && state.holder_count() == 0) ++stats_.takeovers;
-      const Token token = grant_shared(state, req.owner, req.lease_ms, req.limit, now);
+      const Token token = grant_shared(state, req.owner, req.lease_ms, req.limit, req.client, now);
       changed(req.key);
       return {AcquireOutcome::kGranted, token};
     }
@@ -166,7 +168,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     // Lazy takeover: the newcomer goes ahead of any queue (spec §9).
     ++stats_.takeovers;
     drop_expired_holders(state, now);
-    const Token token = grant_exclusive(state, req.owner, req.lease_ms, now);
+    const Token token = grant_exclusive(state, req.owner, req.lease_ms, req.client, now);
     if (state.waiter_count() > 0) {
       push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
     }
@@ -266,8 +268,8 @@ void LockTable::settle(KeyMap::iterator it, TimeNs now, HandoffCause cause,
       x.waiters.pop_front();
       waiter_index_.erase(w.id);
       if (w.shared) --x.queued_shared;
-      const Token token = w.shared ? grant_shared(state, w.owner, w.lease_ms, w.limit, now)
-                                   : grant_exclusive(state, w.owner, w.lease_ms, now);
+      const Token token = w.shared ? grant_shared(state, w.owner, w.lease_ms, w.limit, w.client, now)
+                                   : grant_exclusive(state, w.owner, w.lease_ms, w.client, now);
       switch (cause) {
         case HandoffCause::kRelease: ++stats_.handoffs_release; break;
         case HandoffCause::kExpiry: ++stats_.handoffs_expiry; break;
@@ -502,6 +504,20 @@ bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& fre
 const KeyState* LockTable::find(std::string_view key) const {
   auto it = keys_.find(key);
   return it == keys_.end() ? nullptr : &it->second;
+}
+
+ClientId LockTable::take_granted_to(std::string_view key, Token token) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || token == 0) return 0;
+  KeyState& s = it->second;
+  Holder* h = nullptr;
+  if (!s.shared()) {
+    if (s.token == token) h = &s;
+  } else if (auto hit = s.extra->holders.find(token); hit != s.extra->holders.end()) {
+    h = &hit->second;
+  }
+  if (h == nullptr) return 0;
+  return std::exchange(h->granted_to, 0);
 }
 
 void LockTable::set_limits(Limits limits) {

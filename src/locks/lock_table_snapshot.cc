@@ -136,7 +136,11 @@ struct SnapshotAccess {
     t.next_token_ = next_token;
     t.keys_.reserve(static_cast<std::size_t>(key_count));
     auto get_holder = [&](Holder& h) {
-      h.owner = r.bytes(kMaxField, Err::kTooLong);
+      // Owners are at most 64 bytes on the wire (§2); a longer one is not
+      // a table this lockd wrote.
+      const std::string_view owner = r.bytes_view(kMaxField, Err::kTooLong);
+      if (owner.size() > OwnerString::kMaxBytes) return false;
+      h.owner.assign(owner);
       h.token = r.u64();
       h.expires_at_ns = static_cast<TimeNs>(r.u64());
       h.lease_ms = r.u64();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <variant>
 
 #include "lockd/common/check.h"
@@ -431,7 +432,7 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
         // The table set this expiry (grant: now + lease): no second lookup.
-        note_grant(client.conn->id(), r.token, req.key, now + ms_to_ns(req.lease_ms));
+        note_grant(r.token, req.key, now + ms_to_ns(req.lease_ms));
         stats_.count(ServerStats::granted(shared));
         if (shared) {
           proto::append_shared(out, r.token, req.owner, req.key);
@@ -461,12 +462,14 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     ++stats_.requests_keep;
     // Moving an expiry hands nothing off (the new one is at least 1 ms
     // away); the deadline timer is re-armed after the turn as usual.
+    const locks::KeyState* before = table_.find(req.key);
+    const locks::Holder* held = before != nullptr ? before->holder_with(req.token) : nullptr;
+    const TimeNs ended_at = held != nullptr ? held->expires_at_ns : 0;
     if (table_.keep(now, req.token, req.key, req.lease_ms) == locks::KeepOutcome::kKept) {
-      if (granted_by_.contains(req.token)) {
-        // The lease may now end earlier than the entry armed for it.
-        const locks::Holder* h = table_.find(req.key)->holder_with(req.token);
-        lost_heap_.push_back({h->expires_at_ns, req.token, std::string(req.key)});
-        std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
+      // A later end needs nothing: the entry of the old one pushes it again.
+      // An earlier one needs an entry of its own (the holder node is stable).
+      if (held->expires_at_ns < ended_at && held->granted_to != 0) {
+        note_grant(req.token, req.key, held->expires_at_ns);
       }
       stats_.count(ReplyKind::kKept);
       proto::append_kept(out, req.token, req.key);
@@ -480,7 +483,6 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
   deliveries_.clear();
   const auto outcome = table_.release(now, req.token, req.key, deliveries_);
   if (outcome == locks::ReleaseOutcome::kReleased) {
-    granted_by_.erase(req.token);  // no `X` for a release
     stats_.count(ReplyKind::kReleased);
     proto::append_released(out, req.token, req.key);
   } else {
@@ -502,7 +504,7 @@ void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {
     Client& c = it->second;
     c.waiting.erase(d.waiter);
     if (d.kind == locks::DeliveryKind::kGranted) {
-      if (service_ == nullptr) note_grant(d.client, d.token, d.key);
+      if (service_ == nullptr) note_grant(d.token, d.key);
       stats_.count(ServerStats::granted(d.shared));
       if (d.shared) {
         proto::append_shared(c.conn->out(), d.token, d.owner, d.key);
@@ -599,29 +601,31 @@ std::string* LockServer::push_buffer(locks::ClientId client) {
 
 void LockServer::push_queued(locks::ClientId client) { reply_queued(client); }
 
-void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key) {
+void LockServer::note_grant(locks::Token token, std::string_view key) {
   const locks::KeyState* s = table_.find(key);
   const locks::Holder* h = s != nullptr ? s->holder_with(token) : nullptr;
-  if (h != nullptr) note_grant(client, token, key, h->expires_at_ns);
+  if (h != nullptr) note_grant(token, key, h->expires_at_ns);
 }
 
-void LockServer::note_grant(locks::ClientId client, locks::Token token, std::string_view key,
-                            TimeNs expires_at_ns) {
-  granted_by_.emplace(token, client);
-  lost_heap_.push_back({expires_at_ns, token, std::string(key)});
+void LockServer::note_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns) {
+  lost_heap_.push_back({expires_at_ns, token, locks::InlineString<24>(key)});
   std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   compact_lost_if_needed();
 }
 
 void LockServer::compact_lost_if_needed() {
-  // Entries of released tokens stay until they come up; when they are
-  // most of the heap, drop them in one pass (amortized O(1) a grant).
+  // Entries of released tokens stay until they come up, and `K`s that move
+  // a lease back and forth add more: when the heap doubles, rebuild it with
+  // one entry per holding still to be told, at its end now (amortized O(1)
+  // a push; the heap stays within twice the holdings).
   if (lost_heap_.size() < lost_compact_at_) return;
-  std::erase_if(lost_heap_, [this](const LostDeadline& d) {
-    if (!granted_by_.contains(d.token)) return true;
-    const locks::KeyState* s = table_.find(d.key);
+  std::unordered_set<locks::Token> kept;
+  std::erase_if(lost_heap_, [&](LostDeadline& d) {
+    const locks::KeyState* s = table_.find(d.key.view());
     const locks::Holder* h = s != nullptr ? s->holder_with(d.token) : nullptr;
-    return h == nullptr || h->expires_at_ns != d.at_ns;
+    if (h == nullptr || h->granted_to == 0 || !kept.insert(d.token).second) return true;
+    d.at_ns = h->expires_at_ns;
+    return false;
   });
   std::make_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   lost_compact_at_ = std::max<std::size_t>(4'096, 2 * lost_heap_.size());
@@ -632,23 +636,23 @@ void LockServer::run_lost_notices(TimeNs now) {
     std::pop_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
     LostDeadline d = std::move(lost_heap_.back());
     lost_heap_.pop_back();
-    auto g = granted_by_.find(d.token);
-    if (g == granted_by_.end()) continue;  // released, or already told
-    const locks::KeyState* s = table_.find(d.key);
+    const locks::KeyState* s = table_.find(d.key.view());
     const locks::Holder* h = s != nullptr ? s->holder_with(d.token) : nullptr;
-    if (h == nullptr) {
-      granted_by_.erase(g);  // gone some other way: nobody to tell
+    // Released, gone some other way, or already told: nothing to do.
+    if (h == nullptr || h->granted_to == 0) continue;
+    if (h->expires_at_ns > now) {  // a `K` moved the lease's end on
+      d.at_ns = h->expires_at_ns;
+      lost_heap_.push_back(std::move(d));
+      std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
       continue;
     }
-    // A `K` moved the lease on: the entry it armed comes up then.
-    if (h->expires_at_ns > now) continue;
-    const locks::ClientId client = g->second;
-    granted_by_.erase(g);
     // The lease has ended: that is decided (a `K` now answers `N`). The
     // holder stays registered until the sweep, a takeover or a hand-off
-    // removes it (§8), which is when watchers see the key change.
+    // removes it (§8), which is when watchers see the key change. Told
+    // once: the table forgets whom it was granted to.
+    const locks::ClientId client = table_.take_granted_to(d.key.view(), d.token);
     if (std::string* out = push_buffer(client)) {
-      proto::append_lost(*out, d.token, d.key);
+      proto::append_lost(*out, d.token, d.key.view());
       ++lost_notices_;
       push_queued(client);
     }

@@ -14,7 +14,7 @@ proto::WatchState watch_state_of(const locks::KeyState* state) {
     return w;
   }
   w.kind = proto::WatchState::Kind::kHeld;
-  w.owner = state->owner;
+  w.owner = state->owner.view();
   w.token = state->token;
   return w;
 }

@@ -59,3 +59,27 @@ TEST(KeyStringTest, FitsTheHashNodeWithoutGrowingIt) {
 
 }  // namespace
 }  // namespace lockd::locks
+
+// OwnerString: a holder's owner in 16 bytes, inline up to 15 (as
+// std::string's 32), one heap block beyond; assign and clear free it (ASan).
+namespace lockd::locks {
+namespace {
+
+TEST(OwnerStringTest, InlineUpToFifteenBytesAndOneBlockBeyond) {
+  EXPECT_EQ(sizeof(OwnerString), 16u);
+  for (std::size_t n : {0ul, 1ul, 15ul, 16ul, 64ul}) {
+    const std::string s(n, 'o');
+    OwnerString o(s);
+    EXPECT_EQ(o.view(), s) << n;
+    EXPECT_EQ(o.empty(), n == 0);
+    o.assign(std::string(n + 1, 'p'));
+    EXPECT_EQ(o.view(), std::string(n + 1, 'p'));
+    OwnerString copy = o;
+    copy.clear();
+    EXPECT_TRUE(copy.empty());
+    EXPECT_EQ(o.size(), n + 1);
+  }
+}
+
+}  // namespace
+}  // namespace lockd::locks

@@ -528,3 +528,34 @@ TEST(LockTableDeadlines, AWaiterQueuedAsTheHeapCompactsIsStillHandedTheKey) {
 
 }  // namespace
 }  // namespace lockd::locks
+
+// Whom each holding was granted to (single mode's lost notice `X`): the
+// acquire's client, a waiter's at a hand-off, each shared holder's own;
+// taken once; gone with the holder.
+namespace lockd::locks {
+namespace {
+
+TEST_F(LockTableTest, EachHoldingRemembersItsClientUntilTaken) {
+  const Token t1 = acquire("alice", "k", 1000, 0, /*client=*/7).token;
+  acquire("bob", "k", 1000, 60'000, /*client=*/8);  // queued
+  EXPECT_EQ(table_.find("k")->granted_to, 7u);
+  EXPECT_EQ(release(t1, "k"), ReleaseOutcome::kReleased);
+  const auto handed = take();
+  ASSERT_EQ(handed.size(), 1u);
+  EXPECT_EQ(table_.find("k")->granted_to, 8u);  // the waiter's, at the hand-off
+  EXPECT_EQ(table_.take_granted_to("k", t1), 0u);  // released: no such holder
+  EXPECT_EQ(table_.take_granted_to("k", handed[0].token), 8u);
+  EXPECT_EQ(table_.take_granted_to("k", handed[0].token), 0u);  // once
+  EXPECT_EQ(table_.find("k")->token, handed[0].token);      // the holding itself stays
+  EXPECT_EQ(table_.take_granted_to("nope", handed[0].token), 0u);
+
+  auto s1 = table_.acquire(now_, {"r1", "s", 1000, 0, 21, next_waiter_++, true, 0});
+  auto s2 = table_.acquire(now_, {"r2", "s", 1000, 0, 22, next_waiter_++, true, 0});
+  table_.check_invariants();
+  EXPECT_EQ(table_.take_granted_to("s", s2.token), 22u);
+  EXPECT_EQ(table_.take_granted_to("s", s1.token), 21u);
+  EXPECT_EQ(table_.take_granted_to("s", s1.token), 0u);
+}
+
+}  // namespace
+}  // namespace lockd::locks

@@ -155,6 +155,39 @@ TEST(WatchTest, LostNoticeOnExpiryNotOnRelease) {
   EXPECT_EQ(metric(http(lockd.admin_port(), "/metrics").body, "lockd_lost_notices_total"), 2);
 }
 
+// A `K` that moves a lease's end earlier: `X` at the new end, once, on
+// the connection that was granted the lock even when another one (it has
+// the token) sent the `K`. Moved earlier and then later again: `X` once,
+// at the end in force; moved earlier twice: `X` once. The server keeps
+// whom a holding was granted to in the lock table, not in a map of its own
+// (issue 34's memory per lock).
+TEST(WatchTest, LostNoticeAfterAKeepThatShortensTheLease) {
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--sweep-interval-ms", "60000"});
+  LineClient a(lockd.port());
+  LineClient other(lockd.port());
+  const std::string t1 = token_of(a.call("A alice k1 600000"));
+  EXPECT_EQ(other.call("K " + t1 + " k1 100"), "K " + t1 + " k1");
+  EXPECT_EQ(a.read_line(5000ms), "X " + t1 + " k1");
+  EXPECT_EQ(a.call("K " + t1 + " k1 1000"), "N " + t1 + " k1");  // ended: no second X before it
+  expect_quiet(other);
+  const std::string t2 = token_of(a.call("A alice k2 600000"));
+  EXPECT_EQ(a.call("K " + t2 + " k2 100"), "K " + t2 + " k2");
+  EXPECT_EQ(a.call("K " + t2 + " k2 1500"), "K " + t2 + " k2");
+  EXPECT_EQ(a.read_line(5000ms), "X " + t2 + " k2");
+  EXPECT_EQ(a.call("K " + t2 + " k2 1000"), "N " + t2 + " k2");
+  expect_quiet(a);
+  // Moved earlier twice: the entries of both ends come up, `X` goes once.
+  // A wait of 600 ms on a key `other` holds spans the second end (300 ms):
+  // a second `X` would arrive before its `T`.
+  token_of(other.call("A bob busy 600000"));
+  const std::string t3 = token_of(a.call("A alice k3 600000"));
+  EXPECT_EQ(a.call("K " + t3 + " k3 300"), "K " + t3 + " k3");
+  EXPECT_EQ(a.call("K " + t3 + " k3 100"), "K " + t3 + " k3");
+  EXPECT_EQ(a.read_line(5000ms), "X " + t3 + " k3");
+  EXPECT_EQ(a.call("A alice busy 1000 600"), "T alice busy");
+  EXPECT_EQ(metric(http(lockd.admin_port(), "/metrics").body, "lockd_lost_notices_total"), 3);
+}
+
 TEST(WatchTest, LostNoticeGoesToTheHandedOffWaiterAndNotToAClosedConnection) {
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--sweep-interval-ms", "60000"});
   auto gone = std::make_unique<LineClient>(lockd.port());

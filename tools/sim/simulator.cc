@@ -683,7 +683,7 @@ class Simulation {
         table_limit = k->limit();
       }
       std::string got = std::string(k->shared() ? "shared" : "exclusive") + " limit " + std::to_string(table_limit);
-      k->for_each_holder([&](const locks::Holder& h) { got += row(h.owner, h.token, h.expires_at_ns); });
+      k->for_each_holder([&](const locks::Holder& h) { got += row(std::string(h.owner.view()), h.token, h.expires_at_ns); });
       std::string want = std::string(m.shared ? "shared" : "exclusive") + " limit " +
                          std::to_string(LockModel::limit_in_force(m, now));
       for (const auto& [token, h] : m.holders) want += row(h.owner, token, h.expires_ns);
@@ -2349,7 +2349,7 @@ class Simulation {
     t.for_each([&](std::string_view key, const locks::KeyState& k) {
       std::string row = std::string(key) + (k.shared() ? " shared " + std::to_string(k.limit()) : "");
       k.for_each_holder([&](const locks::Holder& h) {
-        row += " " + h.owner + " " + std::to_string(h.token) + " " + std::to_string(h.expires_at_ns) + " " +
+        row += " " + std::string(h.owner.view()) + " " + std::to_string(h.token) + " " + std::to_string(h.expires_at_ns) + " " +
                std::to_string(h.lease_ms);
       });
       if (const auto* waiters = k.waiters()) {

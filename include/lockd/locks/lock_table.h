@@ -139,16 +139,22 @@ struct Waiter {
 // One holder of a key: an exclusive `A` holder, or one of a shared key's
 // `S` holders. Each has its own fencing token, owner and lease.
 struct Holder {
-  std::string owner;
+  OwnerString owner;
   Token token = 0;  // 0 only in an exclusive slot that is empty (see KeyState)
   TimeNs expires_at_ns = 0;
   // The span from the grant to expires_at_ns: the acquire's lease, then
   // whatever each keep made it (so it can exceed the max lease of one
   // request). Kept whole so that the grant time (expires_at_ns - lease_ms)
-  // stays exact for the admin views without a field of its own (8 bytes
-  // would cost every key 16 in its hash node).
+  // stays exact for the admin views without a field of its own.
   std::uint64_t lease_ms = 0;
+  // The client whose request this holding was granted to (the acquire's,
+  // or the waiter's at a hand-off): where single mode sends the lost
+  // notice `X` (protocol §5c). The table only keeps it; 0 when unknown (a
+  // restored table) or once the server told it. Not in snapshots. Cluster
+  // mode keeps its own (a client id means nothing on another member).
+  ClientId granted_to = 0;
 };
+static_assert(sizeof(Holder) == 48);
 
 // What a key needs beyond one exclusive holder: its wait queue and its
 // shared holders. Allocated only while the key has waiters or is shared,
@@ -167,7 +173,9 @@ struct KeyExtra {
 // One registered key: it always has at least one holder (maybe with an
 // expired lease). Its own fields (the Holder base) are the exclusive
 // holder; a shared key leaves them empty (token 0) and keeps its holders in
-// `extra`. 64 bytes: the hash node stays one 128-byte malloc chunk.
+// `extra`. 56 bytes: with its 40-byte KeyString, the hash node is one
+// 128-byte malloc chunk (next pointer, key, state, cached hash: 112 bytes,
+// 8 to spare).
 struct KeyState : Holder {
   std::unique_ptr<KeyExtra> extra;
 
@@ -203,6 +211,7 @@ struct KeyState : Holder {
     for (const auto& [t, h] : extra->holders) fn(h);
   }
 };
+static_assert(sizeof(KeyState) == 56);
 
 // Told of every change of a key's holders (a grant, a release, an expiry
 // the table learns of, a shared holder joining or leaving): the watch
@@ -295,6 +304,11 @@ class LockTable {
   // map rehashed (grew) during a pass is caught by the next pass.
   bool sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& freed);
 
+  // The client the holder of `key` carrying `token` was granted to
+  // (Holder::granted_to), which is forgotten: the server tells it `X` once.
+  // 0 when there is no such holder or it was taken before.
+  ClientId take_granted_to(std::string_view key, Token token);
+
   // --- read-only views (admin API, metrics, tests) ---
   const KeyState* find(std::string_view key) const;
   // Every registered holder, shared ones each counted (expired ones too,
@@ -370,12 +384,14 @@ class LockTable {
     std::list<Waiter>::iterator it;
   };
 
-  Token grant(Holder& holder, std::string_view owner, std::uint64_t lease_ms, TimeNs now);
+  Token grant(Holder& holder, std::string_view owner, std::uint64_t lease_ms, ClientId client,
+              TimeNs now);
   // Makes `state` exclusive with one new holder (any old holders must be gone).
-  Token grant_exclusive(KeyState& state, std::string_view owner, std::uint64_t lease_ms, TimeNs now);
+  Token grant_exclusive(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
+                        ClientId client, TimeNs now);
   // Adds one shared holder; `state` must be shared or have no holder.
   Token grant_shared(KeyState& state, std::string_view owner, std::uint64_t lease_ms,
-                     std::uint16_t limit, TimeNs now);
+                     std::uint16_t limit, ClientId client, TimeNs now);
   // Removes the holder carrying `token`; false when there is none.
   bool remove_holder(KeyState& state, Token token);
   // Removes every holder whose lease has ended at `now`; returns how many.

@@ -195,11 +195,10 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // Appends each Delivery's reply to its client's output.
   void deliver(const std::vector<locks::Delivery>& deliveries);
   void rearm_deadline_timer(TimeNs now);
-  // Single mode, `X` (§5c): remembers that `client` was granted `token`
-  // on `key`, to tell it when that lease ends by expiry.
-  void note_grant(locks::ClientId client, locks::Token token, std::string_view key);
-  void note_grant(locks::ClientId client, locks::Token token, std::string_view key,
-                  TimeNs expires_at_ns);
+  // Single mode, `X` (§5c): looks at `token`'s lease on `key` when it ends
+  // (the table keeps whom it was granted to: Holder::granted_to).
+  void note_grant(locks::Token token, std::string_view key);
+  void note_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns);
   // Sends `X` for every noted grant whose lease has ended at `now`.
   void run_lost_notices(TimeNs now);
   void compact_lost_if_needed();
@@ -245,19 +244,20 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   bool shutting_down_ = false;
   ServerStats stats_;
   WatchHub watches_;
-  // Single mode `X`: the connection that was granted each live token
-  // (erased on release and when its notice is sent), and a min-heap of
-  // lease ends to look at. An entry whose token was released, or whose
-  // lease a `K` moved, is skipped or re-pushed when it comes up.
+  // Single mode `X`: a min-heap of lease ends to look at, one pushed per
+  // grant (and per `K` that moves a lease's end earlier). The table keeps
+  // whom each holding was granted to, so an entry is 40 bytes and costs no
+  // allocation for a key of up to 23 bytes. An entry whose holding was
+  // released (or told) is dropped when it comes up; one whose lease a `K`
+  // moved later is pushed again for the new end.
   struct LostDeadline {
     TimeNs at_ns;
     locks::Token token;
-    std::string key;
+    locks::InlineString<24> key;
   };
   struct LostLater {
     bool operator()(const LostDeadline& a, const LostDeadline& b) const { return a.at_ns > b.at_ns; }
   };
-  std::unordered_map<locks::Token, locks::ClientId> granted_by_;
   std::vector<LostDeadline> lost_heap_;
   struct HeldWatch {
     std::uint64_t client;
