@@ -342,7 +342,8 @@ bool PeerTransport::listen_on_fd(int fd, std::string& error) {
   LOCKD_CHECK(listener_ == nullptr);
   const int flags = fcntl(fd, F_GETFL, 0);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  listener_ = std::make_unique<net::Listener>(base_, [this](int accepted, const sockaddr*, int) { on_accept(accepted); }, "raft");
+  listener_ = std::make_unique<net::Listener>(
+      base_, [this](int accepted, const sockaddr*, int) { on_accept(accepted); }, "raft");
   if (!listener_->listen_on_fd(fd, error)) {
     error = "raft listener: " + error;
     listener_.reset();

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <unordered_set>
 #include <variant>
 
 #include "lockd/common/check.h"
@@ -619,14 +618,20 @@ void LockServer::compact_lost_if_needed() {
   // one entry per holding still to be told, at its end now (amortized O(1)
   // a push; the heap stays within twice the holdings).
   if (lost_heap_.size() < lost_compact_at_) return;
-  std::unordered_set<locks::Token> kept;
   std::erase_if(lost_heap_, [&](LostDeadline& d) {
     const locks::KeyState* s = table_.find(d.key.view());
     const locks::Holder* h = s != nullptr ? s->holder_with(d.token) : nullptr;
-    if (h == nullptr || h->granted_to == 0 || !kept.insert(d.token).second) return true;
+    if (h == nullptr || h->granted_to == 0) return true;
     d.at_ns = h->expires_at_ns;
     return false;
   });
+  // One entry per token: sorted in place, so the rebuild needs no memory
+  // beside the heap (a set of a million tokens would be ~40 MB for a moment).
+  auto by_token = [](const LostDeadline& a, const LostDeadline& b) { return a.token < b.token; };
+  std::sort(lost_heap_.begin(), lost_heap_.end(), by_token);
+  lost_heap_.erase(std::unique(lost_heap_.begin(), lost_heap_.end(),
+                               [](const LostDeadline& a, const LostDeadline& b) { return a.token == b.token; }),
+                   lost_heap_.end());
   std::make_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   lost_compact_at_ = std::max<std::size_t>(4'096, 2 * lost_heap_.size());
 }

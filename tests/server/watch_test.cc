@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -186,6 +187,65 @@ TEST(WatchTest, LostNoticeAfterAKeepThatShortensTheLease) {
   EXPECT_EQ(a.read_line(5000ms), "X " + t3 + " k3");
   EXPECT_EQ(a.call("A alice busy 1000 600"), "T alice busy");
   EXPECT_EQ(metric(http(lockd.admin_port(), "/metrics").body, "lockd_lost_notices_total"), 3);
+}
+
+// Thousands of grants, some leases moved earlier, some later: the heap of
+// lease ends is rebuilt (at 4,096 entries) while entries of moved leases
+// are in it; every holding still gets exactly one `X`, at its end now.
+TEST(WatchTest, EveryLeaseEndIsToldOnceAcrossTheHeapsRebuild) {
+  LockdProcess lockd({"--admin", "127.0.0.1:0", "--sweep-interval-ms", "60000"});
+  LineClient a(lockd.port());
+  LineClient other(lockd.port());
+  std::map<std::string, std::string> tokens;  // token -> key
+  std::map<std::string, int> told;            // token -> `X`s
+  // The next reply; `X` pushes that come first (a slow machine) are counted.
+  auto next_reply = [&]() -> std::string {
+    for (;;) {
+      const auto line = a.read_line(20000ms);
+      if (!line) return "";
+      const auto f = fields(*line);
+      if (f[0] != "X") return *line;
+      const auto it = tokens.find(f[1]);
+      EXPECT_TRUE(it != tokens.end() && it->second == f[2]) << *line;
+      ++told[f[1]];
+    }
+  };
+  auto grant_all = [&](int from, int to) {
+    std::string batch;
+    for (int i = from; i < to; ++i) batch += "A o k" + std::to_string(i) + " 300\n";
+    a.send(batch);
+    for (int i = from; i < to; ++i) {
+      const auto f = fields(next_reply());
+      ASSERT_TRUE(f.size() == 4 && f[0] == "A");
+      tokens[f[1]] = f[3];
+    }
+  };
+  grant_all(0, 2000);
+  // 1,000 moved earlier (an entry each), 1,000 later (none: the old entry
+  // is pushed again when it comes up, or rebuilt at the new end).
+  std::string keeps;
+  int n = 0;
+  for (const auto& [t, k] : tokens) keeps += "K " + t + " " + k + (n++ < 1000 ? " 200\n" : " 1500\n");
+  a.send(keeps);
+  for (int i = 0; i < 2000; ++i) {
+    const auto f = fields(next_reply());
+    ASSERT_TRUE(!f.empty() && f[0] == "K");
+  }
+  grant_all(2000, 5000);  // the heap passes 4,096 entries: rebuilt
+  while (told.size() < tokens.size()) {
+    const auto line = a.read_line(20000ms);
+    ASSERT_TRUE(line.has_value()) << told.size() << " of " << tokens.size() << " told";
+    const auto f = fields(*line);
+    ASSERT_EQ(f[0], "X") << *line;
+    const auto it = tokens.find(f[1]);
+    ASSERT_TRUE(it != tokens.end() && it->second == f[2]) << *line;
+    ++told[f[1]];
+  }
+  EXPECT_EQ(told.size(), 5000u);
+  for (const auto& [t, count] : told) EXPECT_EQ(count, 1) << t;
+  // A second `X` for any of them would arrive before this wait's `T`.
+  token_of(other.call("A bob busy 600000"));
+  EXPECT_EQ(a.call("A alice busy 1000 600"), "T alice busy");
 }
 
 TEST(WatchTest, LostNoticeGoesToTheHandedOffWaiterAndNotToAClosedConnection) {
