@@ -136,8 +136,9 @@ struct SnapshotAccess {
     t.next_token_ = next_token;
     t.keys_.reserve(static_cast<std::size_t>(key_count));
     auto get_holder = [&](Holder& h) {
-      // Owners are at most 64 bytes on the wire (§2); a longer one is not
-      // a table this lockd wrote.
+      // Owners are at most 64 bytes on the wire (§2) and an OwnerString
+      // holds 255: a longer one is not a table this lockd wrote (refused
+      // like any other bad field, never a crash).
       const std::string_view owner = r.bytes_view(kMaxField, Err::kTooLong);
       if (owner.size() > OwnerString::kMaxBytes) return false;
       h.owner.assign(owner);

@@ -28,7 +28,7 @@ DEADLINE_S = 20  # generous: the machine may be busy
 # Ports below the kernel's ephemeral range (tools/chaos/lockd_chaos/ports.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "chaos"))
 from lockd_chaos.ports import free_port  # noqa: E402
-from lockd_chaos.cluster_init import init_cluster  # noqa: E402
+from lockd_chaos.cluster_init import init_cluster, wait_all_joined  # noqa: E402
 
 
 def ask(port, line, timeout=1.0):
@@ -69,6 +69,9 @@ def main():
                  "--insecure-peers"],
                 stderr=open(d + ".log", "wb")))
         init_cluster(f"127.0.0.1:{admin[0]}")  # v1.3: formed once, explicitly
+        # Every founder past its start gate before one is killed: one still
+        # waiting for the leader's word could not vote once it is gone.
+        wait_all_joined([f"127.0.0.1:{a}" for a in admin])
         leader = None
         deadline = time.monotonic() + DEADLINE_S
         while leader is None and time.monotonic() < deadline:

@@ -4,7 +4,7 @@
 // When accept() fails for want of descriptors it pauses (accept_pause.h):
 // waiting clients are accepted when it resumes and descriptors are free.
 //
-// After kAcceptsPerTurn accepts it stops until the loop's next turn, so
+// After every kAcceptsPerTurn accepts it stops until the loop's next turn, so
 // that the turn ends (its replies go out) and the next one serves what
 // else is ready before more are accepted: a burst of connections (a flood
 // of them, §11a) must not hold a client's reply up behind hundreds of

@@ -34,3 +34,36 @@ def init_cluster(admin_addr, timeout_s=60.0, headers=None):
         time.sleep(0.05)
     raise RuntimeError("POST /v1/cluster/init to %s: no answer in time (HTTP %d %s)"
                        % (admin_addr, status, body))
+
+
+def _status(admin_addr, headers=None):
+    req = urllib.request.Request("http://%s/v1/status" % admin_addr, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=1.0) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_all_joined(admin_addrs, timeout_s=20.0, headers=None):
+    """After init: waits until every node in ``admin_addrs`` knows the leader
+    and has applied the group's first entries (the commit index seen once all
+    knew the leader). A founder killed before that waits at its restart for
+    every voter's word that it never took part (docs/cluster.md "The start
+    gate"); and a founder still waiting for the word of a member that is then
+    killed cannot vote: a test that kills a node right after init waits for
+    this first (as tests/support's LockdCluster does). Raises RuntimeError
+    on timeout."""
+    deadline = time.monotonic() + timeout_s
+
+    def poll(ready):
+        while time.monotonic() < deadline:
+            states = [_status(a, headers) for a in admin_addrs]
+            if all(st is not None and ready(st) for st in states):
+                return states
+            time.sleep(0.02)
+        raise RuntimeError("cluster nodes %s did not all join in %.0f s" % (admin_addrs, timeout_s))
+
+    states = poll(lambda st: bool(st.get("leader")))
+    first = max(st.get("commit_index", 0) for st in states)
+    poll(lambda st: st.get("applied_index", 0) >= first)
