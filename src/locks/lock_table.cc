@@ -213,7 +213,7 @@ ReleaseOutcome LockTable::release(TimeNs now, Token token, std::string_view key,
 }
 
 KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
-                           std::uint64_t lease_ms) {
+                           std::uint64_t lease_ms, KeptLease* kept) {
   LOCKD_CHECK(lease_ms > 0);
   auto it = keys_.find(key);
   if (it == keys_.end()) return KeepOutcome::kNotKept;
@@ -239,6 +239,7 @@ KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
   if (state.waiter_count() > 0 && holder->expires_at_ns != old_expiry_ns) {
     push_deadline({holder->expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
   }
+  if (kept != nullptr) *kept = {holder, old_expiry_ns};
   return KeepOutcome::kKept;
 }
 

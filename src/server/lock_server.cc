@@ -461,14 +461,12 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     ++stats_.requests_keep;
     // Moving an expiry hands nothing off (the new one is at least 1 ms
     // away); the deadline timer is re-armed after the turn as usual.
-    const locks::KeyState* before = table_.find(req.key);
-    const locks::Holder* held = before != nullptr ? before->holder_with(req.token) : nullptr;
-    const TimeNs ended_at = held != nullptr ? held->expires_at_ns : 0;
-    if (table_.keep(now, req.token, req.key, req.lease_ms) == locks::KeepOutcome::kKept) {
+    locks::LockTable::KeptLease kept;
+    if (table_.keep(now, req.token, req.key, req.lease_ms, &kept) == locks::KeepOutcome::kKept) {
       // A later end needs nothing: the entry of the old one pushes it again.
-      // An earlier one needs an entry of its own (the holder node is stable).
-      if (held->expires_at_ns < ended_at && held->granted_to != 0) {
-        note_grant(req.token, req.key, held->expires_at_ns);
+      // An earlier one needs an entry of its own.
+      if (kept.holder->expires_at_ns < kept.previous_end_ns && kept.holder->granted_to != 0) {
+        note_grant(req.token, req.key, kept.holder->expires_at_ns);
       }
       stats_.count(ReplyKind::kKept);
       proto::append_kept(out, req.token, req.key);

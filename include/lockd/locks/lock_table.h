@@ -252,8 +252,15 @@ class LockTable {
   // not yet swept or taken over. The new expiry is now + lease_ms rounded
   // up to a whole millisecond after the grant (under 1 ms more), which
   // keeps the grant time exact (see KeyState::lease_ms). Never produces
-  // Deliveries: the new expiry is at least 1 ms away.
-  KeepOutcome keep(TimeNs now, Token token, std::string_view key, std::uint64_t lease_ms);
+  // Deliveries: the new expiry is at least 1 ms away. When kept and
+  // `kept` is given, it says which holder and where its lease ended before
+  // (single mode's `X` follows a lease moved earlier: no second lookup).
+  struct KeptLease {
+    const Holder* holder = nullptr;
+    TimeNs previous_end_ns = 0;
+  };
+  KeepOutcome keep(TimeNs now, Token token, std::string_view key, std::uint64_t lease_ms,
+                   KeptLease* kept = nullptr);
 
   // Ends the lease of the holder of `key` carrying `token` if it has run
   // out at `now`: removes it, then hands off from the front as release()
