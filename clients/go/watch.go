@@ -11,8 +11,9 @@ import (
 )
 
 // maxWatchBacklog bounds the states a Watch queues for a consumer that
-// does not read; past it the oldest are dropped (the newest state always
-// arrives, as the server itself may coalesce changes).
+// does not read (beyond the watchBuffer already in States()); past it the
+// oldest are dropped (the newest state always arrives, as the server itself
+// may coalesce changes).
 const maxWatchBacklog = 4096
 
 // Watch is one watch of one key. States delivers the key's state when the
@@ -29,12 +30,20 @@ type Watch struct {
 	cancel context.CancelFunc
 	ended  chan struct{}
 
-	mu      sync.Mutex
-	queue   []KeyState
-	lastRev uint64
-	wake    chan struct{}
-	err     error
+	mu       sync.Mutex
+	queue    []KeyState
+	inFlight bool // the pump holds a state it took from queue and has not sent yet
+	done     bool // ch is closed (or about to be): nothing more goes in
+	lastRev  uint64
+	wake     chan struct{}
+	err      error
 }
+
+// watchBuffer is the room in States() itself: a state goes straight into
+// the channel while the consumer keeps up (one goroutine hop, which is most
+// of a delivery's cost when a client has thousands of watches); behind
+// that, the pump feeds it from the queue, in order.
+const watchBuffer = 16
 
 // States is the channel of states (see Watch).
 func (w *Watch) States() <-chan KeyState { return w.ch }
@@ -53,11 +62,21 @@ func (w *Watch) Close() {
 	<-w.ended
 }
 
-// offer queues st unless it is not newer than what was queued before.
+// offer hands st on unless it is not newer than what came before: into
+// States() at once when nothing older waits in the queue or in the pump's
+// hands (so order holds) and the channel has room, else to the queue.
 func (w *Watch) offer(st KeyState) {
 	w.mu.Lock()
-	if st.Rev > w.lastRev {
+	if st.Rev > w.lastRev && !w.done {
 		w.lastRev = st.Rev
+		if len(w.queue) == 0 && !w.inFlight {
+			select {
+			case w.ch <- st:
+				w.mu.Unlock()
+				return
+			default:
+			}
+		}
 		if w.queue = append(w.queue, st); len(w.queue) > maxWatchBacklog {
 			w.queue = w.queue[1:]
 		}
@@ -78,7 +97,7 @@ func (c *Client) Watch(ctx context.Context, key string) (*Watch, error) {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &Watch{Key: key, c: c, ch: make(chan KeyState), cancel: cancel, ended: make(chan struct{}),
+	w := &Watch{Key: key, c: c, ch: make(chan KeyState, watchBuffer), cancel: cancel, ended: make(chan struct{}),
 		wake: make(chan struct{}, 1)}
 	cn, sub, err := c.subscribe(wctx, w, -1)
 	if err != nil {
@@ -191,7 +210,12 @@ func (w *Watch) run(ctx context.Context, cn *conn, sub *watchSub) {
 // pump hands queued states to the consumer, in order, until ctx ends.
 func (w *Watch) pump(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	defer close(w.ch)
+	defer func() {
+		w.mu.Lock()
+		w.done = true // offer sends nothing more, so closing is safe
+		w.mu.Unlock()
+		close(w.ch)
+	}()
 	for {
 		w.mu.Lock()
 		var st KeyState
@@ -200,6 +224,7 @@ func (w *Watch) pump(ctx context.Context, done chan struct{}) {
 			st = w.queue[0]
 			w.queue = w.queue[1:]
 		}
+		w.inFlight = have
 		w.mu.Unlock()
 		if !have {
 			select {

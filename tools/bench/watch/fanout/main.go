@@ -29,13 +29,14 @@
 // Watch stream each, N/conns watches per stream (as clientv3 multiplexes
 // watchers on one stream per connection); the writer Puts value o<i>.
 //
-// Build: GO111MODULE=off GOPATH=/usr/share/gocode go build -o fanout main.go
+// Build: see fanout_compare (GOPATH mode: Debian's gocode and clients/go as lockd/clients/go)
 // (needs golang-golang-x-net-dev). Driven by tools/bench/watch/fanout_compare.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
@@ -59,6 +60,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	lockdclient "lockd/clients/go"
 )
 
 var (
@@ -70,7 +73,7 @@ var (
 	flLockdArgs = flag.String("lockd-args", "", "extra lockd flags")
 	flEtcd      = flag.String("etcd", "etcd", "etcd binary")
 	flEtcdConns = flag.Int("etcd-conns", 100, "etcd: gRPC connections (one Watch stream each)")
-	flSides     = flag.String("sides", "lockd,etcd", "sides to run, in order: lockd, lockd:c3 (3-member cluster), etcd (--etcd-conns), etcd:CONNS")
+	flSides     = flag.String("sides", "lockd,etcd", "sides to run, in order: lockd, lockd:c3 (3-member cluster), lockd:go:CONNS (the Go client), etcd (--etcd-conns), etcd:CONNS")
 	flTmp       = flag.String("tmp", "", "scratch dir (default: a new one under /tmp)")
 	flJSON      = flag.String("json", "", "write every round's result here")
 	flReaders   = flag.Int("readers", 1, "lockd: epoll reader threads for the watchers")
@@ -479,17 +482,126 @@ func runLockd(dir string, r int, members int) (*round, error) {
 		}()
 	}
 
-	// The writer.
-	wc, err := net.Dial("tcp", side.writeAt)
+	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
+	changes, err := writeChanges(side.writeAt, t, maxChanges)
 	if err != nil {
 		return nil, err
+	}
+	window := time.Since(w0).Seconds()
+	settle(t, changes)
+	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
+	stop.Store(true)
+	wg.Wait()
+	res := summarize(t, name, r, n, n, changes, window, cpu1-cpu0, gen1-gen0, idle, watching)
+	return res, nil
+}
+
+// runLockdGo: the watchers are Watch()es of lockd's Go client library
+// (clients/go), conns Clients with watchers/conns Watch()es each, as one
+// process with many watchers would use it: a Client serves all its watches
+// on its one connection, the server pushes a change once per connection
+// (§5c: a key watched twice on one connection is watched once) and the
+// library hands it to each Watch of the key. A notification is delivered
+// when a Watch's States() channel yields it to its reader goroutine.
+func runLockdGo(dir string, r int, conns int) (*round, error) {
+	n := *flWatchers
+	if conns <= 0 || n%conns != 0 {
+		return nil, fmt.Errorf("lockd:go: %d watchers do not divide into %d connections", n, conns)
+	}
+	srv, err := startLockd(dir, n)
+	if err != nil {
+		return nil, err
+	}
+	side := &lockdSide{cmds: []*exec.Cmd{srv.cmd}, watchAt: []string{srv.addr}, writeAt: srv.addr}
+	defer side.stop()
+	pids := side.pids()
+	maxChanges := int(float64(*flRate)*flDuration.Seconds()*1.2) + 100
+	t := newTally(n, maxChanges)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clients := make([]*lockdclient.Client, conns)
+	for i := range clients {
+		c, err := lockdclient.New(lockdclient.Options{Addresses: []string{srv.addr}})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	// One idle request each ("R 1 idle" answers N), so every connection is
+	// open and set up.
+	if err := parallel(conns, func(i int) error {
+		rep, err := clients[i].Do(ctx, lockdclient.Request{Verb: lockdclient.VerbRelease, Token: 1, Key: "idle"})
+		if err == nil && rep.Kind != 'N' {
+			err = fmt.Errorf("reply %q to R", rep.Kind)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	idle := settledRSSSum(pids)
+	watches := make([]*lockdclient.Watch, n)
+	if err := parallel(n, func(i int) error {
+		w, err := clients[i%conns].Watch(ctx, key)
+		watches[i] = w
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	watching := settledRSSSum(pids)
+	var wg sync.WaitGroup
+	for _, w := range watches {
+		wg.Add(1)
+		go func(w *lockdclient.Watch) {
+			defer wg.Done()
+			first := true
+			for st := range w.States() {
+				if first { // the W reply's state, from before the changes
+					first = false
+					continue
+				}
+				if st.Kind == "held" {
+					t.saw(ownerIndex([]byte(st.Owner)))
+				} else {
+					atomic.AddInt64(&t.other, 1)
+				}
+			}
+			if w.Err() != nil {
+				atomic.AddInt64(&t.dropped, 1)
+			}
+		}(w)
+	}
+
+	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
+	changes, err := writeChanges(side.writeAt, t, maxChanges)
+	if err != nil {
+		return nil, err
+	}
+	window := time.Since(w0).Seconds()
+	settle(t, changes)
+	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
+	for _, w := range watches {
+		w.Close()
+	}
+	wg.Wait()
+	return summarize(t, fmt.Sprintf("lockd:go:%d", conns), r, n, conns, changes, window, cpu1-cpu0, gen1-gen0, idle, watching), nil
+}
+
+// writeChanges: one connection changes the key's holder --rate times a
+// second for --duration ("R <token> k" and "A o<i> k" in one write); a
+// change is decided when the A reply arrives. Returns the changes made.
+func writeChanges(addr string, t *tally, maxChanges int) (int, error) {
+	wc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err
 	}
 	defer wc.Close()
 	wr := bufio.NewReader(wc)
 	changes := 0
 	token := ""
-	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(*flRate))
+	defer tick.Stop()
 	end := time.Now().Add(*flDuration)
 	for time.Now().Before(end) && changes < maxChanges {
 		<-tick.C
@@ -499,12 +611,12 @@ func runLockd(dir string, r int, members int) (*round, error) {
 		}
 		req += fmt.Sprintf("A o%d %s 600000\n", changes, key)
 		if _, err := wc.Write([]byte(req)); err != nil {
-			return nil, err
+			return changes, err
 		}
 		for {
 			l, err := wr.ReadString('\n')
 			if err != nil {
-				return nil, fmt.Errorf("writer: %v", err)
+				return changes, fmt.Errorf("writer: %v", err)
 			}
 			if strings.HasPrefix(l, "A ") {
 				t.decided[changes] = t.now()
@@ -512,19 +624,12 @@ func runLockd(dir string, r int, members int) (*round, error) {
 				break
 			}
 			if !strings.HasPrefix(l, "R ") {
-				return nil, fmt.Errorf("writer: unexpected %q", l)
+				return changes, fmt.Errorf("writer: unexpected %q", l)
 			}
 		}
 		changes++
 	}
-	tick.Stop()
-	window := time.Since(w0).Seconds()
-	settle(t, changes)
-	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
-	stop.Store(true)
-	wg.Wait()
-	res := summarize(t, name, r, n, n, changes, window, cpu1-cpu0, gen1-gen0, idle, watching)
-	return res, nil
+	return changes, nil
 }
 
 // requestAll sends req on every (blocking) socket, then reads one reply line
@@ -1030,6 +1135,9 @@ func main() {
 				res, err = runLockd(dir, r, 0)
 			case side == "lockd:c3":
 				res, err = runLockd(dir, r, 3)
+			case strings.HasPrefix(side, "lockd:go:"):
+				nc, _ := strconv.Atoi(side[9:])
+				res, err = runLockdGo(dir, r, nc)
 			case side == "etcd":
 				res, err = runEtcd(dir, r, *flEtcdConns)
 			case strings.HasPrefix(side, "etcd:"):
