@@ -1,6 +1,7 @@
 #include "lockd/locks/lock_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 #include <utility>
 
@@ -71,6 +72,7 @@ bool LockTable::remove_holder(KeyState& state, Token token) {
     return true;
   }
   if (state.token != token || token == 0) return false;
+  lease_unindex(state);
   state.token = 0;
   state.owner.clear();
   state.expires_at_ns = 0;
@@ -79,13 +81,15 @@ bool LockTable::remove_holder(KeyState& state, Token token) {
   return true;
 }
 
-std::size_t LockTable::drop_expired_holders(KeyState& state, TimeNs now) {
+std::size_t LockTable::drop_expired_holders(KeyEntry& e, TimeNs now) {
+  KeyState& state = e.second;
   std::size_t n = 0;
   if (state.shared()) {
     n = std::erase_if(state.extra->holders,
                       [now](const auto& entry) { return entry.second.expires_at_ns <= now; });
     shared_holders_ -= n;
   } else if (state.token != 0 && state.expires_at_ns <= now) {
+    tell_lost(e);
     remove_holder(state, state.token);
     n = 1;
   }
@@ -145,6 +149,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     const Token token = req.shared
                             ? grant_shared(it->second, req.owner, req.lease_ms, req.limit, req.client, now)
                             : grant_exclusive(it->second, req.owner, req.lease_ms, req.client, now);
+    if (!req.shared) lease_index(*it, now);
     changed(req.key);
     return {AcquireOutcome::kGranted, token};
   }
@@ -159,7 +164,7 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
     // replaced by this grant).
     if (state.waiter_count() == 0 && !has_live_exclusive(state, now) &&
         (req.limit == 0 || live_shared(state, now) < req.limit)) {
-      if (drop_expired_holders(state, now) > 0 && state.holder_count() == 0) ++stats_.takeovers;
+      if (drop_expired_holders(*it, now) > 0 && state.holder_count() == 0) ++stats_.takeovers;
       const Token token = grant_shared(state, req.owner, req.lease_ms, req.limit, req.client, now);
       changed(req.key);
       return {AcquireOutcome::kGranted, token};
@@ -167,8 +172,9 @@ AcquireResult LockTable::acquire(TimeNs now, const AcquireRequest& req) {
   } else if (!has_live_holder(state, now)) {
     // Lazy takeover: the newcomer goes ahead of any queue (spec §9).
     ++stats_.takeovers;
-    drop_expired_holders(state, now);
+    drop_expired_holders(*it, now);
     const Token token = grant_exclusive(state, req.owner, req.lease_ms, req.client, now);
+    lease_index(*it, now);
     if (state.waiter_count() > 0) {
       push_deadline({state.expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
     }
@@ -239,7 +245,8 @@ KeepOutcome LockTable::keep(TimeNs now, Token token, std::string_view key,
   if (state.waiter_count() > 0 && holder->expires_at_ns != old_expiry_ns) {
     push_deadline({holder->expires_at_ns, Deadline::Kind::kLease, token, std::string(it->first.view())});
   }
-  if (kept != nullptr) *kept = {holder, old_expiry_ns};
+  if (state.lease_pprev != nullptr && holder->expires_at_ns != old_expiry_ns) lease_index(*it, now);
+  if (kept != nullptr) *kept = {holder, old_expiry_ns, state.shared()};
   return KeepOutcome::kKept;
 }
 
@@ -249,6 +256,7 @@ bool LockTable::expire(TimeNs now, std::string_view key, Token token,
   if (it == keys_.end()) return false;
   const Holder* holder = it->second.holder_with(token);
   if (holder == nullptr || holder->expires_at_ns > now) return false;
+  if (!it->second.shared()) tell_lost(*it);
   remove_holder(it->second, token);
   ++stats_.expirations;
   settle(it, now, HandoffCause::kExpiry, out);
@@ -261,7 +269,7 @@ void LockTable::settle(KeyMap::iterator it, TimeNs now, HandoffCause cause,
   KeyState& state = it->second;
   if (state.waiter_count() > 0) {
     // Holders whose lease has ended do not count (§5b); they are replaced.
-    drop_expired_holders(state, now);
+    drop_expired_holders(*it, now);
     KeyExtra& x = *state.extra;
     const std::size_t first_grant = out.size();
     while (!x.waiters.empty() && can_grant(state, x.waiters.front())) {
@@ -271,6 +279,7 @@ void LockTable::settle(KeyMap::iterator it, TimeNs now, HandoffCause cause,
       if (w.shared) --x.queued_shared;
       const Token token = w.shared ? grant_shared(state, w.owner, w.lease_ms, w.limit, w.client, now)
                                    : grant_exclusive(state, w.owner, w.lease_ms, w.client, now);
+      if (!w.shared) lease_index(*it, now);
       switch (cause) {
         case HandoffCause::kRelease: ++stats_.handoffs_release; break;
         case HandoffCause::kExpiry: ++stats_.handoffs_expiry; break;
@@ -298,6 +307,7 @@ void LockTable::settle(KeyMap::iterator it, TimeNs now, HandoffCause cause,
 }
 
 void LockTable::erase_key(KeyMap::iterator it) {
+  LOCKD_CHECK(it->second.lease_pprev == nullptr);  // its holder left, and the index with it
   if (it->second.shared()) {
     --shared_keys_;
     shared_holders_ -= it->second.extra->holders.size();
@@ -424,6 +434,7 @@ void LockTable::advance(TimeNs now, std::vector<Delivery>& out) {
         // A live lease entry means the key exists, has waiters and a holder
         // with this token and this very expiry, so the lease has run out.
         LOCKD_CHECK(it != keys_.end() && it->second.holder_with(d.id)->expires_at_ns <= now);
+        if (!it->second.shared()) tell_lost(*it);
         remove_holder(it->second, d.id);
         ++stats_.expirations;
         settle(it, now, HandoffCause::kExpiry, out);
@@ -483,7 +494,7 @@ bool LockTable::sweep_step(TimeNs now, std::size_t max_buckets, std::size_t& fre
   std::size_t erased = 0;
   for (const std::string_view key : sweep_scratch_) {
     auto it = keys_.find(key);
-    const bool dropped = drop_expired_holders(it->second, now) > 0;  // per holder: a shared key may keep some
+    const bool dropped = drop_expired_holders(*it, now) > 0;  // per holder: a shared key may keep some
     if (observer_ != nullptr && dropped) {
       // Told before the erase frees the node `key` points into.
       observer_->key_changed(key);
@@ -518,7 +529,95 @@ ClientId LockTable::take_granted_to(std::string_view key, Token token) {
     h = &hit->second;
   }
   if (h == nullptr) return 0;
+  if (h == &s) lease_unindex(s);  // told by the caller: nothing left to tell
   return std::exchange(h->granted_to, 0);
+}
+
+void LockTable::track_lost_leases(LostObserver* o) {
+  LOCKD_CHECK(o != nullptr && lost_ == nullptr && keys_.empty());
+  lost_ = o;
+  lease_slots_.assign(kLeaseSlots, nullptr);
+  lease_bits_.assign(kLeaseSlots / 64, 0);
+}
+
+void LockTable::lease_index(KeyEntry& e, TimeNs now) {
+  if (lost_ == nullptr) return;
+  KeyState& s = e.second;
+  lease_unindex(s);
+  // With nothing indexed, the ticks up to now hold nothing to run: start
+  // there (so next_lost_check() is exact, however long nothing was held).
+  if (lease_indexed_ == 0) lease_done_tick_ = std::max(lease_done_tick_, tick_of(now));
+  if (s.shared() || s.token == 0 || s.granted_to == 0) return;
+  // A lease end in a tick already run (cannot happen: a lease is at least
+  // 1 ms from a `now` no earlier than the last run) goes in the next one.
+  const std::uint64_t tick = std::max(tick_of(s.expires_at_ns), lease_done_tick_);
+  const std::size_t slot = tick & (kLeaseSlots - 1);
+  KeyEntry*& head = lease_slots_[slot];
+  s.lease_next = head;
+  if (head != nullptr) head->second.lease_pprev = &s.lease_next;
+  head = &e;
+  s.lease_pprev = &head;
+  lease_bits_[slot / 64] |= std::uint64_t{1} << (slot % 64);
+  ++lease_indexed_;
+}
+
+void LockTable::lease_unindex(KeyState& s) {
+  if (s.lease_pprev == nullptr) return;
+  *s.lease_pprev = s.lease_next;
+  if (s.lease_next != nullptr) s.lease_next->second.lease_pprev = s.lease_pprev;
+  s.lease_next = nullptr;
+  s.lease_pprev = nullptr;
+  --lease_indexed_;
+}
+
+void LockTable::tell_lost(KeyEntry& e) {
+  KeyState& s = e.second;
+  if (s.lease_pprev == nullptr) return;  // not indexed, or told already
+  lease_unindex(s);
+  const ClientId client = std::exchange(s.granted_to, 0);
+  lost_->lease_lost(client, s.token, e.first.view());
+}
+
+void LockTable::run_lost_leases(TimeNs now) {
+  const std::uint64_t now_tick = tick_of(now);
+  if (lost_ == nullptr || now_tick <= lease_done_tick_) return;
+  // Every tick before now_tick is over: a key listed in its slot whose
+  // lease ends in it (or before) has ended. Keys in the slot whose end is
+  // a later turn of the wheel stay. After a long pause, each slot once.
+  std::uint64_t t = std::max(lease_done_tick_, now_tick > kLeaseSlots ? now_tick - kLeaseSlots : 0);
+  for (; t < now_tick && lease_indexed_ > 0; ++t) {
+    const std::size_t slot = t & (kLeaseSlots - 1);
+    std::uint64_t& word = lease_bits_[slot / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
+    if ((word & bit) == 0) continue;
+    for (KeyEntry* e = lease_slots_[slot]; e != nullptr;) {
+      KeyEntry* next = e->second.lease_next;
+      if (tick_of(e->second.expires_at_ns) <= t) tell_lost(*e);
+      e = next;
+    }
+    if (lease_slots_[slot] == nullptr) word &= ~bit;
+  }
+  lease_done_tick_ = now_tick;
+}
+
+std::optional<TimeNs> LockTable::next_lost_check() const {
+  if (lease_indexed_ == 0) return std::nullopt;
+  // The first slot at or after the next tick to run whose bit is set (a
+  // bit may outlive its keys: then the check comes early and finds nothing).
+  constexpr std::size_t kWords = kLeaseSlots / 64;
+  const std::size_t start = lease_done_tick_ & (kLeaseSlots - 1);
+  for (std::size_t k = 0; k <= kWords; ++k) {
+    const std::size_t w = (start / 64 + k) % kWords;
+    std::uint64_t bits = lease_bits_[w];
+    if (k == 0) bits &= ~std::uint64_t{0} << (start % 64);  // from start on
+    if (k == kWords) bits &= (std::uint64_t{1} << (start % 64)) - 1;  // wrapped: below start
+    if (bits != 0) {
+      const std::size_t slot = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      const std::uint64_t tick = lease_done_tick_ + ((slot - start) & (kLeaseSlots - 1));
+      return static_cast<TimeNs>((tick + 1) << kLeaseTickShift);  // when that tick is over
+    }
+  }
+  return std::nullopt;
 }
 
 void LockTable::set_limits(Limits limits) {
@@ -594,6 +693,29 @@ void LockTable::check_invariants() const {
     }
   }
   LOCKD_CHECK(armed.size() == armed_wanted);
+  // The lease-end index lists exactly the exclusive holdings still to be
+  // told, each in the slot of its lease end, with links that agree.
+  std::size_t listed = 0;
+  for (std::size_t slot = 0; slot < lease_slots_.size(); ++slot) {
+    KeyEntry* const* pp = &lease_slots_[slot];
+    for (const KeyEntry* e = *pp; e != nullptr; e = e->second.lease_next) {
+      const KeyState& s = e->second;
+      LOCKD_CHECK(s.lease_pprev == pp);
+      LOCKD_CHECK(!s.shared() && s.token != 0 && s.granted_to != 0);
+      const std::uint64_t tick = std::max(tick_of(s.expires_at_ns), lease_done_tick_);
+      LOCKD_CHECK((tick & (kLeaseSlots - 1)) == slot || tick_of(s.expires_at_ns) < lease_done_tick_);
+      LOCKD_CHECK((lease_bits_[slot / 64] >> (slot % 64) & 1) != 0);
+      pp = &s.lease_next;
+      ++listed;
+    }
+  }
+  LOCKD_CHECK(listed == lease_indexed_);
+  std::size_t to_tell = 0;
+  for (const auto& [key, state] : keys_) {
+    if (lost_ != nullptr && !state.shared() && state.token != 0 && state.granted_to != 0) ++to_tell;
+    if (lost_ == nullptr) LOCKD_CHECK(state.lease_pprev == nullptr);
+  }
+  LOCKD_CHECK(to_tell == lease_indexed_);
 }
 
 }  // namespace lockd::locks

@@ -36,6 +36,7 @@ LockServer::LockServer(event_base* base, const ServerConfig& config, locks::Toke
     return;  // the service owns every deadline; there is nothing to sweep here
   }
   table_.set_observer(&watches_);
+  table_.track_lost_leases(this);
   sweep_timer_.arm_every(config_.sweep_interval_ns);
 }
 
@@ -267,7 +268,9 @@ void LockServer::on_bytes(net::Connection& conn, std::string_view bytes) {
   TimeNs start_ns = now;
   // A lease that ended since the last timer: its `X` goes before anything
   // this read can do to the key (a takeover would remove the holder first).
-  if (!lost_heap_.empty() && lost_heap_.front().at_ns <= now) run_lost_notices(now);
+  if ((!lost_heap_.empty() && lost_heap_.front().at_ns <= now) || table_.lost_leases_due(now)) {
+    run_lost_notices(now);
+  }
   client.framer.feed(bytes);
   std::string_view line;
   for (;;) {
@@ -431,7 +434,7 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     switch (r.outcome) {
       case locks::AcquireOutcome::kGranted:
         // The table set this expiry (grant: now + lease): no second lookup.
-        note_grant(r.token, req.key, now + ms_to_ns(req.lease_ms));
+        if (shared) note_shared_grant(r.token, req.key, now + ms_to_ns(req.lease_ms));
         stats_.count(ServerStats::granted(shared));
         if (shared) {
           proto::append_shared(out, r.token, req.owner, req.key);
@@ -465,8 +468,10 @@ bool LockServer::handle_request(Client& client, const proto::Request& req, TimeN
     if (table_.keep(now, req.token, req.key, req.lease_ms, &kept) == locks::KeepOutcome::kKept) {
       // A later end needs nothing: the entry of the old one pushes it again.
       // An earlier one needs an entry of its own.
-      if (kept.holder->expires_at_ns < kept.previous_end_ns && kept.holder->granted_to != 0) {
-        note_grant(req.token, req.key, kept.holder->expires_at_ns);
+      // (An exclusive holding's index entry moved with it, in the table.)
+      if (kept.shared && kept.holder->expires_at_ns < kept.previous_end_ns &&
+          kept.holder->granted_to != 0) {
+        note_shared_grant(req.token, req.key, kept.holder->expires_at_ns);
       }
       stats_.count(ReplyKind::kKept);
       proto::append_kept(out, req.token, req.key);
@@ -501,7 +506,7 @@ void LockServer::deliver(const std::vector<locks::Delivery>& deliveries) {
     Client& c = it->second;
     c.waiting.erase(d.waiter);
     if (d.kind == locks::DeliveryKind::kGranted) {
-      if (service_ == nullptr) note_grant(d.token, d.key);
+      if (service_ == nullptr && d.shared) note_shared_grant(d.token, d.key);
       stats_.count(ServerStats::granted(d.shared));
       if (d.shared) {
         proto::append_shared(c.conn->out(), d.token, d.owner, d.key);
@@ -598,13 +603,13 @@ std::string* LockServer::push_buffer(locks::ClientId client) {
 
 void LockServer::push_queued(locks::ClientId client) { reply_queued(client); }
 
-void LockServer::note_grant(locks::Token token, std::string_view key) {
+void LockServer::note_shared_grant(locks::Token token, std::string_view key) {
   const locks::KeyState* s = table_.find(key);
   const locks::Holder* h = s != nullptr ? s->holder_with(token) : nullptr;
-  if (h != nullptr) note_grant(token, key, h->expires_at_ns);
+  if (h != nullptr) note_shared_grant(token, key, h->expires_at_ns);
 }
 
-void LockServer::note_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns) {
+void LockServer::note_shared_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns) {
   lost_heap_.push_back({expires_at_ns, token, locks::InlineString<24>(key)});
   std::push_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
   compact_lost_if_needed();
@@ -634,7 +639,16 @@ void LockServer::compact_lost_if_needed() {
   lost_compact_at_ = std::max<std::size_t>(4'096, 2 * lost_heap_.size());
 }
 
+void LockServer::lease_lost(locks::ClientId client, locks::Token token, std::string_view key) {
+  if (std::string* out = push_buffer(client)) {
+    proto::append_lost(*out, token, key);
+    ++lost_notices_;
+    push_queued(client);
+  }
+}
+
 void LockServer::run_lost_notices(TimeNs now) {
+  table_.run_lost_leases(now);
   while (!lost_heap_.empty() && lost_heap_.front().at_ns <= now) {
     std::pop_heap(lost_heap_.begin(), lost_heap_.end(), LostLater{});
     LostDeadline d = std::move(lost_heap_.back());
@@ -653,12 +667,7 @@ void LockServer::run_lost_notices(TimeNs now) {
     // holder stays registered until the sweep, a takeover or a hand-off
     // removes it (§8), which is when watchers see the key change. Told
     // once: the table forgets whom it was granted to.
-    const locks::ClientId client = table_.take_granted_to(d.key.view(), d.token);
-    if (std::string* out = push_buffer(client)) {
-      proto::append_lost(*out, d.token, d.key.view());
-      ++lost_notices_;
-      push_queued(client);
-    }
+    lease_lost(table_.take_granted_to(d.key.view(), d.token), d.token, d.key.view());
   }
 }
 
@@ -697,10 +706,11 @@ void LockServer::rearm_deadline_timer(TimeNs now) {
   if (!lost_heap_.empty() && (!next || lost_heap_.front().at_ns < *next)) {
     next = lost_heap_.front().at_ns;
   }
+  if (const auto lost = table_.next_lost_check(); lost && (!next || *lost < *next)) next = lost;
   if (next == armed_deadline_ns_) return;
   armed_deadline_ns_ = next;
   if (next) {
-    deadline_timer_.arm_after(*next - now);
+    deadline_timer_.arm_at(*next, now);
   } else {
     deadline_timer_.cancel();
   }

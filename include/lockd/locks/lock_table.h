@@ -25,11 +25,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "lockd/common/time.h"
 #include "lockd/locks/key_string.h"
+#include "lockd/locks/node_pool.h"
 
 namespace lockd::locks {
 
@@ -170,14 +172,25 @@ struct KeyExtra {
   std::uint32_t queued_shared = 0;  // `S` waiters in `waiters`
 };
 
+struct KeyState;
+// A hash node's value: the key and its state.
+using KeyEntry = std::pair<const KeyString, KeyState>;
+
 // One registered key: it always has at least one holder (maybe with an
 // expired lease). Its own fields (the Holder base) are the exclusive
 // holder; a shared key leaves them empty (token 0) and keeps its holders in
-// `extra`. 56 bytes: with its 40-byte KeyString, the hash node is one
-// 128-byte malloc chunk (next pointer, key, state, cached hash: 112 bytes,
-// 8 to spare).
+// `extra`. 72 bytes: with its 40-byte KeyString, the hash node is 128 bytes
+// (next pointer, key, state, cached hash), one block of the table's
+// NodePool.
 struct KeyState : Holder {
   std::unique_ptr<KeyExtra> extra;
+  // The lease-end index (LockTable::track_lost_leases): while the exclusive
+  // holder's client is still to be told that its lease ended, the key sits
+  // in the list of the wheel slot of its lease end. `lease_pprev` points at
+  // whatever points at this entry (the slot's head or the previous entry's
+  // lease_next); nullptr when not listed.
+  KeyEntry* lease_next = nullptr;
+  KeyEntry** lease_pprev = nullptr;
 
   bool shared() const { return extra && extra->shared; }
   std::size_t waiter_count() const { return extra ? extra->waiters.size() : 0; }
@@ -211,7 +224,7 @@ struct KeyState : Holder {
     for (const auto& [t, h] : extra->holders) fn(h);
   }
 };
-static_assert(sizeof(KeyState) == 56);
+static_assert(sizeof(KeyState) == 72);
 
 // Told of every change of a key's holders (a grant, a release, an expiry
 // the table learns of, a shared holder joining or leaving): the watch
@@ -223,6 +236,17 @@ class KeyObserver {
 
  protected:
   ~KeyObserver() = default;
+};
+
+// Told when a tracked holding's lease ended (single mode's lost notice `X`,
+// protocol §5c): once per holding, with the client it was granted to.
+// Called inside the table's command; it must not call back into the table.
+class LostObserver {
+ public:
+  virtual void lease_lost(ClientId client, Token token, std::string_view key) = 0;
+
+ protected:
+  ~LostObserver() = default;
 };
 
 class LockTable {
@@ -258,6 +282,7 @@ class LockTable {
   struct KeptLease {
     const Holder* holder = nullptr;
     TimeNs previous_end_ns = 0;
+    bool shared = false;  // one of a shared key's holders
   };
   KeepOutcome keep(TimeNs now, Token token, std::string_view key, std::uint64_t lease_ms,
                    KeptLease* kept = nullptr);
@@ -315,6 +340,35 @@ class LockTable {
   // (Holder::granted_to), which is forgotten: the server tells it `X` once.
   // 0 when there is no such holder or it was taken before.
   ClientId take_granted_to(std::string_view key, Token token);
+
+  // Single mode (set once, on an empty table): from then on every exclusive
+  // holding granted to a client (ClientId != 0) has its lease end indexed
+  // in a timing wheel whose links live in the key's own node (no memory
+  // per lock beyond it), and `o` hears of it once when the lease has ended:
+  // from run_lost_leases(), at most one wheel tick (~1 ms) after the end,
+  // or at once when a takeover, a hand-off at lease end or a sweep removes
+  // the holder first. The client is then forgotten (granted_to = 0). A
+  // release, or a keep that moves the end, moves or drops it. Shared
+  // holdings are not indexed (the server uses take_granted_to for them).
+  void track_lost_leases(LostObserver* o);
+  // Tells `o` of every indexed lease whose end lies in a wheel tick that
+  // ended by `now`.
+  void run_lost_leases(TimeNs now);
+  // Whether run_lost_leases(now) would look at anything (one comparison).
+  bool lost_leases_due(TimeNs now) const {
+    return lease_indexed_ > 0 && tick_of(now) > lease_done_tick_;
+  }
+  // When run_lost_leases() next has a slot to look at: maybe early (the
+  // slot's leases end in a later turn of the wheel), never late.
+  std::optional<TimeNs> next_lost_check() const;
+  // The lease-end index's tick: 2^20 ns (~1.05 ms). A lease is told once
+  // the tick its end falls in is over.
+  static constexpr int kLeaseTickShift = 20;
+  static constexpr TimeNs kLeaseTickNs = TimeNs{1} << kLeaseTickShift;
+  // Holdings in the lease-end index (tests, metrics).
+  std::size_t lost_leases_indexed() const { return lease_indexed_; }
+  // The node pool (tests and the memory benchmark's arithmetic).
+  const NodePool& node_pool() const { return node_pool_; }
 
   // --- read-only views (admin API, metrics, tests) ---
   const KeyState* find(std::string_view key) const;
@@ -383,7 +437,9 @@ class LockTable {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  using KeyMap = std::unordered_map<KeyString, KeyState, StringHash, std::equal_to<>>;
+  using KeyMap = std::unordered_map<KeyString, KeyState, StringHash, std::equal_to<>,
+                                    PoolAllocator<KeyEntry>>;
+  static_assert(std::is_same_v<KeyMap::value_type, KeyEntry>);
   // Where a waiter sits, for O(1) cancel. Element pointers of an
   // unordered_map stay valid across rehashes; its iterators do not.
   struct WaiterRef {
@@ -401,8 +457,9 @@ class LockTable {
                      std::uint16_t limit, ClientId client, TimeNs now);
   // Removes the holder carrying `token`; false when there is none.
   bool remove_holder(KeyState& state, Token token);
-  // Removes every holder whose lease has ended at `now`; returns how many.
-  std::size_t drop_expired_holders(KeyState& state, TimeNs now);
+  // Removes every holder of `e` whose lease has ended at `now` (telling an
+  // indexed one's client first); returns how many.
+  std::size_t drop_expired_holders(KeyEntry& e, TimeNs now);
   // Whether a live holder (lease not ended at `now`) blocks an `A`, and how
   // many live shared holders count against an `S`'s limit.
   static bool has_live_holder(const KeyState& state, TimeNs now);
@@ -434,10 +491,24 @@ class LockTable {
     if (observer_ != nullptr) observer_->key_changed(key);
   }
 
+  // The lease-end wheel (track_lost_leases): kLeaseSlots lists of keys, one
+  // per tick (kLeaseTickShift above), a key in the slot of its lease end's
+  // tick; a bit per non-empty slot.
+  static constexpr std::size_t kLeaseSlots = 16384;  // ~17 s a turn
+  static std::uint64_t tick_of(TimeNs t) { return static_cast<std::uint64_t>(t) >> kLeaseTickShift; }
+  // Indexes `e`'s exclusive holder if it is to be told (moves it if listed).
+  void lease_index(KeyEntry& e, TimeNs now);
+  // Drops `s` from the wheel, if listed.
+  void lease_unindex(KeyState& s);
+  // `e`'s exclusive holder leaves with its lease ended: its client is told
+  // now if it was still to be.
+  void tell_lost(KeyEntry& e);
+
   Limits limits_;
   Limits invariant_limits_;  // the largest caps ever in force: what check_invariants() bounds
   Token next_token_;
-  KeyMap keys_;
+  NodePool node_pool_;  // before keys_: it outlives the map's nodes
+  KeyMap keys_{0, StringHash{}, std::equal_to<>{}, PoolAllocator<KeyEntry>(&node_pool_)};
   std::unordered_map<WaiterId, WaiterRef> waiter_index_;
   std::vector<Deadline> deadlines_;  // min-heap on at_ns
   std::size_t keys_with_waiters_ = 0;
@@ -447,6 +518,11 @@ class LockTable {
   std::vector<std::string_view> sweep_scratch_;  // keys to erase in a slice
   LockStats stats_;
   KeyObserver* observer_ = nullptr;  // the watch index, if any (v1.3)
+  LostObserver* lost_ = nullptr;     // single mode's `X`; null: no wheel
+  std::vector<KeyEntry*> lease_slots_;      // kLeaseSlots heads, once tracking
+  std::vector<std::uint64_t> lease_bits_;   // kLeaseSlots bits: may be non-empty
+  std::uint64_t lease_done_tick_ = 0;       // every tick before this one was run
+  std::size_t lease_indexed_ = 0;
 };
 
 }  // namespace lockd::locks

@@ -27,6 +27,7 @@
 #include "lockd/locks/lock_table.h"
 #include "lockd/net/connection.h"
 #include "lockd/net/listener.h"
+#include "lockd/net/precise_timer.h"
 #include "lockd/net/timer.h"
 #include "lockd/proto/line_framer.h"
 #include "lockd/proto/parser.h"
@@ -72,7 +73,10 @@ struct ServerConfig {
   std::uint64_t first_client_id = 1;
 };
 
-class LockServer final : public net::ConnectionHandler, public ClientReplies, public PushOutput {
+class LockServer final : public net::ConnectionHandler,
+                         public ClientReplies,
+                         public PushOutput,
+                         private locks::LostObserver {
  public:
   // `service` null: single mode on the server's own table, starting at
   // `first_token`. Otherwise every request goes to `service` (not owned;
@@ -195,12 +199,17 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   // Appends each Delivery's reply to its client's output.
   void deliver(const std::vector<locks::Delivery>& deliveries);
   void rearm_deadline_timer(TimeNs now);
-  // Single mode, `X` (§5c): looks at `token`'s lease on `key` when it ends
-  // (the table keeps whom it was granted to: Holder::granted_to).
-  void note_grant(locks::Token token, std::string_view key);
-  void note_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns);
-  // Sends `X` for every noted grant whose lease has ended at `now`.
+  // Single mode, `X` (§5c) for a shared holding: looks at `token`'s lease
+  // on `key` when it ends (the table keeps whom it was granted to:
+  // Holder::granted_to). Exclusive holdings are the table's own lease-end
+  // index's (LockTable::track_lost_leases), which calls lease_lost().
+  void note_shared_grant(locks::Token token, std::string_view key);
+  void note_shared_grant(locks::Token token, std::string_view key, TimeNs expires_at_ns);
+  // Sends `X` for every holding whose lease has ended at `now` (the
+  // table's index: those that ended in a finished wheel tick).
   void run_lost_notices(TimeNs now);
+  // LostObserver: the table says an exclusive holding's lease ended.
+  void lease_lost(locks::ClientId client, locks::Token token, std::string_view key) override;
   void compact_lost_if_needed();
   // Cluster: answers the `W`s held until this member applied an entry
   // (or, past their deadline, `E no_leader <key>`).
@@ -214,7 +223,8 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   const auth::Authenticator* auth_ = nullptr;  // null: --auth none
   locks::LockTable table_;
   net::Listener listener_;
-  net::Timer deadline_timer_;
+  // Lease ends, wait ends and `X`: to the microsecond (PreciseTimer says why).
+  net::PreciseTimer deadline_timer_;
   // TLS handshake deadlines in accept order (one timeout for all, so the
   // queue is sorted); an entry whose connection finished its handshake or
   // closed is skipped when it comes up.
@@ -244,12 +254,14 @@ class LockServer final : public net::ConnectionHandler, public ClientReplies, pu
   bool shutting_down_ = false;
   ServerStats stats_;
   WatchHub watches_;
-  // Single mode `X`: a min-heap of lease ends to look at, one pushed per
-  // grant (and per `K` that moves a lease's end earlier). The table keeps
-  // whom each holding was granted to, so an entry is 40 bytes and costs no
-  // allocation for a key of up to 23 bytes. An entry whose holding was
-  // released (or told) is dropped when it comes up; one whose lease a `K`
-  // moved later is pushed again for the new end.
+  // Single mode `X` for shared holdings: a min-heap of lease ends to look
+  // at, one pushed per shared grant (and per `K` that moves a shared
+  // lease's end earlier). The table keeps whom each holding was granted
+  // to, so an entry is 40 bytes and costs no allocation for a key of up to
+  // 23 bytes. An entry whose holding was released (or told) is dropped when
+  // it comes up; one whose lease a `K` moved later is pushed again for the
+  // new end. (Exclusive holdings: the table's lease-end wheel, no memory
+  // beyond the key's node.)
   struct LostDeadline {
     TimeNs at_ns;
     locks::Token token;
