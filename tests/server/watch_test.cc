@@ -189,10 +189,12 @@ TEST(WatchTest, LostNoticeAfterAKeepThatShortensTheLease) {
   EXPECT_EQ(metric(http(lockd.admin_port(), "/metrics").body, "lockd_lost_notices_total"), 3);
 }
 
-// Thousands of grants, some leases moved earlier, some later: the heap of
-// lease ends is rebuilt (at 4,096 entries) while entries of moved leases
-// are in it; every holding still gets exactly one `X`, at its end now.
-TEST(WatchTest, EveryLeaseEndIsToldOnceAcrossTheHeapsRebuild) {
+// Thousands of grants, some leases moved earlier, some later, then
+// thousands more; every holding gets exactly one `X`, at its end now.
+// Exclusive holdings: the lock table's lease-end wheel (keys moved between
+// slots by the keeps). Shared ones: the server's heap of lease ends, rebuilt
+// (at 4,096 entries) while entries of moved leases are in it.
+void every_lease_end_is_told_once(bool shared) {
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--sweep-interval-ms", "60000"});
   LineClient a(lockd.port());
   LineClient other(lockd.port());
@@ -212,11 +214,13 @@ TEST(WatchTest, EveryLeaseEndIsToldOnceAcrossTheHeapsRebuild) {
   };
   auto grant_all = [&](int from, int to) {
     std::string batch;
-    for (int i = from; i < to; ++i) batch += "A o k" + std::to_string(i) + " 300\n";
+    for (int i = from; i < to; ++i) {
+      batch += (shared ? "S o k" : "A o k") + std::to_string(i) + (shared ? " 0 300\n" : " 300\n");
+    }
     a.send(batch);
     for (int i = from; i < to; ++i) {
       const auto f = fields(next_reply());
-      ASSERT_TRUE(f.size() == 4 && f[0] == "A");
+      ASSERT_TRUE(f.size() == 4 && f[0] == (shared ? "S" : "A")) << (f.empty() ? "" : f[0]);
       tokens[f[1]] = f[3];
     }
   };
@@ -247,6 +251,9 @@ TEST(WatchTest, EveryLeaseEndIsToldOnceAcrossTheHeapsRebuild) {
   token_of(other.call("A bob busy 600000"));
   EXPECT_EQ(a.call("A alice busy 1000 600"), "T alice busy");
 }
+
+TEST(WatchTest, EveryExclusiveLeaseEndIsToldOnce) { every_lease_end_is_told_once(false); }
+TEST(WatchTest, EverySharedLeaseEndIsToldOnceAcrossTheHeapsRebuild) { every_lease_end_is_told_once(true); }
 
 TEST(WatchTest, LostNoticeGoesToTheHandedOffWaiterAndNotToAClosedConnection) {
   LockdProcess lockd({"--admin", "127.0.0.1:0", "--sweep-interval-ms", "60000"});
