@@ -754,11 +754,20 @@ void LockServer::flush_replies() {
 }
 
 void LockServer::after_turn() {
+  const bool timed = !shutting_down_ && service_ == nullptr;
+  const TimeNs now = timed ? net::monotonic_now_ns() : 0;
+  if (timed && armed_deadline_ns_ && now >= *armed_deadline_ns_) {
+    // Due by the clock though the timerfd has not fired: the clock jumped
+    // forward (libfaketime in the chaos runs) after the delay was set. Run
+    // it now, as a libevent timer would at its next look, before this
+    // turn's replies go out.
+    on_deadline_timer();
+  }
   // Flushing may close connections (peer gone), so flush before reaping.
   flush_replies();
   for (const std::uint64_t id : closed_) clients_.erase(id);
   closed_.clear();
-  if (!shutting_down_ && service_ == nullptr) rearm_deadline_timer(net::monotonic_now_ns());
+  if (timed) rearm_deadline_timer(now);
 }
 
 void LockServer::begin_shutdown() {
