@@ -10,10 +10,11 @@
 //
 // A pool hands out blocks of one size, fixed by the first single-object
 // request of kMinBlock bytes or more (the table's node); any other request
-// (the bucket array, a smaller rebound type) goes to operator new. Freed blocks go on a free list and are reused; the
-// slabs are returned only when the pool is destroyed (a table that once held
-// a million locks keeps their memory for the next million, as malloc
-// mostly would too). Not thread-safe: one table, one thread.
+// (the bucket array, a smaller rebound type) goes to operator new. Freed
+// blocks go on a free list and are reused; the slabs are returned only when
+// the pool is destroyed (a table that once held a million locks keeps their
+// memory for the next million, as malloc mostly would too). In ASan builds
+// a block is poisoned while free. Not thread-safe: one table, one thread.
 #pragma once
 
 #include <cstddef>
