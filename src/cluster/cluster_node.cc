@@ -508,6 +508,12 @@ void ClusterNode::on_service_timer() {
 
 void ClusterNode::after_turn() {
   if (!raft_) return;
+  if (armed_service_ns_ && net::monotonic_now_ns() >= *armed_service_ns_) {
+    // Due by the clock though the timerfd has not fired: the clock jumped
+    // forward after its delay was set (libfaketime in the chaos runs). As
+    // a libevent timer would at its next look.
+    on_service_timer();
+  }
   // The batch on the sync thread is durable: what waited for it may go
   // (the core releases the answers in its next Ready).
   if (syncing()) {
@@ -735,7 +741,7 @@ void ClusterNode::rearm_service_timer(TimeNs now) {
   if (next == armed_service_ns_) return;
   armed_service_ns_ = next;
   if (next) {
-    service_timer_.arm_after(std::max<TimeNs>(*next - now, 0));
+    service_timer_.arm_at(*next, now);
   } else {
     service_timer_.cancel();
   }

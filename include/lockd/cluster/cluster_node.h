@@ -46,6 +46,7 @@
 #include "lockd/cluster/start_gate.h"
 #include "lockd/common/deferred_free.h"
 #include "lockd/common/time.h"
+#include "lockd/net/precise_timer.h"
 #include "lockd/net/timer.h"
 #include "lockd/raft/driver.h"
 #include "lockd/raft/raft.h"
@@ -414,7 +415,9 @@ class ClusterNode final : private raft::ReadyHandler {
   std::unique_ptr<class PeerTransport> transport_;
   std::unique_ptr<ReplicatedLockService> service_;
   net::Timer tick_timer_;
-  net::Timer service_timer_;  // the service's next expiry / wait / clock deadline
+  // The service's next expiry / wait / clock deadline: to the microsecond
+  // (net::PreciseTimer says why a libevent timer is not).
+  net::PreciseTimer service_timer_;
   net::Timer kick_timer_;     // another Ready cycle next turn when one is left over
   std::function<void()> before_sync_;  // see set_before_sync()
   std::optional<TimeNs> armed_service_ns_;
