@@ -546,7 +546,10 @@ void LockTable::lease_index(KeyEntry& e, TimeNs now) {
   lease_unindex(s);
   // With nothing indexed, the ticks up to now hold nothing to run: start
   // there (so next_lost_check() is exact, however long nothing was held).
-  if (lease_indexed_ == 0) lease_done_tick_ = std::max(lease_done_tick_, tick_of(now));
+  if (lease_indexed_ == 0 && tick_of(now) > lease_done_tick_) {
+    lease_done_tick_ = tick_of(now);
+    lease_check_known_ = false;
+  }
   if (s.shared() || s.token == 0 || s.granted_to == 0) return;
   // A lease end in a tick already run (cannot happen: a lease is at least
   // 1 ms from a `now` no earlier than the last run) goes in the next one.
@@ -559,6 +562,7 @@ void LockTable::lease_index(KeyEntry& e, TimeNs now) {
   s.lease_pprev = &head;
   lease_bits_[slot / 64] |= std::uint64_t{1} << (slot % 64);
   ++lease_indexed_;
+  if (lease_check_known_ && tick < lease_check_tick_) lease_check_tick_ = tick;
 }
 
 void LockTable::lease_unindex(KeyState& s) {
@@ -579,6 +583,7 @@ void LockTable::tell_lost(KeyEntry& e) {
 }
 
 void LockTable::run_lost_leases(TimeNs now) {
+  lease_check_known_ = false;  // bits may clear and the start moves
   const std::uint64_t now_tick = tick_of(now);
   if (lost_ == nullptr || now_tick <= lease_done_tick_) return;
   // Every tick before now_tick is over: a key listed in its slot whose
@@ -602,6 +607,19 @@ void LockTable::run_lost_leases(TimeNs now) {
 
 std::optional<TimeNs> LockTable::next_lost_check() const {
   if (lease_indexed_ == 0) return std::nullopt;
+  // Asked at the end of every loop turn: the scan runs once per run of the
+  // wheel (or after a jump of its start), and a key indexed meanwhile can
+  // only move the answer earlier. Unindexing leaves it: early is allowed.
+  if (!lease_check_known_) {
+    const std::optional<std::uint64_t> tick = first_listed_tick();
+    if (!tick) return std::nullopt;
+    lease_check_tick_ = *tick;
+    lease_check_known_ = true;
+  }
+  return static_cast<TimeNs>((lease_check_tick_ + 1) << kLeaseTickShift);  // when that tick is over
+}
+
+std::optional<std::uint64_t> LockTable::first_listed_tick() const {
   // The first slot at or after the next tick to run whose bit is set (a
   // bit may outlive its keys: then the check comes early and finds nothing).
   constexpr std::size_t kWords = kLeaseSlots / 64;
@@ -613,8 +631,7 @@ std::optional<TimeNs> LockTable::next_lost_check() const {
     if (k == kWords) bits &= (std::uint64_t{1} << (start % 64)) - 1;  // wrapped: below start
     if (bits != 0) {
       const std::size_t slot = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
-      const std::uint64_t tick = lease_done_tick_ + ((slot - start) & (kLeaseSlots - 1));
-      return static_cast<TimeNs>((tick + 1) << kLeaseTickShift);  // when that tick is over
+      return lease_done_tick_ + ((slot - start) & (kLeaseSlots - 1));
     }
   }
   return std::nullopt;
@@ -710,6 +727,11 @@ void LockTable::check_invariants() const {
     }
   }
   LOCKD_CHECK(listed == lease_indexed_);
+  // A cached next check is never later than the scan's answer.
+  if (lease_check_known_ && lease_indexed_ > 0) {
+    const std::optional<std::uint64_t> first = first_listed_tick();
+    LOCKD_CHECK(first && lease_check_tick_ <= *first && lease_check_tick_ >= lease_done_tick_);
+  }
   std::size_t to_tell = 0;
   for (const auto& [key, state] : keys_) {
     if (lost_ != nullptr && !state.shared() && state.token != 0 && state.granted_to != 0) ++to_tell;

@@ -234,10 +234,18 @@ TEST_F(LostLeaseTest, RandomHistoriesTellEveryEndedHoldingOnce) {
         table_.run_lost_leases(now_);
         check_told();
         // Within a tick: every holding whose lease ended in a tick that is
-        // over has been told (or was released first).
+        // over has been told (or was released first); and the next check
+        // the server would arm its timer for is no later than the end of
+        // the tick any holding still to be told ends in.
+        const auto check = table_.next_lost_check();
         for (const auto& [token, h] : model) {
-          if (!h.released && !h.told && (h.end >> LockTable::kLeaseTickShift) < (now_ >> LockTable::kLeaseTickShift)) {
+          if (h.released || h.told) continue;
+          const std::uint64_t tick = h.end >> LockTable::kLeaseTickShift;
+          if (tick < static_cast<std::uint64_t>(now_ >> LockTable::kLeaseTickShift)) {
             ADD_FAILURE() << "not told in time: " << token << " ended " << (now_ - h.end) / kMs << " ms ago";
+          }
+          if (!check || *check > static_cast<TimeNs>((tick + 1) << LockTable::kLeaseTickShift)) {
+            ADD_FAILURE() << "the next check comes after " << token << "'s tick";
           }
         }
         break;

@@ -503,6 +503,8 @@ class LockTable {
   // `e`'s exclusive holder leaves with its lease ended: its client is told
   // now if it was still to be.
   void tell_lost(KeyEntry& e);
+  // The first tick at or after lease_done_tick_ whose slot's bit is set.
+  std::optional<std::uint64_t> first_listed_tick() const;
 
   Limits limits_;
   Limits invariant_limits_;  // the largest caps ever in force: what check_invariants() bounds
@@ -523,6 +525,10 @@ class LockTable {
   std::vector<std::uint64_t> lease_bits_;   // kLeaseSlots bits: may be non-empty
   std::uint64_t lease_done_tick_ = 0;       // every tick before this one was run
   std::size_t lease_indexed_ = 0;
+  // next_lost_check()'s answer (a tick), while known: it changes only when
+  // the wheel runs, its start jumps or a key is indexed before it.
+  mutable std::uint64_t lease_check_tick_ = 0;
+  mutable bool lease_check_known_ = false;
 };
 
 }  // namespace lockd::locks

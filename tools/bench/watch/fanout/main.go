@@ -482,18 +482,13 @@ func runLockd(dir string, r int, members int) (*round, error) {
 		}()
 	}
 
-	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
-	changes, err := writeChanges(side.writeAt, t, maxChanges)
+	m, err := measureChanges(pids, t, func() (int, error) { return writeChanges(side.writeAt, t, maxChanges) })
 	if err != nil {
 		return nil, err
 	}
-	window := time.Since(w0).Seconds()
-	settle(t, changes)
-	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
 	stop.Store(true)
 	wg.Wait()
-	res := summarize(t, name, r, n, n, changes, window, cpu1-cpu0, gen1-gen0, idle, watching)
-	return res, nil
+	return summarize(t, name, r, n, n, m, idle, watching), nil
 }
 
 // runLockdGo: the watchers are Watch()es of lockd's Go client library
@@ -573,19 +568,37 @@ func runLockdGo(dir string, r int, conns int) (*round, error) {
 		}(w)
 	}
 
-	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
-	changes, err := writeChanges(side.writeAt, t, maxChanges)
+	m, err := measureChanges(pids, t, func() (int, error) { return writeChanges(side.writeAt, t, maxChanges) })
 	if err != nil {
 		return nil, err
 	}
-	window := time.Since(w0).Seconds()
-	settle(t, changes)
-	cpu1, gen1 := sumCPU(pids), cpuTicks(os.Getpid())
 	for _, w := range watches {
 		w.Close()
 	}
 	wg.Wait()
-	return summarize(t, fmt.Sprintf("lockd:go:%d", conns), r, n, conns, changes, window, cpu1-cpu0, gen1-gen0, idle, watching), nil
+	return summarize(t, fmt.Sprintf("lockd:go:%d", conns), r, n, conns, m, idle, watching), nil
+}
+
+// window: what one round's change window measured.
+type window struct {
+	changes      int
+	seconds      float64
+	serverCPU    float64 // s, the server processes' utime+stime over the window and the settling
+	generatorCPU float64 // s, this process's
+}
+
+// measureChanges: the writer's changes (write returns how many it made)
+// and the wait for stragglers (settle), with the servers' and this
+// process's CPU over both.
+func measureChanges(pids []int, t *tally, write func() (int, error)) (window, error) {
+	gen0, cpu0, w0 := cpuTicks(os.Getpid()), sumCPU(pids), time.Now()
+	changes, err := write()
+	if err != nil {
+		return window{}, err
+	}
+	seconds := time.Since(w0).Seconds()
+	settle(t, changes)
+	return window{changes, seconds, sumCPU(pids) - cpu0, cpuTicks(os.Getpid()) - gen0}, nil
 }
 
 // writeChanges: one connection changes the key's holder --rate times a
@@ -747,7 +760,8 @@ func settle(t *tally, changes int) {
 	}
 }
 
-func summarize(t *tally, side string, r, n, conns, changes int, window, cpu, gen float64, idle, watching int64) *round {
+func summarize(t *tally, side string, r, n, conns int, m window, idle, watching int64) *round {
+	changes, cpu, gen := m.changes, m.serverCPU, m.generatorCPU
 	var lat []float64
 	var delivered int64
 	complete := 0
@@ -760,15 +774,15 @@ func summarize(t *tally, side string, r, n, conns, changes int, window, cpu, gen
 		}
 	}
 	res := &round{Side: side, Round: r, Watchers: n, Conns: conns, Changes: changes,
-		ChangesPerS: float64(changes) / window, Delivered: delivered, Expected: int64(n) * int64(changes),
+		ChangesPerS: float64(changes) / m.seconds, Delivered: delivered, Expected: int64(n) * int64(changes),
 		Complete: complete, OtherPushes: atomic.LoadInt64(&t.other), Dropped: atomic.LoadInt64(&t.dropped),
 		P50ms: percentile(lat, 0.50), P99ms: percentile(lat, 0.99), Maxms: percentile(lat, 1.0),
-		ServerCPUs: cpu, IdleRSS: idle, WatchRSS: watching, GenCPUs: gen, WindowS: window, Load1: loadavg()}
+		ServerCPUs: cpu, IdleRSS: idle, WatchRSS: watching, GenCPUs: gen, WindowS: m.seconds, Load1: loadavg()}
 	if delivered > 0 {
 		res.NsPerNotif = cpu * 1e9 / float64(delivered)
 	}
 	res.BytesPerW = float64(watching-idle) / float64(n)
-	res.GenCorePct = 100 * gen / window
+	res.GenCorePct = 100 * gen / m.seconds
 	return res
 }
 
@@ -1078,29 +1092,31 @@ func runEtcd(dir string, r int, nc int) (*round, error) {
 	}
 
 	wcl := h2client()
-	changes := 0
-	gen0, cpu0, w0 := cpuTicks(os.Getpid()), cpuTicks(pid), time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(*flRate))
-	end := time.Now().Add(*flDuration)
-	for time.Now().Before(end) && changes < maxChanges {
-		<-tick.C
-		if err := etcdPut(wcl, srv.base, fmt.Sprintf("o%d", changes)); err != nil {
-			return nil, err
+	m, err := measureChanges([]int{pid}, t, func() (int, error) {
+		changes := 0
+		tick := time.NewTicker(time.Second / time.Duration(*flRate))
+		defer tick.Stop()
+		end := time.Now().Add(*flDuration)
+		for time.Now().Before(end) && changes < maxChanges {
+			<-tick.C
+			if err := etcdPut(wcl, srv.base, fmt.Sprintf("o%d", changes)); err != nil {
+				return changes, err
+			}
+			t.decided[changes] = t.now()
+			changes++
 		}
-		t.decided[changes] = t.now()
-		changes++
+		return changes, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	tick.Stop()
-	window := time.Since(w0).Seconds()
-	settle(t, changes)
-	cpu1, gen1 := cpuTicks(pid), cpuTicks(os.Getpid())
 	closing.Store(true)
 	for _, s := range streams {
 		s.pw.Close()
 		s.body.Close()
 	}
 	wg.Wait()
-	return summarize(t, fmt.Sprintf("etcd:%d", nc), r, n, nc, changes, window, cpu1-cpu0, gen1-gen0, idle, watching), nil
+	return summarize(t, fmt.Sprintf("etcd:%d", nc), r, n, nc, m, idle, watching), nil
 }
 
 func main() {
