@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "lockd/client/watch_session.h"
+
 namespace lockd::client {
 
 namespace {
@@ -36,11 +38,14 @@ Client::~Client() { close(); }
 
 void Client::close() {
   std::shared_ptr<Connection> conn;
+  std::shared_ptr<WatchSession> watches;
   {
     const std::lock_guard lk(mu_);
     closed_ = true;
     conn = std::move(conn_);
+    watches = watch_session_;  // kept: a later watch() ends at once
   }
+  if (watches) watches->close({Code::kUnreachable, "the client is closed"});
   {
     const std::lock_guard klk(keepers_mu_);
     for (auto& [token, keeper] : keepers_) keeper->halt();
@@ -49,7 +54,16 @@ void Client::close() {
 }
 
 std::unique_ptr<Watch> Client::watch(std::string_view key) {
-  return std::make_unique<Watch>(options_, std::string(key));
+  std::shared_ptr<WatchSession> session;
+  bool closed = false;
+  {
+    const std::lock_guard lk(mu_);
+    if (!watch_session_) watch_session_ = std::make_shared<WatchSession>(options_);
+    session = watch_session_;
+    closed = closed_;
+  }
+  if (closed) session->close({Code::kUnreachable, "the client is closed"});
+  return std::make_unique<Watch>(std::move(session), std::string(key));
 }
 
 bool Client::closed() const {

@@ -71,10 +71,10 @@ Status Election::campaign(std::string_view value, Clock::time_point deadline) {
 }
 
 Result<std::optional<Leader>> Election::leader() {
-  Watch w(client_.options(), key_);
-  auto e = w.next(Clock::now() + client_.options().connect_timeout + client_.options().reply_timeout);
+  auto w = client_.watch(key_);  // on the client's watch connection; U when done
+  auto e = w->next(Clock::now() + client_.options().connect_timeout + client_.options().reply_timeout);
   if (!e) {
-    const Status s = w.status();
+    const Status s = w->status();
     if (!s.ok()) return s;
     return Status{Code::kUnreachable, "no node answered W " + key_ + " in time"};
   }

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,46 @@ TEST(ClientRealCluster, ReleasesAtTheNewLeaderAfterTheLeaderIsKilled) {
   EXPECT_TRUE(client.release(other.value()).ok());
   EXPECT_TRUE(client.release(taken.value()).ok());
   EXPECT_EQ(client.release(lock.value()).code, Code::kNotHeld);
+}
+
+// A client's watches share one connection to one member (any member serves
+// watches). That member is killed with -9: the watches move together to
+// another member, over one new connection, and see the changes made after
+// (states in rev order, none older than what they had).
+TEST(ClientRealCluster, WatchesMoveTogetherWhenTheirMemberIsKilled) {
+  LockdCluster c(3);
+  const int leader = settled_leader(c);
+  ASSERT_NE(leader, 0);
+  const auto followers = others(leader);
+  // Watches start at a follower (the first address); requests go to the leader.
+  Client watcher(options_for(c, {followers[0], followers[1], leader}));
+  std::vector<std::unique_ptr<Watch>> watches;
+  for (int i = 0; i < 40; ++i) watches.push_back(watcher.watch(i % 2 == 0 ? "even" : "odd"));
+  for (auto& w : watches) ASSERT_TRUE(w->next(Clock::now() + 20s).has_value()) << w->status().to_string();
+  EXPECT_EQ(watches[0]->connections(), 1u);
+
+  c.kill9(followers[0]);
+  Client writer(options_for(c, {leader, followers[1]}));
+  auto lock = writer.acquire("alice", "even", 60'000);
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+  for (auto& w : watches) {
+    if (w->key() != "even") continue;
+    std::optional<WatchEvent> held;
+    // The state the new member answers W with may come first (it may
+    // already show alice); then alice's grant, if not yet seen.
+    while (auto e = w->next(Clock::now() + 20s)) {
+      if (e->state.kind == KeyState::Kind::kHeld) {
+        held = e;
+        break;
+      }
+    }
+    ASSERT_TRUE(held.has_value()) << w->status().to_string();
+    EXPECT_EQ(held->state.owner, "alice");
+    EXPECT_EQ(held->state.token, lock->token);
+  }
+  EXPECT_EQ(watches[0]->connections(), 2u);  // one reconnect for all forty
+  for (auto& w : watches) EXPECT_TRUE(w->status().ok()) << w->status().to_string();
+  EXPECT_TRUE(writer.release(lock.value()).ok());
 }
 
 // The keeper extends a lease through a leader's -9: the lease (3 s) is far

@@ -350,6 +350,7 @@ TEST(ClientPlan, C14_ElectionOnAFakeNode) {
     const auto f = fields(line);
     if (f[0] == "A") return {"A 8 " + f[1] + " " + f[2]};
     if (f[0] == "W") return {"W " + f[1] + " 3 held node-a 8"};
+    if (f[0] == "U") return {"U " + f[1]};  // leader()'s watch ends
     if (f[0] == "K") return {"K " + f[1] + " " + f[2]};
     return {"R " + f[1] + " " + f[2]};
   });

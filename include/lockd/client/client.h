@@ -113,6 +113,7 @@ struct LockOptions {
 };
 
 class Keeper;
+class WatchSession;
 
 class Client {
  public:
@@ -162,14 +163,15 @@ class Client {
   // Keeper passes its lease's safe end: retrying past it is pointless).
   Result<Reply> call(const Request& request, Clock::time_point deadline = Clock::time_point::max());
 
-  // Watches `key` (protocol.md §5c) on a connection of its own: every
-  // state from now on, in `rev` order, across reconnects (watch.h).
+  // Watches `key` (protocol.md §5c): every state from now on, in `rev`
+  // order, across reconnects (watch.h). All of a Client's watches share
+  // one connection of their own and one thread (watch_session.h).
   std::unique_ptr<Watch> watch(std::string_view key);
 
   // Closes the client: keepers stop at once (no `K` is sent after this,
   // no connection is opened again), the connections close (the server
-  // cancels their queued acquires), and every later call reports
-  // kUnreachable. Held locks are not released: release them first, or they
+  // cancels their queued acquires), its watches end, and every later call
+  // reports kUnreachable. Held locks are not released: release them first, or they
   // end by expiry. Idempotent; the destructor does it too.
   void close();
   bool closed() const;
@@ -202,6 +204,7 @@ class Client {
   std::vector<Address> addresses_;
   std::size_t current_ = 0;  // the node requests go to (the leader, once known)
   std::shared_ptr<Connection> conn_;
+  std::shared_ptr<WatchSession> watch_session_;  // made by the first watch()
   std::mt19937_64 rng_;
   Status config_error_;  // a bad address in Options: every call reports it
   bool closed_ = false;

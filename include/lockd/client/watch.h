@@ -6,17 +6,20 @@
 //     if (e->state.kind == KeyState::Kind::kHeld) use(e->state.owner);
 //   }
 //
-// A Watch runs on a connection of its own (the Client's credential and
-// TLS), served by any node (no leader needed), with one thread that
-// reconnects when the connection ends — to the next address, after a short
-// jittered pause — and watches again. States arrive in `rev` order; one
+// The watches of a Client share one connection of their own (the Client's
+// credential and TLS; any node serves it, no leader needed) and one thread
+// (WatchSession): each Watch's `W` is answered with its first state, every
+// change of the key reaches each Watch of it, and when the connection ends
+// the session reconnects — to the next address, after a short jittered
+// pause — and watches every key again. States arrive in `rev` order; one
 // whose `rev` is not newer than every state already seen (the state a new
 // node answers `W` with after a reconnect, a lagging follower) is dropped.
 // A consumer that falls behind by more than kMaxQueuedStates loses the
 // oldest queued states, never the newest (the server coalesces the same
 // way). A refusal that a retry cannot change (kForbidden, kUnauthenticated,
-// kBusy: a watch limit) ends the watch: next() returns nullopt and status()
-// says why.
+// kBusy: a watch limit, e.g. more than --max-watches-per-connection keys
+// watched by one Client) ends the watch: next() returns nullopt and
+// status() says why. Closing the Client ends its watches (kUnreachable).
 #pragma once
 
 #include <condition_variable>
@@ -25,7 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
+#include <memory>
 #include <vector>
 
 #include "lockd/client/connection.h"
@@ -35,6 +38,7 @@
 namespace lockd::client {
 
 struct Options;
+class WatchSession;
 
 struct WatchEvent {
   std::string key;
@@ -47,6 +51,9 @@ constexpr std::size_t kMaxQueuedStates = 4096;
 
 class Watch {
  public:
+  // A watch of the Client's session (Client::watch()).
+  Watch(std::shared_ptr<WatchSession> session, std::string key);
+  // A watch with a session (a connection and a thread) of its own.
   Watch(const Options& options, std::string key);
   ~Watch();  // stop()
   Watch(const Watch&) = delete;
@@ -55,15 +62,16 @@ class Watch {
   // The next state, waiting until `deadline`: nullopt when the deadline
   // passed, or the watch was stopped or ended (see status()).
   std::optional<WatchEvent> next(Clock::time_point deadline);
-  // Sends nothing more, closes the connection (ending the watch at the
-  // server) and wakes next(). Idempotent.
+  // Ends the watch and wakes next(): no state arrives after this returns.
+  // The server is sent `U` when this was the last Watch of its key on the
+  // session. Idempotent.
   void stop();
   // kOk while the watch runs (also while it reconnects); why it ended.
   Status status() const;
   // Largest `rev` seen so far (0 before the first state).
   std::uint64_t last_rev() const;
   const std::string& key() const { return key_; }
-  // Connections the watch has made (1 + reconnects).
+  // Connections its session has made (1 + reconnects).
   std::uint64_t connections() const;
 
   // Pure: the rule of which states are kept. True (and `last_rev` moved)
@@ -71,24 +79,22 @@ class Watch {
   static bool newer(std::uint64_t rev, std::uint64_t& last_rev);
 
  private:
-  void run();
+  friend class WatchSession;
+  // Validates the key and registers with the session.
+  void start();
+  // From the session, under its lock: a state of the key; the end.
   void offer(std::uint64_t rev, const KeyState& state);
+  void end(const Status& why);
 
-  std::vector<Address> addresses_;
-  std::chrono::milliseconds connect_timeout_;
-  std::chrono::milliseconds reply_timeout_;
-  std::string credential_;
-  TlsFiles tls_;
+  std::shared_ptr<WatchSession> session_;
+  const bool own_session_;
   const std::string key_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   Status status_;
   std::uint64_t last_rev_ = 0;
-  std::uint64_t connections_ = 0;
   std::deque<WatchEvent> queue_;
-  Connection* current_ = nullptr;  // the run thread's connection, for stop()
-  std::thread thread_;  // last
 };
 
 }  // namespace lockd::client
