@@ -14,6 +14,9 @@ do the I/O — sockets or streams, threads or tasks, ``time.sleep`` or
 - :class:`KeepPlan` — a keeper's schedule: when to send ``K``, when the
   lease's safe end has passed, which failures are final.
 - :class:`HeldBase` — what a held lock (exclusive or shared) knows.
+- :class:`WatchBook` and :func:`watch_answer` — the watches a client's one
+  watch connection carries: which keys, which ``U`` is due, what a ``W``
+  reply means.
 - :class:`ClientOptions` — the constructor both clients share (addresses,
   owner, timeouts, retry budget, security); each adds its connection state.
 
@@ -31,13 +34,14 @@ import logging
 import random
 import ssl
 import threading
-from typing import List, Optional, Tuple
+from typing import Dict, Generic, List, Optional, Tuple, TypeVar, Union
 
 from ._common import DEFAULT_ADDRESS, KEEP_RETRY_PAUSE_S, Addresses, Backoff, default_owner, parse_addresses
 from .errors import (
     Forbidden,
     Indeterminate,
     LimitMismatch,
+    LockBusy,
     LockdError,
     LockLost,
     NoLeader,
@@ -429,6 +433,115 @@ class WatchFilter:
             return False
         self.rev = state.rev
         return True
+
+
+_W = TypeVar("_W")
+
+
+class WatchBook(Generic[_W]):
+    """The watches of one client, carried by its one watch connection (§5c),
+    sans I/O: each key's watches in registration order, and the keys whose
+    last watch closed and whose ``U`` is not sent yet.
+
+    The server watches a key once per connection however many watches it
+    has: each new watch sends its own ``W`` (its first state is the reply),
+    a push goes to every watch of its key (:meth:`watching`), and only the
+    last watch of a key to leave sends ``U``. That ``U`` is sent by
+    whoever holds the front's send lock next (:meth:`unwatch`), and only if
+    the key still has no watch then: a ``W`` sent meanwhile for a new watch
+    of the key (under the same lock, so before this ``U`` would go) keeps it
+    watched. So a ``U`` never overtakes a later ``W`` of its key. After a
+    reconnect every key is watched again (:meth:`rewatch`).
+
+    Not thread-safe: the front holds its lock around every call."""
+
+    def __init__(self) -> None:
+        # dicts as ordered sets: removing one of many watches of a key is O(1)
+        self._keys: Dict[str, Dict[_W, None]] = {}
+        self._unwatch: Dict[str, None] = {}
+
+    def __len__(self) -> int:
+        """Watches (not keys) in the book."""
+        return sum(len(w) for w in self._keys.values())
+
+    def add(self, key: str, watch: _W) -> None:
+        """``watch`` watches ``key`` from now on (the front sends its ``W``)."""
+        self._keys.setdefault(key, {})[watch] = None
+
+    def remove(self, key: str, watch: _W, watched: bool = True) -> bool:
+        """``watch`` stops; True if it was in the book. The last watch of
+        ``key`` to leave makes its ``U`` due — unless the server refused
+        its ``W`` (``watched`` False: ``B``, ``E forbidden``), so that the
+        connection does not watch the key at all."""
+        watches = self._keys.get(key)
+        if watches is None or watch not in watches:
+            return False
+        del watches[watch]
+        if not watches:
+            del self._keys[key]
+            if watched:
+                self._unwatch[key] = None
+        return True
+
+    def watching(self, key: str) -> List[_W]:
+        """The watches of ``key``, oldest first: a push for it goes to each."""
+        return list(self._keys.get(key, ()))
+
+    def watches(self) -> List[_W]:
+        """Every watch in the book."""
+        return [w for ws in self._keys.values() for w in ws]
+
+    def keys(self) -> List[str]:
+        return list(self._keys)
+
+    @property
+    def pending(self) -> bool:
+        """True if a ``U`` may be due (:meth:`unwatch` says which)."""
+        return bool(self._unwatch)
+
+    def unwatch(self) -> List[str]:
+        """The keys to send ``U`` for now, in the order their last watch
+        left: those still without a watch (a key watched again meanwhile
+        needs none: its new ``W`` went out after the close). Afterwards
+        none is due."""
+        due = [k for k in self._unwatch if k not in self._keys]
+        self._unwatch.clear()
+        return due
+
+    def rewatch(self) -> List[str]:
+        """A new connection: every key to watch again (one ``W`` each, its
+        reply for every watch of the key). A ``U`` due on the old
+        connection is void: the new one watches nothing else."""
+        self._unwatch.clear()
+        return self.keys()
+
+    def clear(self) -> List[_W]:
+        """The client closes: every watch, and an empty book."""
+        out = self.watches()
+        self._keys.clear()
+        self._unwatch.clear()
+        return out
+
+
+def watch_answer(reply: Reply) -> Union[KeyState, LockdError, None]:
+    """What the reply to a ``W`` means for the watches of its key: their
+    state now (a :class:`KeyState`), the error their ``get`` raises
+    (``B``: a watch limit, :class:`LockBusy`; ``E forbidden``,
+    ``E unauthenticated`` ...), or None for ``E no_leader`` — a cluster
+    member that has applied nothing yet: watch on another node."""
+    if reply.kind == "W":
+        return KeyState.of(reply)
+    if reply.kind == "B":
+        return LockBusy("the server's watch limit is reached")
+    if reply.kind == "E":
+        if reply.error_code == "no_leader":
+            return None
+        if reply.error_code == "unauthenticated":
+            return Unauthenticated()
+        if reply.error_code == "forbidden":
+            return Forbidden()
+        return Rejected(reply.error_code)
+    return ProtocolError(f"unexpected reply {reply.kind} to W")
 
 
 class LeaderFilter:

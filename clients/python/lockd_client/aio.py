@@ -6,7 +6,8 @@ in ``async`` form.
         await store.write(data, fencing_token=lock.token)   # kept alive by a task
 
 One connection per client, one reader task pairing replies with requests
-by their echo; any number of tasks may share the client. Every protocol
+by their echo; any number of tasks may share the client. Its watches
+(``watch``, ``observe``) share one more connection, whatever their number. Every protocol
 decision is the sans-I/O core's (:mod:`._core`), shared with the threaded
 client; this module only does the asyncio I/O.
 """
@@ -34,14 +35,17 @@ from ._core import (
     Leader,
     LeaderFilter,
     Security,
+    WatchBook,
     WatchFilter,
     Wire,
     address_name,
     check_value,
     lease_start,
     leader_of,
+    log,
     permits,
     requeued,
+    watch_answer,
 )
 from .errors import Indeterminate, LockBusy, LockdError, LockTimeout, NoLeader, NotHeld, ProtocolError, Unreachable
 from .protocol import Reply, Request
@@ -177,6 +181,13 @@ class _AsyncConnection:
         assert self._writer is not None
         self._writer.write(line)
         return rid, future
+
+    def send_ignored(self, request: Request) -> None:
+        """Writes ``request`` whose reply nobody waits for (a watch's ``U``):
+        the reply is read and dropped."""
+        rid, future = self.send(request)
+        self._wire.abandon(rid)
+        future.cancel()
 
     async def drain(self) -> None:
         assert self._writer is not None
@@ -403,13 +414,233 @@ class _Closed(LockdError):
     """The watch was closed."""
 
 
+#: In a watch's queue: wake up and look again (the connection broke, the
+#: watch or the client closed).
+_BROKEN = object()
+
+
+class _AsyncWatchSession:
+    """The one connection every :class:`AsyncWatch` of an
+    :class:`AsyncClient` shares (§5c), apart from the request connection;
+    see :class:`lockd_client.client._WatchSession`. Made at the client's
+    first watch; it connects at the first ``get``.
+
+    Each new watch sends its own ``W``; a ``V`` push goes to every watch of
+    its key; the last watch of a key to close sends ``U``
+    (:class:`~._core.WatchBook`). ``W`` and ``U`` are written without an
+    ``await`` between the book's change and the write, so they leave in
+    the order the book changed: a ``U`` never overtakes a later ``W``. When
+    the connection breaks, the first watch whose ``get`` notices reconnects
+    for all (under ``_connecting``) and watches every key again."""
+
+    def __init__(self, client: "AsyncClient") -> None:
+        self._client = client
+        self._connecting = asyncio.Lock()
+        self._book: WatchBook["AsyncWatch"] = WatchBook()
+        self._conn: Optional[_AsyncConnection] = None
+        #: A node the next connect moves on from (it knew no leader, or went silent).
+        self._avoid: Optional[int] = None
+        self._closed = False
+        self._made: "weakref.WeakSet[AsyncWatch]" = weakref.WeakSet()  # every watch made, for close()
+
+    def _healthy(self) -> Optional[_AsyncConnection]:
+        conn = self._conn
+        return conn if conn is not None and conn.broken is None else None
+
+    async def ensure(self, watch: "AsyncWatch") -> None:
+        """Before ``watch`` waits for a state: the connection is up and
+        ``watch`` registered (its ``W`` sent; the answer comes to its
+        queue). Reconnects, for every watch, if the connection is gone."""
+        if watch._registered and self._healthy() is not None:
+            return
+        if self._closed:
+            raise Unreachable("the client is closed")
+        if self._healthy() is None:
+            async with self._connecting:
+                if self._healthy() is None:
+                    await self._reconnect(watch.key)
+                    self._send_unwatch(reconnected=True)
+        conn = self._healthy()
+        if conn is None or watch._registered:
+            return  # broken again already: the next round reconnects
+        if watch._closed:
+            raise _Closed("the watch is closed")
+        # No await from here to the write: W leaves in book order.
+        self._book.add(watch.key, watch)
+        watch._registered = True
+        watch._asked = (conn, time.monotonic())  # pushes wait for its W's reply
+        try:
+            _, future = conn.send(Request("W", watch.key))
+        except _NotSent:
+            self._answered(conn, watch, None)  # the reconnect watches it again
+            return
+        future.add_done_callback(lambda f: self._answered(conn, watch, f))
+        await conn.drain()
+
+    def remove(self, watch: "AsyncWatch") -> None:
+        """``watch`` closed: nothing reaches its queue any more; ``U`` now
+        if it was its key's last watch (during a reconnect: once it is done)."""
+        if watch._registered:
+            self._book.remove(watch.key, watch)
+            watch._registered = False
+        watch._asked = None
+        watch._early.clear()
+        self._send_unwatch()
+
+    def silent(self, conn: _AsyncConnection) -> None:
+        """A ``W`` got no reply in time: the node is silent. End the
+        connection; the reconnect tries the next node."""
+        if conn is self._conn:
+            self._avoid = self._client._nodes.index_of(conn.address)
+            log.warning("no reply to W from %s in time: watching on another node", conn.name)
+        conn._fail(f"no reply to W from {conn.name} in time")
+
+    async def close(self) -> None:
+        """The client closes: every watch ends and the connection closes."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        self._book.clear()
+        for w in list(self._made):
+            w._closed = True
+            w._registered = False
+            w._asked = None
+            w._early.clear()
+            w._queue.put_nowait(_BROKEN)
+        if conn is not None:
+            await conn.close()
+
+    def _send_unwatch(self, reconnected: bool = False) -> None:
+        """Sends the ``U`` that are due, unless a reconnect is under way
+        (they go once the new connection watches its keys, ``reconnected``)."""
+        if self._connecting.locked() and not reconnected:
+            return
+        keys = self._book.unwatch()
+        conn = self._healthy()
+        if conn is None:
+            return  # a new connection watches only the keys that have watches
+        for key in keys:
+            try:
+                conn.send_ignored(Request("U", key))
+            except _NotSent:
+                return
+
+    async def _reconnect(self, key: str) -> None:
+        """Under ``_connecting``: connects (from the client's current node
+        on, or past the one to avoid; jittered backoff as
+        :class:`~._core.CallPlan` says) and watches every key of the book
+        again; each answer goes to every watch of its key."""
+        c = self._client
+        old, self._conn = self._conn, None
+        if old is not None:
+            await old.close()
+        plan = CallPlan(c._nodes, Request("W", key), c, None, time.monotonic())
+        if self._avoid is not None:
+            plan.target, self._avoid = c._nodes.after(self._avoid), None
+        while True:
+            if self._closed:
+                raise Unreachable("the client is closed")
+            conn = _AsyncConnection(c._nodes.address(plan.target), on_push=self._route, on_fail=self._failed)
+            try:
+                await conn.open(c.connect_timeout_s, c._security)
+            except Unreachable as e:
+                await asyncio.sleep(plan.unreachable(e, time.monotonic()))
+                continue
+            keys = self._book.rewatch()
+            sent: List[Tuple[int, asyncio.Future]] = []
+            try:
+                try:
+                    for k in keys:
+                        sent.append(conn.send(Request("W", k)))
+                    await conn.drain()
+                    by = plan.reply_by(time.monotonic())
+                    replies = [(k, await conn.wait(rid, future, by)) for k, (rid, future) in zip(keys, sent)]
+                except (_NotSent, Indeterminate) as e:
+                    silent = conn.broken is None
+                    for _, future in sent:
+                        future.cancel()  # nobody reads them now
+                    await conn.close()
+                    pause = plan.not_sent(str(e))
+                    if silent:
+                        plan.target = c._nodes.after(plan.target)
+                    await asyncio.sleep(pause)
+                    continue
+                no_leader = next((r for _, r in replies if watch_answer(r) is None), None)
+                if no_leader is not None:  # a member that has applied nothing yet: another one
+                    await conn.close()
+                    await asyncio.sleep(plan.reply(no_leader, time.monotonic()))
+                    continue
+                if self._closed:
+                    await conn.close()
+                    raise Unreachable("the client is closed")
+            except BaseException:  # a cancelled get: the attempt's connection goes with it
+                for _, future in sent:
+                    future.cancel()
+                await conn.close()
+                raise
+            # No await from here on: the book cannot change under us.
+            self._conn = conn
+            for k, reply in replies:
+                answer = watch_answer(reply)
+                for w in self._book.watching(k):
+                    if not isinstance(answer, KeyState):
+                        self._book.remove(k, w, watched=False)
+                        w._registered = False
+                    w._queue.put_nowait(answer)
+            if keys:
+                log.info("watching %d key(s) again on %s", len(keys), conn.name)
+            return
+
+    # --- from the connection's reader task (on the loop) --------------------
+
+    def _answered(self, conn: _AsyncConnection, watch: "AsyncWatch", future: Optional[asyncio.Future]) -> None:
+        """The reply to a new watch's ``W`` (or None: it was not sent)."""
+        reply = None
+        if future is not None and not future.cancelled() and future.exception() is None:
+            reply = future.result()
+        if watch._asked is None or watch._asked[0] is not conn:
+            return  # closed meanwhile
+        watch._asked = None
+        early, watch._early = watch._early, []
+        answer = watch_answer(reply) if reply is not None else None
+        if isinstance(answer, LockdError):
+            if self._book.remove(watch.key, watch, watched=False):
+                watch._registered = False
+                watch._queue.put_nowait(answer)
+            return
+        if isinstance(answer, KeyState):
+            watch._queue.put_nowait(answer)
+        for state in early:  # pushes that came before the reply: only newer ones pass
+            watch._queue.put_nowait(state)
+        if reply is not None and answer is None:  # E no_leader: the session moves on
+            if conn is self._conn:
+                self._avoid = self._client._nodes.index_of(conn.address)
+                log.info("%s knows no leader yet: watching on another node", conn.name)
+            conn._fail(f"{conn.name} knows no leader yet")
+
+    def _route(self, reply: Reply) -> None:
+        """A push: a ``V`` goes to every watch of its key (queued)."""
+        if reply.kind != "V":
+            return
+        state = KeyState.of(reply)
+        for w in self._book.watching(reply.key):
+            if w._asked is not None:
+                w._early.append(state)  # its W is unanswered: after the reply
+            else:
+                w._queue.put_nowait(state)
+
+    def _failed(self, why: str) -> None:
+        for w in self._book.watches():
+            w._queue.put_nowait(_BROKEN)
+
+
 class AsyncWatch:
     """``async for state in client.watch(key):`` every state of ``key``
-    (§5c) in ``rev`` order, on a connection of its own; reconnects and
-    watches again when it is lost, dropping states whose ``rev`` is not
-    newer. ``await watch.aclose()`` (or ``async with``) stops it."""
-
-    _BROKEN = object()
+    (§5c) in ``rev`` order. All watches of a client share one connection of
+    their own (any member serves them), opened at the first :meth:`get`;
+    when it is lost, the first watch to notice reconnects for all and
+    watches every key again, and each drops the states whose ``rev`` is not
+    newer. ``await watch.aclose()`` (or ``async with``) stops it;
+    :meth:`AsyncClient.close` ends every watch."""
 
     def __init__(self, client: "AsyncClient", key: str) -> None:
         why = Request("W", key).validate()
@@ -419,8 +650,13 @@ class AsyncWatch:
         self.key = key
         self._queue: "asyncio.Queue" = asyncio.Queue()
         self._filter = WatchFilter()
-        self._conn: Optional[_AsyncConnection] = None
         self._closed = False
+        # The session's:
+        self._registered = False  # in the book (its W sent)
+        self._asked: Optional[Tuple[_AsyncConnection, float]] = None  # its W awaiting the reply: (conn, sent at)
+        self._early: List[KeyState] = []  # pushes that came while its W was unanswered
+        self._session = client._watch_session()
+        self._session._made.add(self)
 
     async def __aenter__(self) -> "AsyncWatch":
         return self
@@ -438,55 +674,11 @@ class AsyncWatch:
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
+        """Stops the watch: no state reaches it any more (``U`` goes out
+        if no other watch of the client watches the key)."""
         self._closed = True
-        conn, self._conn = self._conn, None
-        self._queue.put_nowait(self._BROKEN)
-        if conn is not None:
-            await conn.close()
-
-    def _push(self, reply: Reply) -> None:
-        if reply.kind == "V" and reply.key == self.key:
-            self._queue.put_nowait(KeyState.of(reply))
-
-    async def _connect(self, deadline: Optional[float]) -> None:
-        c = self.client
-        request = Request("W", self.key)
-        plan = CallPlan(c._nodes, request, c, deadline, time.monotonic())
-        while True:
-            if self._closed:
-                raise _Closed()
-            conn = _AsyncConnection(c._nodes.address(plan.target), on_push=self._push,
-                                    on_fail=lambda why: self._queue.put_nowait(self._BROKEN))
-            try:
-                await conn.open(c.connect_timeout_s, c._security)
-            except Unreachable as e:
-                await asyncio.sleep(plan.unreachable(e, time.monotonic()))
-                continue
-            try:
-                rid, future = conn.send(request)
-                await conn.drain()
-                reply = await conn.wait(rid, future, plan.reply_by(time.monotonic()))
-                pause = plan.reply(reply, time.monotonic())
-            except (_NotSent, Indeterminate) as e:
-                await conn.close()
-                await asyncio.sleep(plan.not_sent(str(e)))
-                continue
-            except BaseException:
-                await conn.close()
-                raise
-            if pause is not None:
-                await conn.close()
-                await asyncio.sleep(pause)
-                continue
-            if reply.kind == "B":
-                await conn.close()
-                raise LockBusy("the server's watch limit is reached")
-            if reply.kind != "W":
-                await conn.close()
-                raise ProtocolError(f"unexpected reply {reply.kind} to W")
-            self._conn = conn
-            self._queue.put_nowait(KeyState.of(reply))
-            return
+        self._session.remove(self)
+        self._queue.put_nowait(_BROKEN)
 
     async def get(self, timeout_s: Optional[float] = None) -> KeyState:
         """The next state (raises ``TimeoutError`` after ``timeout_s``)."""
@@ -494,25 +686,45 @@ class AsyncWatch:
         while True:
             if self._closed:
                 raise _Closed("the watch is closed")
-            if self._conn is None or self._conn.broken is not None:
-                old, self._conn = self._conn, None
-                if old is not None:
-                    await old.close()
-                await self._connect(deadline)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                item = await asyncio.wait_for(self._queue.get(), left)
+                await self._session.ensure(self)
+            except LockdError:
+                if self._closed:
+                    raise _Closed("the watch is closed") from None
+                raise
+            asked = self._asked
+            now = time.monotonic()
+            left = None if deadline is None else max(0.0, deadline - now)
+            if asked is not None:  # waiting for its W's reply: no longer than the reply timeout
+                silent_in = max(0.0, asked[1] + self.client.reply_timeout_s - now)
+                left = silent_in if left is None else min(left, silent_in)
+            try:
+                if self._queue.empty():
+                    item = await asyncio.wait_for(self._queue.get(), left)
+                else:  # at once, even with no time left (wait_for(..., 0) would time out)
+                    item = self._queue.get_nowait()
             except asyncio.TimeoutError:
-                raise TimeoutError(f"no change of {self.key} in time") from None
-            if item is self._BROKEN:
+                now = time.monotonic()
+                if asked is not None and self._asked is asked and now >= asked[1] + self.client.reply_timeout_s:
+                    self._session.silent(asked[0])
+                    continue
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError(f"no change of {self.key} in time") from None
                 continue
+            if self._closed:
+                raise _Closed("the watch is closed")
+            if item is _BROKEN:
+                continue
+            if isinstance(item, LockdError):
+                raise item
             if self._filter.admit(item):
                 return item
 
 
 class AsyncObserve:
     """``async for leader in client.observe(key):`` every change of the
-    election's leader (a :class:`~._core.Leader`, or None)."""
+    election's leader (a :class:`~._core.Leader`, or None). Built on
+    :class:`AsyncWatch` (so on the connection the client's watches share)."""
 
     def __init__(self, client: "AsyncClient", key: str) -> None:
         self._watch = AsyncWatch(client, key)
@@ -593,7 +805,8 @@ class AsyncSemaphore:
 
 
 class AsyncClient(ClientOptions):
-    """The asyncio client; options as for :class:`lockd_client.Client`."""
+    """The asyncio client; options as for :class:`lockd_client.Client`.
+    Its watches share one connection of their own, whatever their number."""
 
     def _init_connection(self) -> None:
         self._conn: Optional[_AsyncConnection] = None
@@ -603,6 +816,14 @@ class AsyncClient(ClientOptions):
         self._keepers: Set[asyncio.Task] = set()
         #: Locks granted and not yet released, by (token, key): for ``X`` and close().
         self._held: "weakref.WeakValueDictionary[Tuple[int, str], AsyncLock]" = weakref.WeakValueDictionary()
+        #: The connection all watches share, made at the first watch.
+        self._watches: Optional[_AsyncWatchSession] = None
+
+    def _watch_session(self) -> _AsyncWatchSession:
+        if self._watches is None:
+            self._watches = _AsyncWatchSession(self)
+            self._watches._closed = self._closed
+        return self._watches
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -613,8 +834,11 @@ class AsyncClient(ClientOptions):
     async def close(self) -> None:
         """Closes the connections and stops every keeper for good (their
         locks get ``lost`` with a LockLost reason, without ``on_lost``; the
-        leases end by themselves); later calls raise Unreachable."""
+        leases end by themselves) and every watch (its iteration ends);
+        later calls raise Unreachable."""
         self._closed = True
+        if self._watches is not None:
+            await self._watches.close()
         conns = [c for c in [self._conn, *self._retired] if c is not None]
         self._conn, self._retired = None, []
         held = list(self._held.values())
@@ -763,7 +987,9 @@ class AsyncClient(ClientOptions):
     # --- watch and election (v1.3 §5c) ---------------------------------------
 
     def watch(self, key: str) -> AsyncWatch:
-        """Every state of ``key``: ``async for state in client.watch(key)``."""
+        """Every state of ``key``: ``async for state in client.watch(key)``
+        (an :class:`AsyncWatch`). All watches of this client share one
+        connection, apart from the one requests go over."""
         return AsyncWatch(self, key)
 
     async def leader(self, key: str) -> Optional[Leader]:

@@ -13,7 +13,9 @@ pipelined on one connection and a reader thread pairs each reply with its
 request by the echoed fields. It follows ``M`` redirects, retries
 ``E no_leader`` with jittered backoff, and raises :class:`Indeterminate`
 when a request may or may not have taken effect. Those decisions are the
-sans-I/O core's (:mod:`._core`), shared with the asyncio client.
+sans-I/O core's (:mod:`._core`), shared with the asyncio client. Its
+watches (``watch``, ``observe``) share one more connection, whatever their
+number.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ._core import (
     LeaderFilter,
     Security,
     TlsPipe,
+    WatchBook,
     WatchFilter,
     Wire,
     address_name,
@@ -52,6 +55,7 @@ from ._core import (
     log,
     permits,
     requeued,
+    watch_answer,
 )
 from .errors import Indeterminate, LockBusy, NotHeld, LockdError, LockTimeout, NoLeader, ProtocolError, Rejected, Unreachable
 from .protocol import Reply, Request
@@ -462,16 +466,277 @@ class Leadership(Lock):
         self.release()
 
 
+class _Closed(LockdError):
+    """The watch was closed."""
+
+
+#: In a watch's queue: wake up and look again (the connection broke, the
+#: watch or the client closed).
+_BROKEN = object()
+
+
+class _WatchSession:
+    """The one connection every :class:`Watch` of a :class:`Client` shares
+    (§5c), apart from the request connection (any member serves watches: no
+    redirect, no leader needed). Made at the client's first watch; it
+    connects at the first :meth:`Watch.get`.
+
+    Each new watch sends its own ``W`` (its first state is the reply); a
+    ``V`` push goes to every watch of its key (each drops what is not newer
+    by its own :class:`~._core.WatchFilter`); the last watch of a key to
+    close sends ``U``. Which keys, and which ``U`` is due, is the
+    :class:`~._core.WatchBook`'s. ``W`` and ``U`` go out under ``_lock`` in
+    the order the book changed, so a ``U`` never overtakes a later ``W`` of
+    its key. When the connection breaks, the first watch whose ``get``
+    notices reconnects for all (under ``_lock``), watching every key again;
+    the others find it connected. No thread of its own: the connection's
+    reader routes pushes into the watches' queues, never blocking."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+        #: Held to connect, and to send W and U (in book order); across I/O.
+        self._lock = threading.Lock()
+        #: Guards _book, _conn, _closed and each watch's _registered, _asked
+        #: and _early; never held across I/O (the reader takes it per push).
+        self._book_lock = threading.Lock()
+        self._book: WatchBook["Watch"] = WatchBook()
+        self._conn: Optional[_Connection] = None
+        #: A node the next connect moves on from (it knew no leader, or went silent).
+        self._avoid: Optional[int] = None
+        self._closed = False
+        self._made: "weakref.WeakSet[Watch]" = weakref.WeakSet()  # every watch made, for close()
+
+    def made(self, watch: "Watch") -> None:
+        with self._book_lock:
+            self._made.add(watch)
+
+    # --- on a watch's thread --------------------------------------------------
+
+    def ensure(self, watch: "Watch", deadline: Optional[float]) -> None:
+        """Before ``watch`` waits for a state: the connection is up and
+        ``watch`` is registered (its ``W`` sent; the answer comes to its
+        queue). Reconnects, for every watch, if the connection is gone."""
+        conn = self._conn
+        if watch._registered and conn is not None and conn.broken is None:
+            return
+        left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._lock.acquire(timeout=left):
+            raise TimeoutError(f"no change of {watch.key} in time")
+        try:
+            if self._closed:
+                raise Unreachable("the client is closed")
+            conn = self._conn
+            if conn is None or conn.broken is not None:
+                conn = self._reconnect(watch.key)
+            if not watch._registered:
+                with self._book_lock:
+                    if watch._closed:
+                        raise _Closed("the watch is closed")
+                    self._book.add(watch.key, watch)
+                    watch._registered = True
+                    watch._asked = (conn, time.monotonic())  # pushes wait for its W's reply
+                self._ask(conn, watch)
+        finally:
+            self._unlock()
+
+    def remove(self, watch: "Watch") -> None:
+        """``watch`` closed: nothing reaches its queue any more; ``U`` if it
+        was its key's last watch (sent now, or by whoever holds ``_lock``:
+        never blocks on a reconnect)."""
+        with self._book_lock:
+            if watch._registered:
+                self._book.remove(watch.key, watch)
+                watch._registered = False
+            watch._asked = None
+            watch._early.clear()
+        if self._lock.acquire(blocking=False):
+            self._unlock()
+
+    def silent(self, conn: _Connection) -> None:
+        """A ``W`` got no reply in time: the node is silent (paused, cut
+        off). End the connection; the reconnect tries the next node."""
+        with self._book_lock:
+            current = conn is self._conn
+        if current:
+            self._avoid = self._client._nodes.index_of(conn.address)
+            log.warning("no reply to W from %s in time: watching on another node", conn.name)
+        conn._shutdown()
+
+    def close(self) -> None:
+        """The client closes: every watch ends (its ``get`` raises, its
+        iteration stops) and the connection closes."""
+        with self._book_lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            self._book.clear()
+            watches = list(self._made)
+            for w in watches:
+                w._closed = True
+                w._registered = False
+                w._asked = None
+                w._early.clear()
+        for w in watches:
+            w._queue.put(_BROKEN)
+        if conn is not None:
+            conn.close()
+
+    # --- under _lock ----------------------------------------------------------
+
+    def _ask(self, conn: _Connection, watch: "Watch") -> None:
+        try:
+            _, future = conn.submit(Request("W", watch.key), time.monotonic())
+        except _NotSent:
+            self._answered(conn, watch, None)  # the reconnect watches it again
+            return
+        future.add_done_callback(lambda f: self._answered(conn, watch, f))
+
+    def _unlock(self) -> None:
+        """Sends the ``U`` that are due, then releases ``_lock``; again if
+        a watch closed meanwhile and nobody else holds it (so no ``U`` is
+        left behind by a close that found the lock taken)."""
+        while True:
+            self._send_unwatch()
+            self._lock.release()
+            with self._book_lock:
+                pending = self._book.pending
+            if not pending or not self._lock.acquire(blocking=False):
+                return
+
+    def _send_unwatch(self) -> None:
+        with self._book_lock:
+            keys = self._book.unwatch()
+            conn = self._conn
+        if conn is None or conn.broken is not None:
+            return  # a new connection watches only the keys that have watches
+        for key in keys:
+            try:
+                conn.submit(Request("U", key), time.monotonic())  # its reply is read and dropped
+            except _NotSent:
+                return
+
+    def _reconnect(self, key: str) -> _Connection:
+        """Connects (from the client's current node on, or past the one to
+        avoid; jittered backoff as :class:`~._core.CallPlan` says) and
+        watches every key of the book again; each answer goes to every
+        watch of its key. ``key`` names the attempt in the log."""
+        c = self._client
+        with self._book_lock:
+            old, self._conn = self._conn, None
+        if old is not None:
+            old.close()
+        plan = CallPlan(c._nodes, Request("W", key), c, None, time.monotonic())
+        if self._avoid is not None:
+            plan.target, self._avoid = c._nodes.after(self._avoid), None
+        while True:
+            if self._closed:
+                raise Unreachable("the client is closed")
+            try:
+                conn = _Connection(c._nodes.address(plan.target), c.connect_timeout_s, c._security,
+                                   on_push=self._route, on_fail=self._failed)
+            except Unreachable as e:
+                time.sleep(plan.unreachable(e, time.monotonic()))
+                continue
+            with self._book_lock:
+                keys = self._book.rewatch()
+            try:
+                try:
+                    sent = [conn.submit(Request("W", k), time.monotonic()) for k in keys]
+                    by = plan.reply_by(time.monotonic())
+                    replies = [(k, conn.wait(rid, future, by)) for k, (rid, future) in zip(keys, sent)]
+                except (_NotSent, Indeterminate) as e:
+                    silent = conn.broken is None
+                    conn.close()
+                    pause = plan.not_sent(str(e))
+                    if silent:
+                        plan.target = c._nodes.after(plan.target)
+                    time.sleep(pause)
+                    continue
+                no_leader = next((r for _, r in replies if watch_answer(r) is None), None)
+                if no_leader is not None:  # a member that has applied nothing yet: another one
+                    conn.close()
+                    time.sleep(plan.reply(no_leader, time.monotonic()))
+                    continue
+            except BaseException:  # out of budget, or interrupted: the attempt's connection goes
+                conn.close()
+                raise
+            with self._book_lock:
+                closed = self._closed
+                if not closed:
+                    self._conn = conn
+                    for k, reply in replies:
+                        answer = watch_answer(reply)
+                        for w in self._book.watching(k):
+                            if not isinstance(answer, KeyState):
+                                self._book.remove(k, w, watched=False)
+                                w._registered = False
+                            w._queue.put(answer)
+            if closed:
+                conn.close()
+                raise Unreachable("the client is closed")
+            if keys:
+                log.info("watching %d key(s) again on %s", len(keys), conn.name)
+            return conn
+
+    # --- on the connection's reader thread ----------------------------------
+
+    def _answered(self, conn: _Connection, watch: "Watch", future: Optional[concurrent.futures.Future]) -> None:
+        """The reply to a new watch's ``W`` (or None: it was not sent)."""
+        reply = None
+        if future is not None and future.exception() is None:
+            reply = future.result()
+        answer = watch_answer(reply) if reply is not None else None
+        with self._book_lock:
+            if watch._asked is None or watch._asked[0] is not conn:
+                return  # closed meanwhile
+            watch._asked = None
+            early, watch._early = watch._early, []
+            if isinstance(answer, LockdError):
+                if self._book.remove(watch.key, watch, watched=False):
+                    watch._registered = False
+                    watch._queue.put(answer)
+                return
+            if isinstance(answer, KeyState):
+                watch._queue.put(answer)
+            for state in early:  # pushes that came before the reply: only newer ones pass
+                watch._queue.put(state)
+        if reply is not None and answer is None:  # E no_leader: the session moves on
+            with self._book_lock:
+                current = conn is self._conn
+            if current:
+                self._avoid = self._client._nodes.index_of(conn.address)
+                log.info("%s knows no leader yet: watching on another node", conn.name)
+            conn._shutdown()
+
+    def _route(self, reply: Reply) -> None:
+        """A push: a ``V`` goes to every watch of its key (queued, never blocking)."""
+        if reply.kind != "V":
+            return
+        state = KeyState.of(reply)
+        with self._book_lock:
+            for w in self._book.watching(reply.key):
+                if w._asked is not None:
+                    w._early.append(state)  # its W is unanswered: after the reply
+                else:
+                    w._queue.put(state)
+
+    def _failed(self, why: str) -> None:
+        with self._book_lock:
+            watches = self._book.watches()
+        for w in watches:
+            w._queue.put(_BROKEN)
+
+
 class Watch:
     """``for state in client.watch(key):`` every state of ``key`` (§5c), as
     :class:`~._core.KeyState`, in ``rev`` order: the state now, then each
-    change. A watch has a connection of its own (any member serves it; no
-    redirect). When that connection is lost, the next :meth:`get`
-    reconnects (to the next node if need be), watches again and drops the
-    states whose ``rev`` is not newer than one already yielded. Close it
-    (``with`` or :meth:`close`) to stop."""
-
-    _BROKEN = object()
+    change. All watches of a client share one connection of their own (any
+    member serves them; no redirect), opened at the first :meth:`get`;
+    each watch sends its own ``W``, and the last of a key to close sends
+    ``U``. When that connection is lost, the first :meth:`get` to notice
+    reconnects for all of them (to the next node if need be) and watches
+    every key again; each watch drops the states whose ``rev`` is not
+    newer than one it already yielded. Close it (``with`` or
+    :meth:`close`) to stop; :meth:`Client.close` ends every watch."""
 
     def __init__(self, client: "Client", key: str) -> None:
         why = Request("W", key).validate()
@@ -481,8 +746,13 @@ class Watch:
         self.key = key
         self._queue: "queue.Queue" = queue.Queue()
         self._filter = WatchFilter()
-        self._conn: Optional[_Connection] = None
         self._closed = False
+        # The session's, under its _book_lock:
+        self._registered = False  # in the book (its W sent or about to be)
+        self._asked: Optional[Tuple[_Connection, float]] = None  # its W awaiting the reply: (conn, sent at)
+        self._early: List[KeyState] = []  # pushes that came while its W was unanswered
+        self._session = client._watch_session()
+        self._session.made(self)
 
     def __enter__(self) -> "Watch":
         return self
@@ -498,53 +768,11 @@ class Watch:
                 return
 
     def close(self) -> None:
+        """Stops the watch: no state reaches it any more once this returns
+        (``U`` goes out if no other watch of the client watches the key)."""
         self._closed = True
-        conn, self._conn = self._conn, None
-        self._queue.put(self._BROKEN)
-        if conn is not None:
-            conn.close()
-
-    def _push(self, reply: Reply) -> None:
-        if reply.kind == "V" and reply.key == self.key:
-            self._queue.put(KeyState.of(reply))
-
-    def _connect(self, deadline: Optional[float]) -> None:
-        c = self.client
-        request = Request("W", self.key)
-        plan = CallPlan(c._nodes, request, c, deadline, time.monotonic())
-        while True:
-            if self._closed:
-                raise _Closed()
-            try:
-                conn = _Connection(c._nodes.address(plan.target), c.connect_timeout_s, c._security,
-                                   on_push=self._push, on_fail=lambda why: self._queue.put(self._BROKEN))
-            except Unreachable as e:
-                time.sleep(plan.unreachable(e, time.monotonic()))
-                continue
-            try:
-                rid, future = conn.submit(request, time.monotonic())
-                reply = conn.wait(rid, future, plan.reply_by(time.monotonic()))
-                pause = plan.reply(reply, time.monotonic())
-            except (_NotSent, Indeterminate) as e:
-                conn.close()
-                time.sleep(plan.not_sent(str(e)))
-                continue
-            except BaseException:
-                conn.close()
-                raise
-            if pause is not None:  # no leader known yet on that member: another one
-                conn.close()
-                time.sleep(pause)
-                continue
-            if reply.kind == "B":
-                conn.close()
-                raise LockBusy("the server's watch limit is reached")
-            if reply.kind != "W":
-                conn.close()
-                raise ProtocolError(f"unexpected reply {reply.kind} to W")
-            self._conn = conn
-            self._queue.put(KeyState.of(reply))
-            return
+        self._session.remove(self)
+        self._queue.put(_BROKEN)
 
     def get(self, timeout_s: Optional[float] = None) -> KeyState:
         """The next state (blocking up to ``timeout_s``; raises
@@ -553,30 +781,43 @@ class Watch:
         while True:
             if self._closed:
                 raise _Closed("the watch is closed")
-            if self._conn is None or self._conn.broken is not None:
-                old, self._conn = self._conn, None
-                if old is not None:
-                    old.close()
-                self._connect(deadline)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                self._session.ensure(self, deadline)
+            except LockdError:
+                if self._closed:
+                    raise _Closed("the watch is closed") from None
+                raise
+            asked = self._asked
+            now = time.monotonic()
+            left = None if deadline is None else max(0.0, deadline - now)
+            if asked is not None:  # waiting for its W's reply: no longer than the reply timeout
+                silent_in = max(0.0, asked[1] + self.client.reply_timeout_s - now)
+                left = silent_in if left is None else min(left, silent_in)
             try:
                 item = self._queue.get(timeout=left)
             except queue.Empty:
-                raise TimeoutError(f"no change of {self.key} in time") from None
-            if item is self._BROKEN:
+                now = time.monotonic()
+                if asked is not None and self._asked is asked and now >= asked[1] + self.client.reply_timeout_s:
+                    self._session.silent(asked[0])
+                    continue
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError(f"no change of {self.key} in time") from None
                 continue
+            if self._closed:
+                raise _Closed("the watch is closed")
+            if item is _BROKEN:
+                continue
+            if isinstance(item, LockdError):
+                raise item
             if self._filter.admit(item):
                 return item
-
-
-class _Closed(LockdError):
-    """The watch was closed."""
 
 
 class Observe:
     """``for leader in client.observe(key):`` every change of the election's
     leader (a :class:`~._core.Leader`, or None while nobody leads), the
-    same holder never twice in a row. Built on :class:`Watch`."""
+    same holder never twice in a row. Built on :class:`Watch` (so on the
+    connection the client's watches share)."""
 
     def __init__(self, client: "Client", key: str) -> None:
         self._watch = Watch(client, key)
@@ -661,6 +902,16 @@ class Client(ClientOptions):
         #: Every lock this client granted and not yet released, by (token, key):
         #: ``X`` pushes find their keeper here, close() stops every keeper.
         self._held: "weakref.WeakValueDictionary[Tuple[int, str], Lock]" = weakref.WeakValueDictionary()
+        #: The connection all watches share, made at the first watch.
+        self._watches: Optional[_WatchSession] = None
+
+    def _watch_session(self) -> _WatchSession:
+        with self._lock:
+            if self._watches is None:
+                self._watches = _WatchSession(self)
+                if self._closed:
+                    self._watches._closed = True
+            return self._watches
 
     def __enter__(self) -> "Client":
         return self
@@ -671,13 +922,17 @@ class Client(ClientOptions):
     def close(self) -> None:
         """Closes the connections and stops every keeper for good (their
         locks get ``lost`` with a LockLost reason, without ``on_lost``; the
-        leases end by themselves). Calls made afterwards raise Unreachable."""
+        leases end by themselves) and every watch (its iteration ends, its
+        ``get`` raises). Calls made afterwards raise Unreachable."""
         with self._lock:
             conns = [c for c in [self._conn, *self._retired] if c is not None]
             self._conn, self._retired, self._closed = None, [], True
             held = list(self._held.values())
+            watches = self._watches
         for lock in held:
             lock._client_closed()
+        if watches is not None:
+            watches.close()
         for conn in conns:
             conn.close()
         for lock in held:
@@ -685,12 +940,13 @@ class Client(ClientOptions):
                 lock._keeper.join()
 
     def _push(self, reply: Reply) -> None:
-        """A push on one of the client's connections (reader thread)."""
+        """A push on one of the client's request connections (reader thread)."""
         if reply.kind == "X":
             lock = self._held.get((reply.token, reply.key))
             if lock is not None:
                 lock._pushed_expired()
-        # V: only leader() watches on these connections, and it reads the W reply.
+        # V: only leader() watches on these connections, and it reads the W reply
+        # (watches have a connection of their own, _WatchSession).
 
     def _connection_to(self, target: int) -> _Connection:
         with self._lock:
@@ -812,7 +1068,8 @@ class Client(ClientOptions):
 
     def watch(self, key: str) -> Watch:
         """Every state of ``key``: ``for state in client.watch(key)`` (a
-        :class:`Watch`, on a connection of its own; close it to stop)."""
+        :class:`Watch`; close it to stop). All watches of this client share
+        one connection, apart from the one requests go over."""
         return Watch(self, key)
 
     def leader(self, key: str) -> Optional[Leader]:

@@ -12,6 +12,7 @@ import os
 import re
 import select
 import shutil
+import json
 import signal
 import socket
 import subprocess
@@ -19,7 +20,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+import urllib.request
+from typing import Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -35,11 +37,16 @@ def lockd_bin() -> str:
 
 
 class Lockd:
-    """A real lockd on 127.0.0.1 (port 0 unless given), killed on stop()."""
+    """A real lockd on 127.0.0.1 (port 0 unless given), killed on stop().
+    With ``admin``, its admin API listens on a free port too (:meth:`status`,
+    :meth:`metric`)."""
 
-    def __init__(self, port: int = 0, *flags: str) -> None:
+    def __init__(self, port: int = 0, *flags: str, admin: bool = False) -> None:
+        self.admin_port = free_port() if admin else 0
+        self._drainer: Optional[threading.Thread] = None
         self.proc = subprocess.Popen(
-            [lockd_bin(), "--listen", f"127.0.0.1:{port}", "--admin", "off", *flags],
+            [lockd_bin(), "--listen", f"127.0.0.1:{port}",
+             "--admin", f"127.0.0.1:{self.admin_port}" if admin else "off", *flags],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         seen = b""
@@ -56,7 +63,8 @@ class Lockd:
                     self.port = int(m.group(1))
                     self.address = f"127.0.0.1:{self.port}"
                     # Keep draining stderr so lockd never blocks on a full pipe.
-                    threading.Thread(target=self._drain, daemon=True).start()
+                    self._drainer = threading.Thread(target=self._drain, daemon=True)
+                    self._drainer.start()
                     return
         self.proc.kill()
         raise RuntimeError(f"lockd did not start: {seen.decode(errors='replace')}")
@@ -71,6 +79,29 @@ class Lockd:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)  # EOF once the process is gone
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+
+    def _admin(self, path: str) -> str:
+        assert self.admin_port, "started without admin=True"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=5) as r:
+            return r.read().decode()
+
+    def status(self) -> dict:
+        """``GET /v1/status`` (interfaces.md): ``connections``, ``watches``
+        (keys watched, summed over connections), ``watchers`` (connections
+        watching a key), ``replies`` by kind (``W``, ``U`` ...)."""
+        return json.loads(self._admin("/v1/status"))
+
+    def metric(self, name: str) -> float:
+        """One unlabelled value of ``GET /metrics`` (e.g. ``lockd_connections_accepted_total``)."""
+        for line in self._admin("/metrics").splitlines():
+            f = line.split()
+            if len(f) == 2 and f[0] == name:
+                return float(f[1])
+        raise KeyError(name)
 
     def call(self, line: str) -> str:
         """One raw request, one reply line."""
@@ -239,6 +270,8 @@ class FakeNode:
         self.port = self._listener.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
         self._conns: List[socket.socket] = []
+        #: Connections accepted so far.
+        self.accepted = 0
         self._stop = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -273,6 +306,7 @@ class FakeNode:
             for s in ready:
                 if s is self._listener:
                     c, _ = s.accept()
+                    self.accepted += 1
                     self._conns.append(c)
                     bufs[c] = b""
                     continue
@@ -337,10 +371,12 @@ def credential_hash(credential: str) -> str:
     return f"sha256${salt.hex()}${hashlib.sha256(salt + credential.encode()).hexdigest()}"
 
 
-def secure_lockd_flags(credentials: Dict[str, str], rules: Dict[str, str]) -> List[str]:
+def secure_lockd_flags(credentials: Dict[str, str], rules: Dict[str, str],
+                       verbs: Tuple[str, ...] = ("A", "S", "R", "K")) -> List[str]:
     """Flags for a lockd with ``--client-tls --auth any`` (test_pki()'s
     server certificate), a credentials file of ``identity -> credential``
-    and an ACL granting each ``identity -> prefix`` A, S, R, K."""
+    and an ACL granting each ``identity -> prefix`` ``verbs`` (A, S, R, K;
+    add ``W`` to let it watch)."""
     pki = pki_dir()
     d = tempfile.mkdtemp(prefix="lockd-auth-", dir=pki)
     creds, acl = os.path.join(d, "credentials.toml"), os.path.join(d, "acl.toml")
@@ -351,6 +387,7 @@ def secure_lockd_flags(credentials: Dict[str, str], rules: Dict[str, str]) -> Li
             f.write(f'[[credential]]\nidentity = "{identity}"\nhash = "{credential_hash(credential)}"\n')
     with open(acl, "w") as f:
         for identity, prefix in rules.items():
-            f.write(f'[[rule]]\nidentity = "{identity}"\nprefix = "{prefix}"\nverbs = ["A", "S", "R", "K"]\n')
+            listed = ", ".join(f'"{v}"' for v in verbs)
+            f.write(f'[[rule]]\nidentity = "{identity}"\nprefix = "{prefix}"\nverbs = [{listed}]\n')
     return ["--client-tls", "--tls-cert", os.path.join(pki, "server.pem"), "--tls-key", os.path.join(pki, "server.key"),
             "--tls-ca", os.path.join(pki, "ca.pem"), "--auth", "any", "--credentials", creds, "--acl", acl]

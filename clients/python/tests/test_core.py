@@ -7,9 +7,10 @@ import random
 import re
 import unittest
 
-from lockd_client import Indeterminate, LimitMismatch, NoLeader, NotHeld, Rejected, Request, Unreachable
-from lockd_client._core import (CallPlan, KeepPlan, KeyState, Leader, LeaderFilter, Nodes, WatchFilter, Wire,
-                                 lease_start, requeued)
+from lockd_client import (Forbidden, Indeterminate, LimitMismatch, LockBusy, NoLeader, NotHeld, ProtocolError, Rejected,
+                          Request, Unauthenticated, Unreachable)
+from lockd_client._core import (CallPlan, KeepPlan, KeyState, Leader, LeaderFilter, Nodes, WatchBook, WatchFilter, Wire,
+                                 lease_start, requeued, watch_answer)
 from lockd_client.protocol import parse_reply
 
 
@@ -199,6 +200,61 @@ class WatchRulesTest(unittest.TestCase):
         self.assertEqual(f.admit(held("a", 11, 4)), (True, Leader("a", 11, 4)))   # a new term
         self.assertEqual(f.admit(KeyState("k", 5, "free")), (True, None))
         self.assertFalse(f.admit(KeyState("k", 6, "shared", limit=0, count=2))[0])  # still nobody leads
+
+
+class WatchBookTest(unittest.TestCase):
+    """The watches a client's one watch connection carries: one W per new
+    watch, U only when a key's last watch leaves, never before a later W."""
+
+    def test_a_key_is_unwatched_only_when_its_last_watch_leaves(self):
+        b, w1, w2, w3 = WatchBook(), object(), object(), object()
+        b.add("k", w1)
+        b.add("k", w2)
+        b.add("j", w3)
+        self.assertEqual((len(b), b.keys(), b.watching("k"), b.watching("x")), (3, ["k", "j"], [w1, w2], []))
+        self.assertTrue(b.remove("k", w1))
+        self.assertFalse(b.remove("k", w1))             # already gone
+        self.assertFalse(b.remove("j", w1))             # not j's
+        self.assertFalse(b.pending)                     # k still has w2: no U
+        self.assertEqual(b.unwatch(), [])
+        self.assertTrue(b.remove("k", w2))
+        self.assertTrue(b.pending)
+        self.assertEqual(b.unwatch(), ["k"])            # the last one: U k
+        self.assertEqual((b.pending, b.unwatch(), b.watches()), (False, [], [w3]))
+        self.assertTrue(b.remove("j", w3, watched=False))  # its W was refused (B): nothing to unwatch
+        self.assertEqual((b.pending, len(b)), (False, 0))
+
+    def test_a_u_never_overtakes_a_later_w_of_its_key(self):
+        b, w1, w2 = WatchBook(), object(), object()
+        b.add("k", w1)
+        b.remove("k", w1)                               # U k due, not sent yet (the send lock was taken)
+        b.add("k", w2)                                  # a new watch of k: its W goes out first
+        self.assertEqual(b.unwatch(), [])               # so no U follows it: k stays watched
+        self.assertFalse(b.pending)
+        b.remove("k", w2)
+        self.assertEqual(b.unwatch(), ["k"])
+
+    def test_a_new_connection_watches_every_key_again_and_owes_no_u(self):
+        b, w1, w2, w3 = WatchBook(), object(), object(), object()
+        b.add("k", w1)
+        b.add("k", w2)
+        b.add("j", w3)
+        b.remove("j", w3)
+        self.assertEqual(b.rewatch(), ["k"])            # one W per key, not per watch
+        self.assertEqual((b.pending, b.unwatch()), (False, []))
+        self.assertEqual(sorted(map(id, b.clear())), sorted(map(id, [w1, w2])))
+        self.assertEqual((len(b), b.keys(), b.pending), (0, [], False))
+
+    def test_what_a_w_reply_means(self):
+        state = watch_answer(parse_reply("W k 7 held o 9"))
+        self.assertEqual((state.key, state.rev, state.state, state.owner, state.token), ("k", 7, "held", "o", 9))
+        self.assertIsInstance(watch_answer(parse_reply("B k")), LockBusy)
+        self.assertIsNone(watch_answer(parse_reply("E no_leader k")))   # another node
+        self.assertIsInstance(watch_answer(parse_reply("E forbidden k")), Forbidden)
+        self.assertIsInstance(watch_answer(parse_reply("E unauthenticated k")), Unauthenticated)
+        other = watch_answer(parse_reply("E unknown_command"))
+        self.assertEqual((type(other), other.code), (Rejected, "unknown_command"))
+        self.assertIsInstance(watch_answer(parse_reply("U k")), ProtocolError)
 
 
 class WireTest(unittest.TestCase):
