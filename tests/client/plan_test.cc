@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "client_options.h"
 #include "eventually.h"
 #include "fake_server.h"
 #include "lockd/client/client.h"
@@ -29,15 +30,8 @@ using testing::LockdProcess;
 using testing::eventually;
 using testing::fields;
 
-std::string addr(std::uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
-
-Options options_for(std::vector<std::string> addresses) {
-  Options o;
-  o.addresses = std::move(addresses);
-  o.reply_timeout = 5s;
-  o.jitter_seed = 1;
-  return o;
-}
+using testing::addr;
+using testing::options_for;
 
 bool saw(const FakeServer& node, const std::string& line) {
   for (const auto& l : node.received()) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "client_options.h"
 #include "eventually.h"
 #include "fake_server.h"
 #include "http_get.h"
@@ -24,15 +25,8 @@ using testing::FakeServer;
 using testing::LockdProcess;
 using testing::eventually;
 
-std::string addr(std::uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
-
-Options options_for(std::vector<std::string> addresses) {
-  Options o;
-  o.addresses = std::move(addresses);
-  o.reply_timeout = 5s;
-  o.jitter_seed = 1;
-  return o;
-}
+using testing::addr;
+using testing::options_for;
 
 // One gauge of a real lockd's /metrics.
 double gauge(const LockdProcess& lockd, const std::string& series) {

@@ -14,9 +14,10 @@ do the I/O — sockets or streams, threads or tasks, ``time.sleep`` or
 - :class:`KeepPlan` — a keeper's schedule: when to send ``K``, when the
   lease's safe end has passed, which failures are final.
 - :class:`HeldBase` — what a held lock (exclusive or shared) knows.
-- :class:`WatchBook` and :func:`watch_answer` — the watches a client's one
-  watch connection carries: which keys, which ``U`` is due, what a ``W``
-  reply means.
+- :class:`WatchBook`, :func:`watch_answer`, :func:`watch_wait_s` and
+  :func:`w_overdue` — the watches a client's one watch connection carries:
+  which keys, which ``U`` is due, what a ``W`` reply means, how long a
+  ``get`` waits.
 - :class:`ClientOptions` — the constructor both clients share (addresses,
   owner, timeouts, retry budget, security); each adds its connection state.
 
@@ -542,6 +543,25 @@ def watch_answer(reply: Reply) -> Union[KeyState, LockdError, None]:
             return Forbidden()
         return Rejected(reply.error_code)
     return ProtocolError(f"unexpected reply {reply.kind} to W")
+
+
+def watch_wait_s(now: float, deadline: Optional[float], asked_at: Optional[float],
+                 reply_timeout_s: float) -> Optional[float]:
+    """How long a watch's ``get`` waits for its next state (None: for
+    ever): until its ``deadline``, and while the watch's ``W`` is
+    unanswered (sent at ``asked_at``) no longer than that reply is due —
+    a node that does not answer ``W`` in time is silent (:func:`w_overdue`)."""
+    left = None if deadline is None else max(0.0, deadline - now)
+    if asked_at is not None:
+        due_in = max(0.0, asked_at + reply_timeout_s - now)
+        left = due_in if left is None else min(left, due_in)
+    return left
+
+
+def w_overdue(now: float, asked_at: Optional[float], reply_timeout_s: float) -> bool:
+    """True if a ``W`` sent at ``asked_at`` is still unanswered past the
+    reply timeout: its node is silent (paused, cut off), watch elsewhere."""
+    return asked_at is not None and now >= asked_at + reply_timeout_s
 
 
 class LeaderFilter:

@@ -45,7 +45,9 @@ from ._core import (
     log,
     permits,
     requeued,
+    w_overdue,
     watch_answer,
+    watch_wait_s,
 )
 from .errors import Indeterminate, LockBusy, LockdError, LockTimeout, NoLeader, NotHeld, ProtocolError, Unreachable
 from .protocol import Reply, Request
@@ -693,11 +695,8 @@ class AsyncWatch:
                     raise _Closed("the watch is closed") from None
                 raise
             asked = self._asked
-            now = time.monotonic()
-            left = None if deadline is None else max(0.0, deadline - now)
-            if asked is not None:  # waiting for its W's reply: no longer than the reply timeout
-                silent_in = max(0.0, asked[1] + self.client.reply_timeout_s - now)
-                left = silent_in if left is None else min(left, silent_in)
+            asked_at = None if asked is None else asked[1]
+            left = watch_wait_s(time.monotonic(), deadline, asked_at, self.client.reply_timeout_s)
             try:
                 if self._queue.empty():
                     item = await asyncio.wait_for(self._queue.get(), left)
@@ -705,7 +704,7 @@ class AsyncWatch:
                     item = self._queue.get_nowait()
             except asyncio.TimeoutError:
                 now = time.monotonic()
-                if asked is not None and self._asked is asked and now >= asked[1] + self.client.reply_timeout_s:
+                if self._asked is asked and w_overdue(now, asked_at, self.client.reply_timeout_s):
                     self._session.silent(asked[0])
                     continue
                 if deadline is not None and now >= deadline:

@@ -55,7 +55,9 @@ from ._core import (
     log,
     permits,
     requeued,
+    w_overdue,
     watch_answer,
+    watch_wait_s,
 )
 from .errors import Indeterminate, LockBusy, NotHeld, LockdError, LockTimeout, NoLeader, ProtocolError, Rejected, Unreachable
 from .protocol import Reply, Request
@@ -788,16 +790,13 @@ class Watch:
                     raise _Closed("the watch is closed") from None
                 raise
             asked = self._asked
-            now = time.monotonic()
-            left = None if deadline is None else max(0.0, deadline - now)
-            if asked is not None:  # waiting for its W's reply: no longer than the reply timeout
-                silent_in = max(0.0, asked[1] + self.client.reply_timeout_s - now)
-                left = silent_in if left is None else min(left, silent_in)
+            asked_at = None if asked is None else asked[1]
+            left = watch_wait_s(time.monotonic(), deadline, asked_at, self.client.reply_timeout_s)
             try:
                 item = self._queue.get(timeout=left)
             except queue.Empty:
                 now = time.monotonic()
-                if asked is not None and self._asked is asked and now >= asked[1] + self.client.reply_timeout_s:
+                if self._asked is asked and w_overdue(now, asked_at, self.client.reply_timeout_s):
                     self._session.silent(asked[0])
                     continue
                 if deadline is not None and now >= deadline:

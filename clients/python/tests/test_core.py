@@ -10,7 +10,7 @@ import unittest
 from lockd_client import (Forbidden, Indeterminate, LimitMismatch, LockBusy, NoLeader, NotHeld, ProtocolError, Rejected,
                           Request, Unauthenticated, Unreachable)
 from lockd_client._core import (CallPlan, KeepPlan, KeyState, Leader, LeaderFilter, Nodes, WatchBook, WatchFilter, Wire,
-                                 lease_start, requeued, watch_answer)
+                                 lease_start, requeued, w_overdue, watch_answer, watch_wait_s)
 from lockd_client.protocol import parse_reply
 
 
@@ -255,6 +255,17 @@ class WatchBookTest(unittest.TestCase):
         other = watch_answer(parse_reply("E unknown_command"))
         self.assertEqual((type(other), other.code), (Rejected, "unknown_command"))
         self.assertIsInstance(watch_answer(parse_reply("U k")), ProtocolError)
+
+    def test_a_get_waits_until_its_deadline_and_no_longer_than_its_w_is_due(self):
+        self.assertIsNone(watch_wait_s(100.0, None, None, 5.0))          # no deadline, W answered: for ever
+        self.assertEqual(watch_wait_s(100.0, 103.0, None, 5.0), 3.0)     # the deadline
+        self.assertEqual(watch_wait_s(100.0, 99.0, None, 5.0), 0.0)      # passed: not negative
+        self.assertEqual(watch_wait_s(100.0, None, 98.0, 5.0), 3.0)      # W sent at 98: due at 103
+        self.assertEqual(watch_wait_s(100.0, 110.0, 98.0, 5.0), 3.0)     # the earlier of the two
+        self.assertEqual(watch_wait_s(100.0, 101.0, 98.0, 5.0), 1.0)
+        self.assertFalse(w_overdue(102.9, 98.0, 5.0))
+        self.assertTrue(w_overdue(103.0, 98.0, 5.0))                     # silent: watch elsewhere
+        self.assertFalse(w_overdue(1e9, None, 5.0))                      # nothing asked
 
 
 class WireTest(unittest.TestCase):
