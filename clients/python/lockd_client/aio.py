@@ -683,7 +683,9 @@ class AsyncWatch:
         self._queue.put_nowait(_BROKEN)
 
     async def get(self, timeout_s: Optional[float] = None) -> KeyState:
-        """The next state (raises ``TimeoutError`` after ``timeout_s``)."""
+        """The next state (raises ``TimeoutError`` after ``timeout_s``; a
+        reconnect under way runs to its end, within the client's connect and
+        reply timeouts, so a ``get`` that makes one may take longer)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             if self._closed:

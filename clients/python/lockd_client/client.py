@@ -778,7 +778,11 @@ class Watch:
 
     def get(self, timeout_s: Optional[float] = None) -> KeyState:
         """The next state (blocking up to ``timeout_s``; raises
-        ``TimeoutError`` then). Reconnects and watches again as needed."""
+        ``TimeoutError`` then). Reconnects and watches again as needed: a
+        reconnect under way runs to its end (the client's connect and reply
+        timeouts, so a short ``timeout_s`` never makes a slow node look
+        silent), so a ``get`` that makes one may take longer than
+        ``timeout_s``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             if self._closed:
