@@ -53,7 +53,9 @@ void Client::close() {
   if (conn) conn->set_push_handler(nullptr);
 }
 
-std::unique_ptr<Watch> Client::watch(std::string_view key) {
+std::unique_ptr<Watch> Client::watch(std::string_view key) { return watch(key, nullptr); }
+
+std::unique_ptr<Watch> Client::watch(std::string_view key, OnState on_state) {
   std::shared_ptr<WatchSession> session;
   bool closed = false;
   {
@@ -63,7 +65,7 @@ std::unique_ptr<Watch> Client::watch(std::string_view key) {
     closed = closed_;
   }
   if (closed) session->close({Code::kUnreachable, "the client is closed"});
-  return std::make_unique<Watch>(std::move(session), std::string(key));
+  return std::make_unique<Watch>(std::move(session), std::string(key), std::move(on_state));
 }
 
 bool Client::closed() const {

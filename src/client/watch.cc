@@ -5,8 +5,8 @@
 
 namespace lockd::client {
 
-Watch::Watch(std::shared_ptr<WatchSession> session, std::string key)
-    : session_(std::move(session)), own_session_(false), key_(std::move(key)) {
+Watch::Watch(std::shared_ptr<WatchSession> session, std::string key, OnState on_state)
+    : session_(std::move(session)), own_session_(false), key_(std::move(key)), on_state_(std::move(on_state)) {
   start();
 }
 
@@ -57,14 +57,30 @@ bool Watch::newer(std::uint64_t rev, std::uint64_t& last_rev) {
   return true;
 }
 
-void Watch::offer(std::uint64_t rev, const KeyState& state) {
+bool Watch::offer(std::uint64_t rev, const KeyState& state) {
   {
     const std::lock_guard lk(mu_);
-    if (stopping_ || !newer(rev, last_rev_)) return;
+    if (stopping_ || !newer(rev, last_rev_)) return false;
     queue_.push_back(WatchEvent{key_, rev, state});
     if (queue_.size() > kMaxQueuedStates) queue_.pop_front();
   }
   cv_.notify_all();
+  return true;
+}
+
+std::optional<Result<WatchEvent>> Watch::take() {
+  const std::lock_guard lk(mu_);
+  if (stopping_) return std::nullopt;
+  if (!queue_.empty()) {
+    WatchEvent e = std::move(queue_.front());
+    queue_.pop_front();
+    return Result<WatchEvent>(std::move(e));
+  }
+  if (!status_.ok() && !end_told_) {
+    end_told_ = true;
+    return Result<WatchEvent>(status_);
+  }
+  return std::nullopt;
 }
 
 void Watch::end(const Status& why) {
@@ -76,6 +92,7 @@ void Watch::end(const Status& why) {
 }
 
 std::optional<WatchEvent> Watch::next(Clock::time_point deadline) {
+  if (on_state_) return std::nullopt;  // its states go to on_state_
   std::unique_lock lk(mu_);
   cv_.wait_until(lk, deadline, [&] { return !queue_.empty() || stopping_ || !status_.ok(); });
   if (queue_.empty()) return std::nullopt;

@@ -63,13 +63,23 @@ void WatchSession::add(Watch* watch) {
     watches_[watch->key()].push_back(watch);
     fresh_.insert(watch->key());
     dirty_.insert(watch->key());
+    if (watch->has_on_state() && !deliverer_.joinable()) deliverer_ = std::thread([this] { deliver(); });
   }
   cv_.notify_all();
 }
 
 void WatchSession::remove(Watch* watch) {
   {
-    const std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    if (watch->ready_) {
+      std::erase(ready_, watch);
+      watch->ready_ = false;
+    }
+    // Its OnState running on the delivering thread: no call after this
+    // returns (from within that call: it is the last, as the watch stops).
+    if (delivering_ == watch && std::this_thread::get_id() != deliverer_.get_id()) {
+      deliver_cv_.wait(lk, [&] { return delivering_ != watch; });
+    }
     auto it = watches_.find(watch->key());
     if (it == watches_.end()) return;
     auto& list = it->second;
@@ -94,7 +104,10 @@ void WatchSession::close(const Status& why) {
     }
   }
   cv_.notify_all();
+  deliver_cv_.notify_all();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  // After the ends are handed over (OnState watches hear of the close).
+  if (deliverer_.joinable() && deliverer_.get_id() != std::this_thread::get_id()) deliverer_.join();
 }
 
 std::uint64_t WatchSession::connections() const {
@@ -110,14 +123,20 @@ std::size_t WatchSession::watched_keys() const {
 void WatchSession::end_key(const std::string& key, const Status& why) {
   auto it = watches_.find(key);
   if (it == watches_.end()) return;
-  for (Watch* w : it->second) w->end(why);
+  for (Watch* w : it->second) {
+    w->end(why);
+    if (w->has_on_state()) ready(w);
+  }
   watches_.erase(it);
   fresh_.erase(key);
 }
 
 void WatchSession::end_all(const Status& why) {
   for (auto& [key, list] : watches_) {
-    for (Watch* w : list) w->end(why);
+    for (Watch* w : list) {
+      w->end(why);
+      if (w->has_on_state()) ready(w);
+    }
   }
   watches_.clear();
   fresh_.clear();
@@ -131,7 +150,37 @@ void WatchSession::on_push(const Reply& push) {
   const std::lock_guard lk(mu_);
   auto it = watches_.find(push.key);
   if (it == watches_.end()) return;
-  for (Watch* w : it->second) w->offer(push.rev, push.state);
+  for (Watch* w : it->second) offer_to(w, push.rev, push.state);
+}
+
+void WatchSession::offer_to(Watch* watch, std::uint64_t rev, const KeyState& state) {
+  if (watch->offer(rev, state) && watch->has_on_state()) ready(watch);
+}
+
+void WatchSession::ready(Watch* watch) {
+  if (watch->ready_) return;
+  watch->ready_ = true;
+  ready_.push_back(watch);
+  deliver_cv_.notify_all();
+}
+
+void WatchSession::deliver() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    deliver_cv_.wait(lk, [&] { return closed_ || !ready_.empty(); });
+    if (ready_.empty()) return;  // closed, every end handed over
+    Watch* w = ready_.front();
+    ready_.pop_front();
+    w->ready_ = false;
+    delivering_ = w;
+    lk.unlock();
+    // Everything it has now; what comes meanwhile queues it again. remove()
+    // waits for this loop, so `w` lives through it.
+    while (auto item = w->take()) w->on_state_(*item);
+    lk.lock();
+    delivering_ = nullptr;
+    deliver_cv_.notify_all();
+  }
 }
 
 bool WatchSession::send_batch(std::unique_lock<std::mutex>& lk) {
@@ -185,7 +234,7 @@ bool WatchSession::send_batch(std::unique_lock<std::mutex>& lk) {
         dirty_.insert(item.key);  // every Watch of it stopped meanwhile: U next
         continue;
       }
-      for (Watch* w : it->second) w->offer(reply.rev, reply.state);
+      for (Watch* w : it->second) offer_to(w, reply.rev, reply.state);
       continue;
     }
     if (Status end = final_refusal(reply, item.key); !end.ok()) {

@@ -5,8 +5,13 @@
 // on one new connection, and closing the Client ends its watches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client_options.h"
@@ -194,6 +199,167 @@ TEST(WatchSession, ClosingTheClientEndsItsWatches) {
   auto late = client.watch("k");  // after close: ended at once
   EXPECT_FALSE(late->next(Clock::now() + 5s).has_value());
   EXPECT_EQ(late->status().code, Code::kUnreachable);
+}
+
+// Watches with an OnState: each state, in rev order, on the one thread of
+// the session that calls them (not the caller's, not one per watch).
+TEST(WatchSession, OnStateGetsEveryStateInOrderOnOneThread) {
+  LockdProcess lockd = with_admin();
+  Client client(options_for({addr(lockd.port())}));
+  struct Seen {
+    std::mutex mu;
+    std::vector<std::uint64_t> revs;
+    std::vector<KeyState::Kind> kinds;
+    std::set<std::thread::id> threads;
+  };
+  std::vector<std::unique_ptr<Seen>> seen;
+  std::vector<std::unique_ptr<Watch>> watches;
+  for (int i = 0; i < 100; ++i) {
+    seen.push_back(std::make_unique<Seen>());
+    Seen* mine = seen.back().get();
+    watches.push_back(client.watch("k" + std::to_string(i % 5), [mine](const Result<WatchEvent>& e) {
+      ASSERT_TRUE(e.ok()) << e.status().to_string();
+      const std::lock_guard lk(mine->mu);
+      mine->revs.push_back(e->rev);
+      mine->kinds.push_back(e->state.kind);
+      mine->threads.insert(std::this_thread::get_id());
+    }));
+  }
+  const auto count = [](Seen& s) {
+    const std::lock_guard lk(s.mu);
+    return s.revs.size();
+  };
+  ASSERT_TRUE(eventually([&] {
+    return std::all_of(seen.begin(), seen.end(), [&](auto& s) { return count(*s) >= 1; });
+  }, 10s));
+  EXPECT_EQ(gauge(lockd, "lockd_watchers"), 1.0);
+  Client other(options_for({addr(lockd.port())}));
+  auto lock = other.acquire("alice", "k2", 10'000);
+  ASSERT_TRUE(lock.ok());
+  ASSERT_TRUE(other.release(lock.value()).ok());
+  std::set<std::thread::id> threads;
+  for (int i = 0; i < 100; ++i) {
+    Seen& s = *seen[static_cast<std::size_t>(i)];
+    if (i % 5 == 2) {
+      ASSERT_TRUE(eventually([&] { return count(s) >= 3; }, 10s)) << i;
+    }
+    const std::lock_guard lk(s.mu);
+    EXPECT_EQ(s.revs.size(), i % 5 == 2 ? 3u : 1u) << i;  // free, held, free; the others: free
+    EXPECT_TRUE(std::is_sorted(s.revs.begin(), s.revs.end()));
+    EXPECT_EQ(s.kinds.front(), KeyState::Kind::kFree);
+    if (i % 5 == 2) {
+      EXPECT_EQ(s.kinds[1], KeyState::Kind::kHeld);
+    }
+    threads.insert(s.threads.begin(), s.threads.end());
+  }
+  EXPECT_EQ(threads.size(), 1u);
+  EXPECT_FALSE(threads.contains(std::this_thread::get_id()));
+  EXPECT_FALSE(watches[0]->next(Clock::now()).has_value());  // its states went to OnState
+}
+
+// stop() from another thread waits for a running OnState call, and none
+// comes after it; an OnState may stop its own watch (that call is the last).
+// Plain watches of the same keys keep them watched, so changes keep coming.
+TEST(WatchSession, StopWaitsForARunningOnStateAndOnStateMayStopItsOwnWatch) {
+  LockdProcess lockd = with_admin();
+  Client client(options_for({addr(lockd.port())}));
+  auto slow_plain = client.watch("slow");
+  auto self_plain = client.watch("self");
+  std::atomic<int> calls{0};
+  std::atomic<bool> in_call{false};
+  auto slow = client.watch("slow", [&](const Result<WatchEvent>&) {
+    in_call = true;
+    if (++calls == 2) std::this_thread::sleep_for(300ms);
+    in_call = false;
+  });
+  std::atomic<Watch*> self{nullptr};
+  std::atomic<int> self_calls{0};
+  std::atomic<bool> released{false}, stopped{false};
+  auto stopper = client.watch("self", [&](const Result<WatchEvent>&) {
+    if (++self_calls != 2) return;
+    // The release is queued behind this call by the time it stops.
+    const auto give_up = Clock::now() + 10s;
+    while (!released.load() && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    self.load()->stop();
+    stopped = true;
+  });
+  self = stopper.get();
+  ASSERT_TRUE(eventually([&] { return calls.load() == 1 && self_calls.load() == 1; }, 10s));
+  const auto wait_for = [](Watch& w, KeyState::Kind kind) {
+    while (auto e = w.next(Clock::now() + 10s)) {
+      if (e->state.kind == kind) return true;
+    }
+    return false;
+  };
+
+  Client other(options_for({addr(lockd.port())}));
+  auto slow_lock = other.acquire("alice", "slow", 10'000);
+  ASSERT_TRUE(slow_lock.ok());
+  ASSERT_TRUE(eventually([&] { return in_call.load() && calls.load() == 2; }, 10s));
+  slow->stop();
+  EXPECT_FALSE(in_call.load());  // the running call had ended
+  ASSERT_TRUE(other.release(slow_lock.value()).ok());
+  ASSERT_TRUE(wait_for(*slow_plain, KeyState::Kind::kHeld));
+  ASSERT_TRUE(wait_for(*slow_plain, KeyState::Kind::kFree));  // the release reached the session
+
+  auto self_lock = other.acquire("alice", "self", 10'000);
+  ASSERT_TRUE(self_lock.ok());
+  ASSERT_TRUE(eventually([&] { return self_calls.load() == 2; }, 10s));
+  ASSERT_TRUE(other.release(self_lock.value()).ok());
+  ASSERT_TRUE(wait_for(*self_plain, KeyState::Kind::kHeld));
+  ASSERT_TRUE(wait_for(*self_plain, KeyState::Kind::kFree));
+  released = true;
+  ASSERT_TRUE(eventually([&] { return stopped.load(); }, 10s));
+  ASSERT_TRUE(other.acquire("bob", "other-key", 10'000).ok());  // one more turn of the session
+  EXPECT_EQ(calls.load(), 2);       // nothing after stop()
+  EXPECT_EQ(self_calls.load(), 2);  // nothing after the call that stopped it
+  EXPECT_EQ(gauge(lockd, "lockd_watches"), 2.0);  // the plain watches' keys
+}
+
+// An OnState hears how its watch ended, once: a refusal, the client closed.
+TEST(WatchSession, OnStateHearsTheEndOnce) {
+  LockdProcess lockd = with_admin({"--max-watches-per-connection", "1"});
+  Client client(options_for({addr(lockd.port())}));
+  std::mutex mu;
+  std::vector<Status> a_ends, b_ends;
+  std::atomic<int> a_states{0};
+  const auto on = [&](std::vector<Status>& ends, std::atomic<int>* states) {
+    return [&ends, states, &mu](const Result<WatchEvent>& e) {
+      if (e.ok()) {
+        if (states != nullptr) ++*states;
+        return;
+      }
+      const std::lock_guard lk(mu);
+      ends.push_back(e.status());
+    };
+  };
+  auto a = client.watch("a", on(a_ends, &a_states));
+  ASSERT_TRUE(eventually([&] { return a_states.load() == 1; }, 10s));
+  auto b = client.watch("b", on(b_ends, nullptr));
+  ASSERT_TRUE(eventually([&] {
+    const std::lock_guard lk(mu);
+    return b_ends.size() == 1;
+  }, 10s));
+  EXPECT_EQ(b->status().code, Code::kBusy);
+  client.close();  // ends `a` too; the call runs before close() returns
+  {
+    const std::lock_guard lk(mu);
+    ASSERT_EQ(a_ends.size(), 1u);
+    EXPECT_EQ(a_ends[0].code, Code::kUnreachable);
+    EXPECT_EQ(b_ends.size(), 1u);
+    EXPECT_EQ(b_ends[0].code, Code::kBusy);
+  }
+  // A watch that cannot start says so in status() at once; no call.
+  std::atomic<int> late_calls{0};
+  auto late = client.watch("c", [&](const Result<WatchEvent>&) { ++late_calls; });
+  EXPECT_EQ(late->status().code, Code::kUnreachable);
+  Client open(options_for({addr(lockd.port())}));
+  auto bad = open.watch("bad key", [&](const Result<WatchEvent>&) { ++late_calls; });
+  EXPECT_EQ(bad->status().code, Code::kInvalidArgument);
+  late.reset();
+  bad.reset();
+  open.close();
+  EXPECT_EQ(late_calls.load(), 0);
 }
 
 }  // namespace

@@ -167,6 +167,11 @@ class Client {
   // order, across reconnects (watch.h). All of a Client's watches share
   // one connection of their own and one thread (watch_session.h).
   std::unique_ptr<Watch> watch(std::string_view key);
+  // The same, each state (then the end, if not stopped) handed to
+  // `on_state` on the session's delivering thread instead of next():
+  // for a program with many watches and no thread to spare for each
+  // (OnState in watch.h says what it may do).
+  std::unique_ptr<Watch> watch(std::string_view key, OnState on_state);
 
   // Closes the client: keepers stop at once (no `K` is sent after this,
   // no connection is opened again), the connections close (the server

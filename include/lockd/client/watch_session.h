@@ -6,7 +6,8 @@
 // last Watch of a key stops, and when the connection ends it connects
 // again — to the next address, after a jittered pause — and watches every
 // key again. A Client with 10,000 watches has one watch connection and two
-// threads (the session's and the connection's reader), not 10,000 of each.
+// threads (the session's and the connection's reader), not 10,000 of each;
+// a third calls the OnState of the watches that have one (watch.h).
 //
 // The session's connection is its own, not the one requests use: any node
 // serves watches (no leader needed), so watches stay put while requests
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +76,13 @@ class WatchSession {
   void end_key(const std::string& key, const Status& why);
   // Ends every Watch with `why`; mu_ held.
   void end_all(const Status& why);
+  // Hands `watch` a state (and, for an OnState watch, queues it for the
+  // delivering thread); mu_ held.
+  void offer_to(Watch* watch, std::uint64_t rev, const KeyState& state);
+  // Queues an OnState watch for the delivering thread; mu_ held.
+  void ready(Watch* watch);
+  // The delivering thread: calls each ready watch's OnState, off mu_.
+  void deliver();
   // Sends one batch of W/U and waits for its replies; true if the
   // connection is still good. mu_ held by `lk` on entry and exit.
   bool send_batch(std::unique_lock<std::mutex>& lk);
@@ -95,6 +104,10 @@ class WatchSession {
   std::shared_ptr<Connection> conn_;
   bool drop_conn_ = false;  // the next turn closes conn_ and connects elsewhere
   std::uint64_t connections_ = 0;
+  std::deque<Watch*> ready_;         // OnState watches with something to hand over
+  Watch* delivering_ = nullptr;      // the one whose OnState runs now
+  std::condition_variable deliver_cv_;  // ready_ grew, or delivering_ is done
+  std::thread deliverer_;  // started by the first OnState watch
   std::thread thread_;  // last
 };
 
