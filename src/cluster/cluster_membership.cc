@@ -351,6 +351,8 @@ void ClusterNode::init_group(MemberChangeDone done) {
   p.deadline_ns = net::monotonic_now_ns() + config_.member_change_timeout_ns;
   pending_change_ = std::move(p);
   init_formed_here_ = false;
+  init_formed_ns_ = 0;
+  init_formed_index_ = 0;
   init_wait_reason_.clear();
   try_init();
 }
@@ -478,6 +480,15 @@ void ClusterNode::change_members(const MemberChange& change, MemberChangeDone do
   progress_change(net::monotonic_now_ns());
 }
 
+std::vector<raft::NodeId> ClusterNode::founders_not_joined(raft::Index index) const {
+  std::vector<raft::NodeId> out;
+  // Only a leader knows; once leadership moved, a majority joined.
+  for (const raft::PeerProgress& pr : raft_->progress()) {
+    if (pr.voter && pr.id != config_.self && pr.match < index) out.push_back(pr.id);
+  }
+  return out;
+}
+
 void ClusterNode::finish_change(MemberChangeResult r) {
   MemberChangeDone done = std::move(pending_change_->done);
   pending_change_.reset();
@@ -509,11 +520,27 @@ void ClusterNode::progress_change(TimeNs now) {
     // Formed once the first leader's entries committed and applied here
     // (the cluster id is in the table from its first LeaderStart on).
     const LockStateMachine& sm = service_->state_machine();
-    if (raft_->leader() != raft::kNoNode && sm.applied() > init_base_index_ && sm.cluster_id() != 0 &&
-        raft_->commit() > init_base_index_) {
+    if (init_formed_ns_ == 0 && raft_->leader() != raft::kNoNode && sm.applied() > init_base_index_ &&
+        sm.cluster_id() != 0 && raft_->commit() > init_base_index_) {
       spdlog::info("cluster init: the group formed (cluster {}, leader {})",
                    cluster_id_text(sm.cluster_id()), raft_->leader());
-      return finish_change({});
+      init_formed_ns_ = now;
+      init_formed_index_ = raft_->commit();
+    }
+    if (init_formed_ns_ != 0) {
+      // Answered once every founder is in (kInitJoinGraceNs says why).
+      const std::vector<raft::NodeId> out = founders_not_joined(init_formed_index_);
+      if (out.empty()) return finish_change({});
+      if (now >= init_formed_ns_ + kInitJoinGraceNs || now >= p.deadline_ns) {
+        std::string ids;
+        for (raft::NodeId id : out) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        spdlog::warn("cluster init: the group formed, but founder(s) {} did not join within {} ms (down, or "
+                     "still waiting at the start gate): they join when they can; until then the group "
+                     "needs every other voter",
+                     ids, (now - init_formed_ns_) / kNsPerMs);
+        return finish_change({});
+      }
+      return;
     }
     if (now >= p.deadline_ns) {
       return finish_change({504, "timeout", "the group's first entries did not commit in time (a "

@@ -97,6 +97,51 @@ TEST(Lifecycle, InitFormsTheGroupOnceAndNothingElseDoes) {
   EXPECT_EQ(call_leader(c, "A bob k 1000"), "T bob k");
 }
 
+// Init answers once every founder has joined, so the first leader may die
+// the moment it answers: the other two still form a quorum. (Before, init
+// answered once a majority committed; the third founder, still at its
+// start gate, could need the dead leader's fresh word to join — no leader
+// until it came back.) Init is asked before node 3 is up, so the group
+// forms the moment node 3 first answers, as when a script starts every
+// node and inits at once (the shape that lost the race most). Three
+// groups: it had to be lost only once.
+TEST(Lifecycle, InitAnswersOnceEveryFounderJoinedSoTheFirstLeaderMayDieAtOnce) {
+  for (int round = 0; round < 3; ++round) {
+    LockdCluster c(3, {}, {}, 0, /*init=*/false);
+    c.kill9(3);  // still empty: it waited, voting for nothing
+    auto init = std::async(std::launch::async, [&] { return c.init_group(1); });
+    std::this_thread::sleep_for(100ms);  // init asks; node 3 has not answered
+    c.start(3);
+    const HttpReply formed = init.get();
+    ASSERT_EQ(formed.status, 200) << formed.body;
+    c.kill9(1);
+    ASSERT_NE(c.wait_leader(20000ms), 0) << "round " << round << ": no leader among nodes 2 and 3";
+    EXPECT_EQ(call_leader(c, "A alice k 60000").rfind("A ", 0), 0u) << "round " << round;
+  }
+}
+
+// ...and a founder that answered, then cannot join (paused here), holds
+// init up 10 s after the group formed, not to the request's deadline
+// (30 s, a 504): 200 and one warning naming it; it joins once it runs.
+TEST(Lifecycle, InitAnswersWithinItsGraceWhenAFounderDoesNotJoin) {
+  LockdCluster c(3, {}, {}, 0, /*init=*/false);
+  ASSERT_TRUE(c.process(1).wait_for_line("peer transport: connected to node 3", 10s))
+      << c.process(1).stderr_text();  // node 1 asked it: it has its answer
+  c.signal(3, SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  const HttpReply formed = c.init_group(1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  c.signal(3, SIGCONT);
+  ASSERT_EQ(formed.status, 200) << formed.body;
+  EXPECT_GE(took, 9s);   // held for node 3
+  EXPECT_LT(took, 25s);  // not to the deadline
+  EXPECT_TRUE(c.process(1).wait_for_line("founder(s) 3 did not join within", 5s)) << c.process(1).stderr_text();
+  EXPECT_TRUE(eventually([&] {
+    return c.status_json(3).find("\"leader\":\"") != std::string::npos &&
+           c.status_number(3, "applied_index") >= c.status_number(1, "commit_index");
+  }, 20s)) << c.process(3).stderr_text();
+}
+
 // Init asked of a wiped member before the others answered it (a deploy
 // script that runs `lockctl cluster init` on every node, every time): it
 // must not form a second group under the same ids. Nodes 2 and 3 are

@@ -167,10 +167,11 @@ LockdCluster::LockdCluster(int n, std::vector<std::string> extra_flags,
         throw std::runtime_error("POST /v1/cluster/init to node 1: HTTP " + std::to_string(r.status) +
                                  " " + r.body);
       }
-      // Init answers once a majority committed; the last founders may
-      // still be waiting for their confirmations. Tests start from a
-      // group whose every started node knows the leader (v1.2's starts).
-      // ...and has taken part: holds the group's first entries. A founder
+      // Init answers once every founder acknowledged the group's first
+      // entries (or 10 s after they committed, if one did not); a
+      // follower may not have applied them or heard who leads yet. Tests
+      // start from a group whose every started node knows the leader
+      // (v1.2's starts) and holds the group's first entries. A founder
       // killed before that waits at its restart for every voter's word
       // that it never took part (docs/cluster.md "The start gate"), which
       // a test that then wipes another member would never get. (No

@@ -149,6 +149,12 @@ constexpr TimeNs kGateAskAgainNs = 2000 * kNsPerMs;
 // after the start for members that list it (start_gate.h decide_init);
 // they redial at least every second.
 constexpr TimeNs kInitAloneGraceNs = 3000 * kNsPerMs;
+// Cluster init answers once every founder has joined (acknowledged the
+// group's first entries), or this long after the group formed: a founder
+// still at its start gate when the first leader dies may need that
+// leader's word to join, so a caller that acts on the answer (kills a
+// node, say) finds every founder able to vote.
+constexpr TimeNs kInitJoinGraceNs = 10'000 * kNsPerMs;
 // How long a change may take to commit (or a transfer to land) before its
 // request is answered 504 timeout (it may still take effect); the default
 // of --member-change-timeout-ms.
@@ -388,6 +394,8 @@ class ClusterNode final : private raft::ReadyHandler {
   // --peer member answered, else keeps waiting (progress_change: 504).
   void try_init();
   void finish_change(MemberChangeResult r);
+  // Leader only: the voters whose match is below `index` (cluster init).
+  std::vector<raft::NodeId> founders_not_joined(raft::Index index) const;
   MemberChangeResult not_leader_result() const;
 
   event_base* base_;
@@ -447,6 +455,8 @@ class ClusterNode final : private raft::ReadyHandler {
   std::vector<raft::NodeId> ask_again_;            // kWaiting: the gate's last ask_again
   raft::Index init_base_index_ = 0;               // kInit: applied index when init began
   bool init_formed_here_ = false;                 // kInit: this node's init formed the group
+  TimeNs init_formed_ns_ = 0;                     // kInit: when the group formed (0: not yet)
+  raft::Index init_formed_index_ = 0;             // kInit: the commit index then
   TimeNs opened_ns_ = 0;                          // when open() ran (kInitAloneGraceNs)
   std::string init_wait_reason_;                  // kInit: the wait last logged (logged on change)
   TimeNs founder_hold_until_ns_ = 0;  // a founder let in: no campaign before then (no leader yet)

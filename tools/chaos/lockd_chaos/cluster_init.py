@@ -48,12 +48,14 @@ def _status(admin_addr, headers=None):
 def wait_all_joined(admin_addrs, timeout_s=20.0, headers=None):
     """After init: waits until every node in ``admin_addrs`` knows the leader
     and has applied the group's first entries (the commit index seen once all
-    knew the leader). A founder killed before that waits at its restart for
-    every voter's word that it never took part (docs/cluster.md "The start
-    gate"); and a founder still waiting for the word of a member that is then
-    killed cannot vote: a test that kills a node right after init waits for
-    this first (as tests/support's LockdCluster does). Raises RuntimeError
-    on timeout."""
+    knew the leader). Init answers once every founder acknowledged those
+    entries, or 10 s after they committed if one did not (docs/cluster.md
+    "Running a 3-node group"); this also waits for them to be applied and
+    for the leader to be known everywhere, and holds a test up rather than
+    let it kill a node while a founder is still at its start gate (one
+    still waiting for the word of a member that is then killed cannot
+    vote), as tests/support's LockdCluster does. Raises RuntimeError on
+    timeout."""
     deadline = time.monotonic() + timeout_s
 
     def poll(ready):
