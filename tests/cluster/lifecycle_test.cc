@@ -110,7 +110,7 @@ TEST(Lifecycle, InitAnswersOnceEveryFounderJoinedSoTheFirstLeaderMayDieAtOnce) {
     LockdCluster c(3, {}, {}, 0, /*init=*/false);
     c.kill9(3);  // still empty: it waited, voting for nothing
     auto init = std::async(std::launch::async, [&] { return c.init_group(1); });
-    std::this_thread::sleep_for(100ms);  // init asks; node 3 has not answered
+    ASSERT_TRUE(c.process(1).wait_for_line("no answer yet from 3", 10s)) << c.process(1).stderr_text();
     c.start(3);
     const HttpReply formed = init.get();
     ASSERT_EQ(formed.status, 200) << formed.body;
