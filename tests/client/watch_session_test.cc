@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -267,19 +268,19 @@ TEST(WatchSession, StopWaitsForARunningOnStateAndOnStateMayStopItsOwnWatch) {
   auto self_plain = client.watch("self");
   std::atomic<int> calls{0};
   std::atomic<bool> in_call{false};
-  auto slow = client.watch("slow", [&](const Result<WatchEvent>&) {
+  std::promise<void> let_go;  // ends the held call
+  auto slow = client.watch("slow", [&, go = let_go.get_future().share()](const Result<WatchEvent>&) {
     in_call = true;
-    if (++calls == 2) std::this_thread::sleep_for(300ms);
+    if (++calls == 2) go.wait_for(10s);  // held until the test lets it go
     in_call = false;
   });
   std::atomic<Watch*> self{nullptr};
   std::atomic<int> self_calls{0};
-  std::atomic<bool> released{false}, stopped{false};
-  auto stopper = client.watch("self", [&](const Result<WatchEvent>&) {
+  std::atomic<bool> stopped{false};
+  std::promise<void> released;  // the release is queued behind the call
+  auto stopper = client.watch("self", [&, queued = released.get_future().share()](const Result<WatchEvent>&) {
     if (++self_calls != 2) return;
-    // The release is queued behind this call by the time it stops.
-    const auto give_up = Clock::now() + 10s;
-    while (!released.load() && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    queued.wait_for(10s);
     self.load()->stop();
     stopped = true;
   });
@@ -296,8 +297,17 @@ TEST(WatchSession, StopWaitsForARunningOnStateAndOnStateMayStopItsOwnWatch) {
   auto slow_lock = other.acquire("alice", "slow", 10'000);
   ASSERT_TRUE(slow_lock.ok());
   ASSERT_TRUE(eventually([&] { return in_call.load() && calls.load() == 2; }, 10s));
-  slow->stop();
-  EXPECT_FALSE(in_call.load());  // the running call had ended
+  std::atomic<bool> stop_returned{false}, in_call_at_return{true};
+  std::thread stopping([&] {
+    slow->stop();
+    in_call_at_return = in_call.load();
+    stop_returned = true;
+  });
+  // A stop() that does not wait returns at once, the call still held.
+  EXPECT_FALSE(eventually([&] { return stop_returned.load(); }, 300ms));
+  let_go.set_value();
+  stopping.join();
+  EXPECT_FALSE(in_call_at_return.load());  // the running call had ended
   ASSERT_TRUE(other.release(slow_lock.value()).ok());
   ASSERT_TRUE(wait_for(*slow_plain, KeyState::Kind::kHeld));
   ASSERT_TRUE(wait_for(*slow_plain, KeyState::Kind::kFree));  // the release reached the session
@@ -308,7 +318,7 @@ TEST(WatchSession, StopWaitsForARunningOnStateAndOnStateMayStopItsOwnWatch) {
   ASSERT_TRUE(other.release(self_lock.value()).ok());
   ASSERT_TRUE(wait_for(*self_plain, KeyState::Kind::kHeld));
   ASSERT_TRUE(wait_for(*self_plain, KeyState::Kind::kFree));
-  released = true;
+  released.set_value();
   ASSERT_TRUE(eventually([&] { return stopped.load(); }, 10s));
   ASSERT_TRUE(other.acquire("bob", "other-key", 10'000).ok());  // one more turn of the session
   EXPECT_EQ(calls.load(), 2);       // nothing after stop()
